@@ -1,0 +1,102 @@
+"""Shared fixtures: test plugins compiled on demand, and child Python processes for other plugin configurations.
+
+    def test_x(build_plugin, run_python):
+        so = build_plugin("variant", {"DEVICE_TYPE": '"v_x"', "WITH_INFO": None})   # None -> plain -DWITH_INFO
+        res = run_python(f"import paddle_rt; print(paddle_rt.load_plugin({str(so)!r}).device_type)",
+                         env={"PADDLE_RT_NO_RT_CPU": "1"})
+        assert res.returncode == 0, res.stderr
+
+The test plugins live in tests/plugins/ (see the comment at the top of each source for its switches).
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLUGIN_SOURCES = os.path.join(REPO_ROOT, "tests", "plugins")
+
+
+def include_dir():
+    """paddle_rt's include folder: from the package if it imports, else the source tree."""
+    try:
+        import paddle_rt
+
+        return paddle_rt.get_include()
+    except Exception:
+        return os.path.join(REPO_ROOT, "paddle_rt", "include")
+
+
+def _define_args(defines):
+    args = []
+    for key, value in sorted((defines or {}).items()):
+        args.append(f"-D{key}" if value is None else f"-D{key}={value}")
+    return args
+
+
+def _cache_key(name, defines):
+    return name, tuple(sorted((k, None if v is None else str(v)) for k, v in (defines or {}).items()))
+
+
+class PluginBuilder:
+    """build(name, defines=None) -> pathlib.Path of tests/plugins/<name>.c compiled into a shared library.
+
+    ``defines`` maps macro names to values, passed verbatim as -DNAME=value (a value None gives -DNAME); string
+    macros need their quotes, e.g. {"DEVICE_TYPE": '"x"'}. Builds are cached by (name, defines) for the session.
+    The file is named <name>-<hash of the defines>.so so that builds never overwrite each other (a loaded plugin
+    stays mapped) and discovery (which wants a '.so' suffix) finds them."""
+
+    def __init__(self, outdir):
+        self.outdir = outdir
+        self._cache = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name, defines=None):
+        key = _cache_key(name, defines)
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+            compiler = shutil.which(os.environ.get("CC", "gcc"))
+            if compiler is None:
+                pytest.skip("no C compiler (gcc) to build the test plugins")
+            src = os.path.join(PLUGIN_SOURCES, f"{name}.c")
+            if not os.path.exists(src):
+                raise FileNotFoundError(src)
+            tag = hashlib.sha1(repr(key[1]).encode()).hexdigest()[:10]
+            out = self.outdir / f"{name}-{tag}.so"
+            cmd = [compiler, "-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-shared", "-fPIC", "-pthread",
+                   f"-I{include_dir()}", *_define_args(defines), src, "-o", str(out)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise RuntimeError(f"building test plugin failed: {' '.join(cmd)}\n{res.stderr}")
+            self._cache[key] = out
+            return out
+
+
+@pytest.fixture(scope="session")
+def build_plugin(tmp_path_factory):
+    return PluginBuilder(tmp_path_factory.mktemp("plugins"))
+
+
+def run_python_code(code, env=None, timeout=120):
+    """Run ``code`` (dedented) in a child ``sys.executable`` with cwd = the repository root (so the in-place build is
+    imported) and ``env`` merged over os.environ (a value None removes the variable). Returns the CompletedProcess
+    (text mode, stdout/stderr captured)."""
+    child_env = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = str(value)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, env=child_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def run_python():
+    return run_python_code

@@ -1,0 +1,11 @@
+/* The smallest correct plugin: only the ten hooks the ABI requires (see tp_common.h for the switches and the
+ * counters it exports). No streams, no callbacks, no asynchronous copies, no memory stats: paddle_rt must fall back
+ * for all of those the way ABI.md says Paddle does. */
+#include "tp_common.h"
+
+void InitPlugin(CustomRuntimeParams* params) {
+  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
+  params->device_type = (char*)DEVICE_TYPE;
+  params->sub_device_type = (char*)SUB_DEVICE_TYPE;
+  tp_fill_required(params->interface);
+}
