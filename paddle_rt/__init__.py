@@ -1,0 +1,50 @@
+"""paddle_rt: a fast, safe device runtime for any PaddlePaddle custom-device plugin.
+
+Load a plugin written against Paddle's custom-device C ABI (``device_ext.h``) and get a best-fit caching allocator,
+ordered streams with host callbacks, timed events, stream-ordered memory, copies and collectives. The bundled
+``rt_cpu`` plugin is a virtual accelerator, so everything runs on a plain CPU machine.
+"""
+import os as _os
+
+from paddle_rt._core.errors import (
+    PaddleRTError, PluginLoadError, PluginNotFoundError, NotASharedLibraryError, MissingEntryPointError,
+    PluginVersionError, PluginRefusedError, MissingHookError, DuplicateDeviceTypeError, PluginError,
+    OutOfMemoryError, InvalidArgument, DeviceError, NotSupportedError, StreamError, ForkError,
+)
+from paddle_rt._core.plugin import (
+    Plugin, load_plugin, list_plugins, device_types, REQUIRED_HOOKS, ALL_HOOKS,
+)
+from paddle_rt._core.device import (
+    Device, device, devices, device_count, get_device, set_device, synchronize, reinitialize_after_fork,
+)
+from paddle_rt._core import plugin as _plugin
+
+__version__ = "0.1.0"
+
+
+def get_include():
+    """The folder holding ``paddle_rt/device_ext.h`` (add it to an extension's include path). The Cython ``.pxd``
+    files are installed with the package, so ``cimport paddle_rt._core.allocator`` works with the package's parent on
+    Cython's include path (``paddle_rt.get_cython_include()``)."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
+def get_cython_include():
+    """The folder to put on Cython's include path to ``cimport paddle_rt._core...``."""
+    return _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+
+
+_plugin.discover()
+
+from paddle_rt.memory import *  # noqa: E402,F401,F403
+from paddle_rt.streams import *  # noqa: E402,F401,F403
+from paddle_rt import memory as _memory, streams as _streams  # noqa: E402
+
+__all__ = [
+    "PaddleRTError", "PluginLoadError", "PluginNotFoundError", "NotASharedLibraryError", "MissingEntryPointError",
+    "PluginVersionError", "PluginRefusedError", "MissingHookError", "DuplicateDeviceTypeError", "PluginError",
+    "OutOfMemoryError", "InvalidArgument", "DeviceError", "NotSupportedError", "StreamError", "ForkError",
+    "Plugin", "load_plugin", "list_plugins", "device_types", "REQUIRED_HOOKS", "ALL_HOOKS",
+    "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
+    "reinitialize_after_fork", "get_include", "get_cython_include",
+] + list(_memory.__all__) + list(_streams.__all__)

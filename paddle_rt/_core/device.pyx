@@ -1,0 +1,409 @@
+"""Devices: one :class:`Device` per (plugin, index), the current device per thread, properties, and the ordered
+teardown at interpreter exit (higher layers first, then ``deinit_device``, then ``finalize``)."""
+import atexit
+import os
+import sys
+import threading
+import warnings
+
+from libcpp cimport bool as cbool
+
+from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_GridDim3
+from paddle_rt._core.plugin cimport Plugin
+
+from paddle_rt._core import errors
+from paddle_rt._core import plugin as _plugin_mod
+
+_thread_state = threading.local()
+_default_lock = threading.Lock()
+_default_device = None
+_teardown_hooks = []      # (order, seq, fn)
+_torn_down = False
+
+
+cdef int check_status(Device dev, str call, C_Status status) except -1:
+    if status == C_SUCCESS or status == C_WARNING:
+        return 0
+    raise errors.PluginError(repr(dev), call, status)
+
+
+cdef class Device:
+    """A device of a plugin. Obtain with :func:`paddle_rt.device`; one object per device (compare with ``is``)."""
+
+    def __cinit__(self):
+        self._state = 0
+        self.layers = {}
+        self.iface = NULL
+
+    def __init__(self):
+        raise TypeError("use paddle_rt.device('type:index') to get a Device")
+
+    @staticmethod
+    cdef Device _new(Plugin plugin, int index, int physical_id):
+        cdef Device d = Device.__new__(Device)
+        d.plugin = plugin
+        d.index = index
+        d.type = plugin.device_type
+        d._cdev.id = physical_id
+        d.iface = plugin.iface
+        return d
+
+    def __repr__(self):
+        return f"{self.type}:{self.index}"
+
+    def __str__(self):
+        return f"{self.type}:{self.index}"
+
+    def __reduce__(self):
+        return (device, (f"{self.type}:{self.index}",))
+
+    @property
+    def id(self):
+        """The physical id the plugin sees (from its device list)."""
+        return self._cdev.id
+
+    cdef C_Device cdev(self) noexcept nogil:
+        return &self._cdev
+
+    cdef bint alive(self) noexcept nogil:
+        return self._state == 1
+
+    cdef int ensure_ready(self) except -1:
+        cdef C_Status st
+        if self._state == 1:
+            return self.plugin.check_process()
+        with self.plugin._lock:
+            self.plugin.ensure_initialized()
+            if self._state == 1:
+                return 0
+            if self._state == 2:
+                raise errors.DeviceError(f"{self!r}: the device was torn down (interpreter shutting down)")
+            if self.iface.init_device != NULL:
+                with nogil:
+                    st = self.iface.init_device(&self._cdev)
+                check_status(self, "init_device", st)
+            self._state = 1
+        return 0
+
+    cdef int activate(self) except -1:
+        cdef C_Status st
+        self.ensure_ready()
+        with nogil:
+            st = self.iface.set_device(&self._cdev)
+        if st != C_SUCCESS and st != C_WARNING:
+            raise errors.PluginError(repr(self), "set_device", st)
+        return 0
+
+    cdef C_Status set_current_nogil(self) noexcept nogil:
+        return self.iface.set_device(&self._cdev)
+
+    def synchronize(self):
+        """Wait until all work on the device is done (``synchronize_device``; streams paddle_rt drives itself are
+        synchronised by their own layer first)."""
+        cdef C_Status st = C_SUCCESS
+        self.activate()
+        for fn in list(self.layers.get("synchronize", ())):
+            fn(self)
+        if self.iface.synchronize_device != NULL:
+            with nogil:
+                st = self.iface.synchronize_device(&self._cdev)
+            check_status(self, "synchronize_device", st)
+
+    def memory_info(self):
+        """``(free, total)`` bytes from ``device_memory_stats``; ``(0, 0)`` when the plugin lacks it (as Paddle)."""
+        cdef size_t total = 0, free_ = 0
+        cdef C_Status st
+        if self.iface.device_memory_stats == NULL:
+            return (0, 0)
+        self.activate()
+        with nogil:
+            st = self.iface.device_memory_stats(&self._cdev, &total, &free_)
+        check_status(self, "device_memory_stats", st)
+        return (int(free_), int(total))
+
+    cdef object _size_hint(self, str name):
+        cdef size_t v = 0
+        cdef C_Status st
+        cdef C_DeviceInterface* f = self.iface
+        cdef C_Status (*fn)(C_Device, size_t*) noexcept nogil
+        table = {
+            "compute_capability": <size_t>f.get_compute_capability,
+            "runtime_version": <size_t>f.get_runtime_version,
+            "driver_version": <size_t>f.get_driver_version,
+            "multi_process": <size_t>f.get_multi_process,
+            "max_threads_per_mp": <size_t>f.get_max_threads_per_mp,
+            "max_threads_per_block": <size_t>f.get_max_threads_per_block,
+            "min_chunk_size": <size_t>f.device_min_chunk_size,
+            "max_chunk_size": <size_t>f.device_max_chunk_size,
+            "max_alloc_size": <size_t>f.device_max_alloc_size,
+            "extra_padding_size": <size_t>f.device_extra_padding_size,
+            "init_alloc_size": <size_t>f.device_init_alloc_size,
+            "realloc_size": <size_t>f.device_realloc_size,
+        }
+        addr = table[name]
+        if addr == 0:
+            return None
+        fn = <C_Status (*)(C_Device, size_t*) noexcept nogil><size_t>addr
+        with nogil:
+            st = fn(&self._cdev, &v)
+        if st != C_SUCCESS and st != C_WARNING:
+            return None
+        return int(v)
+
+    cdef object _bool_hint(self, str name):
+        cdef cbool v = False
+        cdef C_Status st
+        cdef C_Status (*fn)(C_Device, cbool*) noexcept nogil
+        table = {
+            "float16_supported": <size_t>self.iface.is_float16_supported,
+            "bfloat16_supported": <size_t>self.iface.is_bfloat16_supported,
+            "dnn_supported": <size_t>self.iface.is_dnn_supported,
+        }
+        addr = table[name]
+        if addr == 0:
+            return None
+        fn = <C_Status (*)(C_Device, cbool*) noexcept nogil><size_t>addr
+        with nogil:
+            st = fn(&self._cdev, &v)
+        if st != C_SUCCESS and st != C_WARNING:
+            return None
+        return bool(v)
+
+    def size_hint(self, name):
+        """One size hook's value (``min_chunk_size``, ``extra_padding_size``, ...), or None when not implemented."""
+        self.activate()
+        return self._size_hint(name)
+
+    @property
+    def properties(self):
+        """What the plugin reports about the device, for the hooks it implements."""
+        cdef unsigned int dims[3]
+        cdef C_Status st
+        self.activate()
+        props = {"device_type": self.type, "sub_device_type": self.plugin.sub_device_type, "index": self.index,
+                 "physical_id": self._cdev.id}
+        for name in ("compute_capability", "runtime_version", "driver_version", "multi_process",
+                     "max_threads_per_mp", "max_threads_per_block", "min_chunk_size", "extra_padding_size",
+                     "max_chunk_size", "max_alloc_size", "init_alloc_size", "realloc_size"):
+            v = self._size_hint(name)
+            if v is not None:
+                props[name] = v
+        for name in ("float16_supported", "bfloat16_supported", "dnn_supported"):
+            v = self._bool_hint(name)
+            if v is not None:
+                props[name] = v
+        if self.iface.get_max_grid_dim_size != NULL:
+            dims[0] = dims[1] = dims[2] = 0
+            with nogil:
+                st = self.iface.get_max_grid_dim_size(&self._cdev, <C_GridDim3*>dims)
+            if st == C_SUCCESS or st == C_WARNING:
+                props["max_grid_dim_size"] = (dims[0], dims[1], dims[2])
+        free_, total = self.memory_info()
+        props["total_memory"] = total
+        return props
+
+    def _teardown(self):
+        """deinit_device (at exit, after the layers above released everything)."""
+        cdef C_Status st = C_SUCCESS
+        if self._state != 1:
+            self._state = 2
+            return
+        self._state = 2
+        if self.iface.deinit_device != NULL:
+            with nogil:
+                st = self.iface.set_device(&self._cdev)
+                st = self.iface.deinit_device(&self._cdev)
+        if st != C_SUCCESS and st != C_WARNING:
+            raise errors.PluginError(repr(self), "deinit_device", st)
+
+    def _reset_after_fork(self):
+        self._state = 0
+        self.layers = {}
+
+
+cdef Device _device_of(Plugin p, int index):
+    cdef int n = p.device_count()
+    if index < 0 or index >= n:
+        raise errors.DeviceError(
+            f"device index {index} is out of range for {p.device_type!r}: it has {n} device(s) (0..{n - 1})")
+    d = p._devices[index]
+    if d is None:
+        with p._lock:
+            d = p._devices[index]
+            if d is None:
+                d = Device._new(p, index, p._physical_ids[index])
+                p._devices[index] = d
+    return d
+
+
+def _parse(spec):
+    s = spec.strip()
+    if ":" in s:
+        t, _, idx = s.rpartition(":")
+        try:
+            i = int(idx)
+        except ValueError:
+            raise errors.DeviceError(f"bad device string {spec!r}: the index {idx!r} is not an integer") from None
+        if i < 0:
+            raise errors.DeviceError(f"bad device string {spec!r}: the index must not be negative")
+        return t, i
+    return s, None
+
+
+def device(spec=None, index=None):
+    """The :class:`Device` named by ``spec``: ``"rt_cpu:1"``, ``("rt_cpu", 1)``, an int (that index of the current
+    device's type), a Device, or None (the current device of this thread)."""
+    if spec is None and index is None:
+        return get_device()
+    if isinstance(spec, Device):
+        return spec
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if index is not None:
+            raise errors.DeviceError(f"device({spec!r}, {index!r}): give a type with an index")
+        return _device_of(get_device().plugin, spec)
+    if not isinstance(spec, str):
+        raise errors.DeviceError(f"cannot make a device from {spec!r} (give 'type:index', a type and an index, "
+                                 f"an int or a Device)")
+    t, i = _parse(spec)
+    if index is not None:
+        if i is not None:
+            raise errors.DeviceError(f"device({spec!r}, {index!r}): the index is given twice")
+        if not isinstance(index, int) or index < 0:
+            raise errors.DeviceError(f"device({spec!r}, {index!r}): the index must be a non-negative int")
+        i = index
+    if t not in _plugin_mod._by_type:
+        raise errors.DeviceError(
+            f"bad device string {spec!r}: unknown device type {t!r} "
+            f"(registered: {', '.join(_plugin_mod._by_type) or 'none'})")
+    return _device_of(_plugin_mod._by_type[t], 0 if i is None else i)
+
+
+cpdef Device resolve_device(object dev=None):
+    if dev is None:
+        d = getattr(_thread_state, "device", None)
+        if d is not None:
+            return d
+        return get_device()
+    if isinstance(dev, Device):
+        return dev
+    return device(dev)
+
+
+def devices(device_type=None):
+    """All devices, or those of ``device_type``, in plugin load order."""
+    plugins = _plugin_mod.list_plugins() if device_type is None else [_plugin_mod.get_plugin(device_type)]
+    return [_device_of(p, i) for p in plugins for i in range(p.device_count())]
+
+
+def device_count(device_type=None):
+    """Number of devices of ``device_type`` (default: the current device's type)."""
+    if device_type is None:
+        return get_device().plugin.device_count()
+    return _plugin_mod.get_plugin(device_type).device_count()
+
+
+def _initial_device():
+    global _default_device
+    if _default_device is not None:
+        return _default_device
+    with _default_lock:
+        if _default_device is not None:
+            return _default_device
+        spec = os.environ.get("PADDLE_RT_DEFAULT_DEVICE", "")
+        if spec:
+            try:
+                d = device(spec)
+            except errors.DeviceError as exc:
+                raise errors.DeviceError(f"PADDLE_RT_DEFAULT_DEVICE={spec!r}: {exc}") from None
+        else:
+            plugins = _plugin_mod.list_plugins()
+            if not plugins:
+                raise errors.DeviceError("no plugin is loaded (the bundled rt_cpu is disabled by "
+                                         "PADDLE_RT_NO_RT_CPU and none was found)")
+            third = [p for p in plugins if not p.bundled and p.device_count() > 0]
+            chosen = third[0] if third else plugins[0]
+            d = _device_of(chosen, 0)
+        _default_device = d
+        return d
+
+
+def get_device():
+    """The current device of the calling thread (a new thread starts on the default device)."""
+    d = getattr(_thread_state, "device", None)
+    if d is None:
+        d = _initial_device()
+        _thread_state.device = d
+    return d
+
+
+def set_device(dev):
+    """Make ``dev`` the current device of the calling thread and the plugin's current device."""
+    cdef Device d = resolve_device(dev)
+    d.activate()
+    _thread_state.device = d
+    return d
+
+
+def synchronize(dev=None):
+    """Wait for all work on ``dev`` (default: the current device)."""
+    resolve_device(dev).synchronize()
+
+
+def register_teardown(fn, int order):
+    """Run ``fn()`` at interpreter exit, before devices are de-initialised; lower ``order`` runs first
+    (pool 10, streams 20, allocator 30)."""
+    _teardown_hooks.append((order, len(_teardown_hooks), fn))
+
+
+def _teardown_all():
+    """Ordered shutdown: layer hooks, then deinit_device of every device, then finalize of every plugin."""
+    global _torn_down
+    cdef Plugin p
+    if _torn_down or _plugin_mod.is_forked():
+        return
+    _torn_down = True
+    for order, seq, fn in sorted(_teardown_hooks, key=lambda t: (t[0], t[1])):
+        try:
+            fn()
+        except BaseException as exc:  # never let one layer stop the others from returning memory
+            print(f"paddle_rt: teardown step {getattr(fn, '__qualname__', fn)} failed: {exc!r}", file=sys.stderr)
+    for p in _plugin_mod.list_plugins():
+        for d in list(p._devices):
+            if d is not None:
+                try:
+                    d._teardown()
+                except BaseException as exc:
+                    print(f"paddle_rt: {exc}", file=sys.stderr)
+        try:
+            p._finalize()
+        except BaseException as exc:
+            print(f"paddle_rt: {exc}", file=sys.stderr)
+
+
+atexit.register(_teardown_all)
+
+
+def reinitialize_after_fork():
+    """In a child of fork(): forget the parent's device state and start the plugins afresh. Memory and streams of
+    the parent are not touched (they belong to the parent). Layers register their own reset via
+    ``register_fork_reset``."""
+    global _default_device
+    cdef Plugin p
+    if not _plugin_mod.is_forked():
+        return
+    for fn in list(_fork_resets):
+        fn()
+    for p in _plugin_mod.list_plugins():
+        for d in list(p._devices):
+            if d is not None:
+                d._reset_after_fork()
+    _plugin_mod._reset_after_fork()
+    _default_device = None
+    _thread_state.__dict__.clear()
+
+
+_fork_resets = []
+
+
+def register_fork_reset(fn):
+    _fork_resets.append(fn)

@@ -1,0 +1,111 @@
+"""Exception types of paddle_rt. Every error names the device (or plugin file), the call and the reason."""
+
+__all__ = [
+    "PaddleRTError", "PluginLoadError", "PluginNotFoundError", "NotASharedLibraryError", "MissingEntryPointError",
+    "PluginVersionError", "PluginRefusedError", "MissingHookError", "DuplicateDeviceTypeError",
+    "PluginError", "OutOfMemoryError", "InvalidArgument", "DeviceError", "NotSupportedError", "StreamError",
+    "ForkError", "STATUS_NAMES",
+]
+
+STATUS_NAMES = {0: "C_SUCCESS", 1: "C_WARNING", 2: "C_FAILED", 3: "C_ERROR", 4: "C_INTERNAL_ERROR"}
+
+
+class PaddleRTError(RuntimeError):
+    """Base class of every paddle_rt error."""
+
+
+# -- loading plugins -------------------------------------------------------------------------------------------------
+class PluginLoadError(PaddleRTError):
+    """A plugin could not be loaded. ``path`` is the file, ``reason`` what went wrong."""
+
+    def __init__(self, path, reason):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"cannot load plugin {self.path}: {reason}")
+
+
+class PluginNotFoundError(PluginLoadError, FileNotFoundError):
+    pass
+
+
+class NotASharedLibraryError(PluginLoadError):
+    pass
+
+
+class MissingEntryPointError(PluginLoadError):
+    pass
+
+
+class PluginVersionError(PluginLoadError):
+    def __init__(self, path, reason, plugin_version=None, host_version=None):
+        self.plugin_version = plugin_version
+        self.host_version = host_version
+        super().__init__(path, reason)
+
+
+class PluginRefusedError(PluginLoadError):
+    pass
+
+
+class MissingHookError(PluginLoadError):
+    def __init__(self, path, reason, hook=None):
+        self.hook = hook
+        super().__init__(path, reason)
+
+
+class DuplicateDeviceTypeError(PluginLoadError):
+    def __init__(self, path, reason, device_type=None):
+        self.device_type = device_type
+        super().__init__(path, reason)
+
+
+# -- using devices ---------------------------------------------------------------------------------------------------
+class PluginError(PaddleRTError):
+    """A plugin call returned a status other than success. ``device`` (e.g. ``"rt_cpu:0"``), ``call`` (the hook's
+    name) and ``status`` (the C_Status value) say which."""
+
+    def __init__(self, device, call, status, detail=None):
+        self.device = device
+        self.call = call
+        self.status = int(status) if status is not None else None
+        self.status_name = STATUS_NAMES.get(self.status, str(self.status))
+        msg = f"{device}: {call} failed with {self.status_name}"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+
+
+class OutOfMemoryError(PaddleRTError, MemoryError):
+    """The device could not satisfy an allocation. Carries ``device``, ``requested``, ``allocated``, ``reserved``,
+    ``capacity`` and ``free`` (bytes; ``None`` where unknown)."""
+
+    def __init__(self, message, device=None, requested=None, allocated=None, reserved=None, capacity=None,
+                 free=None, call="malloc"):
+        self.device = device
+        self.call = call
+        self.requested = requested
+        self.allocated = allocated
+        self.reserved = reserved
+        self.capacity = capacity
+        self.free = free
+        super().__init__(message)
+
+
+class InvalidArgument(PaddleRTError, ValueError):
+    """A call was given something it cannot use (a foreign pointer, a double free, a bad size, a wrong device...)."""
+
+
+class DeviceError(PaddleRTError, ValueError):
+    """A device string or index that names no device."""
+
+
+class NotSupportedError(PaddleRTError, NotImplementedError):
+    """The plugin lacks the hook a call needs and paddle_rt has no fallback for it."""
+
+
+class StreamError(PaddleRTError):
+    """Work on a stream failed (an exception in a host callback, a plugin error in asynchronous work)."""
+
+
+class ForkError(PaddleRTError):
+    """A device was used in a child process after fork() without re-initialisation."""

@@ -1,0 +1,22 @@
+# A loaded plugin: the dlopen handle, the filled interface table, what it reported in the handshake.
+from paddle_rt._core.device_ext cimport C_DeviceInterface
+
+cdef class Plugin:
+    cdef void* _dl                    # dlopen handle; plugins are never unloaded (like Paddle)
+    cdef C_DeviceInterface* iface     # owned, filled by InitPlugin; valid for the life of the process
+    cdef readonly str path
+    cdef readonly str device_type
+    cdef readonly str sub_device_type
+    cdef readonly tuple version       # (major, minor, patch)
+    cdef readonly tuple capabilities  # names of the hooks it implements
+    cdef readonly tuple missing       # names of the optional hooks it lacks
+    cdef readonly bint bundled        # True for paddle_rt's own rt_cpu
+    cdef int _state                   # 0: loaded, 1: initialize() called, 2: finalized
+    cdef long _pid                    # process that called initialize()
+    cdef object _lock                 # threading.RLock guarding initialisation
+    cdef list _devices                # Device objects by logical index, created on first use
+    cdef list _physical_ids           # from get_device_list
+
+    cdef int ensure_initialized(self) except -1
+    cdef int check_process(self) except -1
+    cdef bint has(self, str hook)

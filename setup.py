@@ -1,0 +1,98 @@
+"""Build script: the Cython core, the bundled rt_cpu plugin and the small host-symbol library.
+
+Environment knobs (for development, not needed by users):
+  PADDLE_RT_SANITIZE=address   build everything with AddressSanitizer (see tests/README.md)
+  PADDLE_RT_DEBUG=1            -O0 -g, Cython line tracing off, asserts on
+"""
+import glob
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INCLUDE = os.path.join("paddle_rt", "include")
+
+SANITIZE = os.environ.get("PADDLE_RT_SANITIZE", "")
+# Development: PADDLE_RT_ONLY=plugin,device,librt_cpu builds only the named extensions (last name component).
+ONLY = {n for n in os.environ.get("PADDLE_RT_ONLY", "").split(",") if n}
+
+
+def wanted(name):
+    return not ONLY or name.rsplit(".", 1)[-1] in ONLY
+DEBUG = os.environ.get("PADDLE_RT_DEBUG", "") not in ("", "0")
+
+common_compile = ["-g0" if not DEBUG else "-g", "-O0" if DEBUG else "-O2", "-pthread",
+                  "-fno-strict-aliasing", "-Wno-unused-function"]
+common_link = ["-pthread"]
+if SANITIZE:
+    common_compile += [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-g"]
+    common_link += [f"-fsanitize={SANITIZE}"]
+
+# Libraries that are not Python extension modules: they get plain file names (lib<name>.so) so that Paddle's
+# plugin discovery (which loads every '*.so' in CUSTOM_DEVICE_ROOT) and dlopen() users find them as usual.
+PLAIN_LIBRARIES = {
+    "paddle_rt.plugins.librt_cpu",
+    "paddle_rt._core.libpaddle_rt_host",
+}
+
+
+class build_ext(_build_ext):
+    def get_ext_filename(self, fullname):
+        # Called with the dotted name or, from get_ext_fullpath, with its last component only.
+        last = fullname.rsplit(".", 1)[-1]
+        if any(lib.rsplit(".", 1)[-1] == last for lib in PLAIN_LIBRARIES):
+            return os.path.join(*fullname.split(".")) + ".so"
+        return super().get_ext_filename(fullname)
+
+    def get_export_symbols(self, ext):
+        if ext.name in PLAIN_LIBRARIES:
+            return []
+        return super().get_export_symbols(ext)
+
+
+def cython_extensions():
+    from Cython.Build import cythonize
+
+    exts = []
+    for pyx in sorted(glob.glob(os.path.join("paddle_rt", "_core", "*.pyx"))):
+        name = pyx[:-4].replace(os.sep, ".")
+        if not wanted(name):
+            continue
+        exts.append(Extension(
+            name, [pyx],
+            include_dirs=[INCLUDE, os.path.join("paddle_rt", "_core")],
+            language="c++",
+            extra_compile_args=common_compile + ["-std=c++17"],
+            extra_link_args=common_link + ["-ldl"],
+        ))
+    return cythonize(
+        exts,
+        compiler_directives={"language_level": "3", "embedsignature": True, "binding": False,
+                             "boundscheck": False, "wraparound": False, "cdivision": True},
+        include_path=["."],
+    )
+
+
+plain = [
+    Extension(
+        "paddle_rt.plugins.librt_cpu",
+        sorted(glob.glob(os.path.join("paddle_rt", "plugins", "rt_cpu", "*.c"))),
+        include_dirs=[INCLUDE],
+        extra_compile_args=common_compile + ["-std=gnu11", "-fvisibility=hidden", "-Wall"],
+        extra_link_args=common_link,
+        libraries=["m"],
+    ),
+    Extension(
+        "paddle_rt._core.libpaddle_rt_host",
+        [os.path.join("paddle_rt", "_core", "host_symbols.c")],
+        include_dirs=[INCLUDE],
+        extra_compile_args=common_compile + ["-std=gnu11", "-Wall"],
+        extra_link_args=common_link,
+    ),
+]
+
+plain = [e for e in plain if wanted(e.name)]
+
+setup(ext_modules=plain + cython_extensions(), cmdclass={"build_ext": build_ext})
