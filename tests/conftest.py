@@ -83,17 +83,27 @@ def build_plugin(tmp_path_factory):
     return PluginBuilder(tmp_path_factory.mktemp("plugins"))
 
 
+def package_parent():
+    """The folder from which the paddle_rt under test is imported: the installed package in CI (``pip install .``),
+    the checkout when developing with an in-place build."""
+    import paddle_rt
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+
+
 def run_python_code(code, env=None, timeout=120):
-    """Run ``code`` (dedented) in a child ``sys.executable`` with cwd = the repository root (so the in-place build is
-    imported) and ``env`` merged over os.environ (a value None removes the variable). Returns the CompletedProcess
-    (text mode, stdout/stderr captured)."""
+    """Run ``code`` (dedented) in a child ``sys.executable`` that imports the same paddle_rt as the tests (its parent
+    folder is the cwd and first on PYTHONPATH) with ``env`` merged over os.environ (a value None removes
+    the variable). Returns the CompletedProcess (text mode, stdout/stderr captured)."""
     child_env = dict(os.environ)
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)
     for key, value in (env or {}).items():
         if value is None:
             child_env.pop(key, None)
         else:
             child_env[key] = str(value)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, env=child_env,
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=package_parent(), env=child_env,
                           capture_output=True, text=True, timeout=timeout)
 
 
