@@ -1,0 +1,457 @@
+"""Loading plugins (paddle_rt/_core/plugin.pyx): the InitPlugin handshake, validation errors, the registry and
+discovery at import. Plugins are never unloaded and device types must be unique in a process, so every build here
+uses its own DEVICE_TYPE; discovery runs in child processes with the environment set."""
+import ctypes
+import json
+import os
+import shutil
+
+import pytest
+
+import paddle_rt
+from paddle_rt import (
+    DuplicateDeviceTypeError, MissingEntryPointError, MissingHookError, NotASharedLibraryError, Plugin,
+    PluginLoadError, PluginNotFoundError, PluginRefusedError, PluginVersionError,
+)
+
+REQUIRED = ("set_device", "get_device", "create_event", "record_event", "destroy_event", "synchronize_event",
+            "device_memory_allocate", "device_memory_deallocate", "get_device_count", "get_device_list")
+
+
+def dtype(name):
+    """A DEVICE_TYPE define (the C string literal)."""
+    return f'"{name}"'
+
+
+def registry_snapshot():
+    return [p.path for p in paddle_rt.list_plugins()], list(paddle_rt.device_types())
+
+
+# -- the handshake and the Plugin object ------------------------------------------------------------------------------
+def test_required_hooks_are_abi_order():
+    assert tuple(paddle_rt.REQUIRED_HOOKS) == REQUIRED
+
+
+def test_load_minimal_plugin(build_plugin):
+    so = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_load")})
+    p = paddle_rt.load_plugin(so)
+    assert isinstance(p, Plugin)
+    assert p.device_type == "tp_load"
+    assert p.sub_device_type == "v1"
+    assert p.version == (0, 1, 1)
+    assert p.path == os.path.realpath(str(so))
+    assert p.bundled is False
+    # exactly the ten required hooks, in ABI table order
+    assert set(p.capabilities) == set(REQUIRED)
+    assert list(p.capabilities) == [h for h in paddle_rt.ALL_HOOKS if h in REQUIRED]
+    assert "create_stream" in p.missing and "stream_add_callback" in p.missing
+    assert "device_memory_stats" in p.missing and "async_memory_copy_h2d" in p.missing
+    assert set(p.missing).isdisjoint(p.capabilities)
+    assert set(p.missing) | set(p.capabilities) == set(paddle_rt.ALL_HOOKS)
+    assert "tp_load" in paddle_rt.device_types()
+    assert p in paddle_rt.list_plugins()
+    assert p.has_hook("set_device") and not p.has_hook("create_stream")
+    with pytest.raises(paddle_rt.InvalidArgument):
+        p.has_hook("no_such_hook")
+    assert "tp_load" in repr(p)
+
+
+def test_plugin_cannot_be_constructed_directly():
+    with pytest.raises(TypeError):
+        Plugin()
+
+
+def test_all_hooks_is_the_abi_table():
+    hooks = list(paddle_rt.ALL_HOOKS)
+    assert hooks[0] == "initialize" and hooks[-1] == "blas_axpby"
+    assert len(hooks) == len(set(hooks))
+    # every function-pointer field of C_DeviceInterface (1128 bytes: size + 5 x 8 reserved + 7 reserved_other)
+    assert len(hooks) == (1128 - 8 - 5 * 64 - 56) // 8
+
+
+def test_loading_the_same_file_twice_returns_the_same_plugin(build_plugin, tmp_path):
+    so = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_twice")})
+    p1 = paddle_rt.load_plugin(so)
+    p2 = paddle_rt.load_plugin(str(so))
+    assert p1 is p2
+    link = tmp_path / "alias.so"
+    os.symlink(so, link)
+    assert paddle_rt.load_plugin(link) is p1
+    assert paddle_rt.device_types().count("tp_twice") == 1
+
+
+def test_plugin_version_above_host_is_accepted(build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_v900"), "VERSION_MAJOR": 9, "VERSION_MINOR": 0,
+                                  "VERSION_PATCH": 0})
+    p = paddle_rt.load_plugin(so)
+    assert p.version == (9, 0, 0)
+
+
+@pytest.mark.parametrize("version,accepted", [
+    ((0, 1, 0), False), ((0, 0, 99), False), ((0, 0, 0), False),
+    ((0, 1, 2), True), ((0, 2, 0), True), ((1, 0, 0), True),
+    # Paddle's formula is major*10000 + minor*100 + patch >= 101, not a tuple comparison
+    ((0, 0, 101), True),
+])
+def test_version_rule(build_plugin, version, accepted):
+    name = "tp_ver_%d_%d_%d" % version
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype(name), "VERSION_MAJOR": version[0],
+                                  "VERSION_MINOR": version[1], "VERSION_PATCH": version[2]})
+    if accepted:
+        assert paddle_rt.load_plugin(so).version == version
+        return
+    before = registry_snapshot()
+    with pytest.raises(PluginVersionError) as info:
+        paddle_rt.load_plugin(so)
+    number = version[0] * 10000 + version[1] * 100 + version[2]
+    msg = str(info.value)
+    assert str(so) in msg
+    assert "%d.%d.%d (%d)" % (*version, number) in msg
+    assert "0.1.1 (101)" in msg
+    assert info.value.plugin_version == version
+    assert tuple(info.value.host_version) == (0, 1, 1)
+    assert registry_snapshot() == before
+    assert name not in paddle_rt.device_types()
+
+
+# -- load errors ------------------------------------------------------------------------------------------------------
+def test_error_types_are_plugin_load_errors():
+    for cls in (PluginNotFoundError, NotASharedLibraryError, MissingEntryPointError, PluginVersionError,
+                PluginRefusedError, MissingHookError, DuplicateDeviceTypeError):
+        assert issubclass(cls, PluginLoadError)
+    assert issubclass(PluginNotFoundError, FileNotFoundError)
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nowhere" / "absent.so"
+    before = registry_snapshot()
+    with pytest.raises(PluginNotFoundError) as info:
+        paddle_rt.load_plugin(path)
+    assert str(path) in str(info.value)
+    assert info.value.path == str(path)
+    assert registry_snapshot() == before
+
+
+def test_text_file_named_so(tmp_path):
+    path = tmp_path / "x.so"
+    path.write_text("this is not a shared library\n")
+    before = registry_snapshot()
+    with pytest.raises(NotASharedLibraryError) as info:
+        paddle_rt.load_plugin(path)
+    assert str(path) in str(info.value)
+    assert registry_snapshot() == before
+
+
+def test_empty_file_and_directory(tmp_path):
+    empty = tmp_path / "empty.so"
+    empty.write_bytes(b"")
+    with pytest.raises(NotASharedLibraryError):
+        paddle_rt.load_plugin(empty)
+    folder = tmp_path / "folder.so"
+    folder.mkdir()
+    with pytest.raises(NotASharedLibraryError) as info:
+        paddle_rt.load_plugin(folder)
+    assert str(folder) in str(info.value)
+
+
+def test_library_without_init_plugin(build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_noentry"), "NO_ENTRY": None})
+    before = registry_snapshot()
+    with pytest.raises(MissingEntryPointError) as info:
+        paddle_rt.load_plugin(so)
+    assert str(so) in str(info.value)
+    assert "InitPlugin" in str(info.value)
+    assert registry_snapshot() == before
+
+
+def test_ordinary_shared_library_is_not_a_plugin():
+    # a real shared library without InitPlugin: one of Python's own extension modules
+    import _ctypes
+
+    with pytest.raises(MissingEntryPointError) as info:
+        paddle_rt.load_plugin(_ctypes.__file__)
+    assert _ctypes.__file__ in str(info.value)
+
+
+def test_plugin_that_refuses(build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_refuse"), "REFUSE": None})
+    before = registry_snapshot()
+    with pytest.raises(PluginRefusedError) as info:
+        paddle_rt.load_plugin(so)
+    assert str(so) in str(info.value)
+    assert "device_type" in str(info.value)
+    assert registry_snapshot() == before
+    assert "tp_refuse" not in paddle_rt.device_types()
+
+
+@pytest.mark.parametrize("hook", REQUIRED)
+def test_each_required_hook_missing(build_plugin, hook):
+    name = f"tp_miss_{hook}"
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype(name), "MISSING": hook})
+    before = registry_snapshot()
+    with pytest.raises(MissingHookError) as info:
+        paddle_rt.load_plugin(so)
+    assert info.value.hook == hook
+    assert hook in str(info.value)
+    assert str(so) in str(info.value)
+    assert registry_snapshot() == before
+    assert name not in paddle_rt.device_types()
+
+
+@pytest.mark.parametrize("first,second", [("get_device_list", "set_device"), ("device_memory_allocate",
+                                                                              "record_event"),
+                                          ("get_device_count", "device_memory_deallocate")])
+def test_first_missing_hook_in_abi_order_is_named(build_plugin, first, second):
+    # `second` comes before `first` in ABI.md's list, so it is the one named
+    name = f"tp_miss2_{first}_{second}"
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype(name), "MISSING": first, "MISSING2": second})
+    with pytest.raises(MissingHookError) as info:
+        paddle_rt.load_plugin(so)
+    assert info.value.hook == second
+
+
+def test_optional_hook_missing_is_fine(build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_opt_missing"), "NULL_STREAMS": None,
+                                  "MISSING": "query_stream"})
+    p = paddle_rt.load_plugin(so)
+    assert "query_stream" in p.missing and "create_stream" in p.capabilities
+
+
+def test_plugin_that_memsets_the_interface_loads(build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_memset"), "MEMSET_IFACE": None, "WITH_INFO": None})
+    p = paddle_rt.load_plugin(so)
+    assert p.device_type == "tp_memset"
+    assert set(REQUIRED) <= set(p.capabilities)
+    assert "device_memory_stats" in p.capabilities
+
+
+def test_host_passes_exact_sizes(build_plugin):
+    """A plugin that insists on both sizes loads, and saw 96 / 1128 (Paddle's rule only needs one of them right;
+    the macro side of that rule is tested in test_header.py)."""
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_strict"), "STRICT_SIZES": None})
+    p = paddle_rt.load_plugin(so)
+    assert p.device_type == "tp_strict"
+    lib = ctypes.CDLL(str(so))
+    assert ctypes.c_size_t.in_dll(lib, "tp_seen_params_size").value == 96
+    assert ctypes.c_size_t.in_dll(lib, "tp_seen_interface_size").value == 1128
+
+
+def test_duplicate_device_type(build_plugin):
+    first = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_dup")})
+    second = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_dup"), "NDEV": 2})
+    p = paddle_rt.load_plugin(first)
+    before = registry_snapshot()
+    with pytest.raises(DuplicateDeviceTypeError) as info:
+        paddle_rt.load_plugin(second)
+    msg = str(info.value)
+    assert str(second) in msg and "tp_dup" in msg and p.path in msg
+    assert info.value.device_type == "tp_dup"
+    assert registry_snapshot() == before
+    assert paddle_rt.load_plugin(first) is p
+
+
+def test_duplicate_of_bundled_rt_cpu(build_plugin):
+    if "rt_cpu" not in paddle_rt.device_types():
+        pytest.skip("the bundled rt_cpu is not loaded (not built?)")
+    so = build_plugin("minimal", {"DEVICE_TYPE": dtype("rt_cpu")})
+    with pytest.raises(DuplicateDeviceTypeError):
+        paddle_rt.load_plugin(so)
+    assert paddle_rt.list_plugins()[0].bundled
+
+
+def test_strong_reference_to_host_profiler_symbol(build_plugin, run_python):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_profsym"), "PROFILER_STRONG": None})
+    # control: without paddle_rt's host library the plugin cannot even be opened
+    res = run_python(f"import ctypes; ctypes.CDLL({str(so)!r})")
+    assert res.returncode != 0
+    assert "profiler_add_runtime_trace_event" in res.stderr
+    # under paddle_rt it loads, and its InitPlugin call reached the host's function
+    host = paddle_rt._core.plugin.load_host_symbols()
+    host.paddle_rt_trace_event_count.restype = ctypes.c_ulong
+    before = host.paddle_rt_trace_event_count(0)
+    p = paddle_rt.load_plugin(so)
+    assert p.device_type == "tp_profsym"
+    assert host.paddle_rt_trace_event_count(0) == before + 1
+
+
+def test_null_stream_plugin_loads(build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_nullstream"), "NULL_STREAMS": None})
+    p = paddle_rt.load_plugin(so)
+    for hook in ("create_stream", "destroy_stream", "query_stream", "synchronize_stream", "stream_wait_event",
+                 "synchronize_device"):
+        assert hook in p.capabilities
+    assert "stream_add_callback" in p.missing
+
+
+def test_failed_load_can_be_retried_after_fix(build_plugin, tmp_path):
+    """A path that failed is not cached as failed: once a good library is there, it loads."""
+    path = tmp_path / "later.so"
+    path.write_text("not yet")
+    with pytest.raises(NotASharedLibraryError):
+        paddle_rt.load_plugin(path)
+    path.unlink()
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_later")}), path)
+    assert paddle_rt.load_plugin(path).device_type == "tp_later"
+
+
+# -- discovery at import (child processes) ----------------------------------------------------------------------------
+DISCOVER = """
+import json, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import paddle_rt
+out = {
+    "types": paddle_rt.device_types(),
+    "paths": [p.path for p in paddle_rt.list_plugins()],
+    "bundled": [p.bundled for p in paddle_rt.list_plugins()],
+    "warnings": [(w.category.__name__, str(w.message)) for w in caught
+                 if "paddle_rt" in str(w.message)],
+}
+try:
+    out["current"] = repr(paddle_rt.get_device())
+except Exception as exc:
+    out["current_error"] = (type(exc).__name__, str(exc))
+print("RESULT " + json.dumps(out))
+"""
+
+
+def discover(run_python, env, code=DISCOVER):
+    base = {"CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_PLUGIN_PATH": None, "PADDLE_RT_NO_RT_CPU": None,
+            "PADDLE_RT_DEFAULT_DEVICE": None}
+    base.update(env)
+    res = run_python(code, env=base)
+    assert res.returncode == 0, res.stderr
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, res.stdout + res.stderr
+    return json.loads(line[-1][len("RESULT "):])
+
+
+def rt_cpu_built():
+    return os.path.exists(paddle_rt._core.plugin.bundled_plugin_path())
+
+
+needs_rt_cpu = pytest.mark.skipif(not rt_cpu_built(), reason="the bundled rt_cpu (librt_cpu.so) is not built")
+
+
+@pytest.fixture
+def plugin_root(build_plugin, tmp_path):
+    """A CUSTOM_DEVICE_ROOT as Paddle would scan it: only '*.so' directly inside count."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_a")}), root / "a.so")
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_b")}), root / "libb.so")
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_ver")}), root / "c.so.1")
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_upper")}), root / "d.SO")
+    (root / "sub").mkdir()
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_nested")}), root / "sub" / "e.so")
+    (root / "notes.txt").write_text("ignored")
+    return root
+
+
+def test_discovery_in_custom_device_root(run_python, plugin_root):
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(plugin_root), "PADDLE_RT_NO_RT_CPU": "1"})
+    assert out["types"] == ["disc_a", "disc_b"]
+    assert out["paths"] == [str(plugin_root / "a.so"), str(plugin_root / "libb.so")]
+    assert out["bundled"] == [False, False]
+    assert out["warnings"] == []
+    assert out["current"] == "disc_a:0"
+
+
+@needs_rt_cpu
+def test_discovery_order_rt_cpu_then_root_then_plugin_path(run_python, build_plugin, plugin_root, tmp_path):
+    extra_dir = tmp_path / "extra"
+    extra_dir.mkdir()
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_dir")}), extra_dir / "zz.so")
+    single = build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_file")})
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(plugin_root),
+                                "PADDLE_RT_PLUGIN_PATH": os.pathsep.join([str(single), str(extra_dir)])})
+    assert out["types"] == ["rt_cpu", "disc_a", "disc_b", "disc_file", "disc_dir"]
+    assert out["bundled"] == [True, False, False, False, False]
+    # default device: index 0 of the first third-party plugin
+    assert out["current"] == "disc_a:0"
+    assert out["warnings"] == []
+
+
+@needs_rt_cpu
+def test_only_rt_cpu(run_python):
+    out = discover(run_python, {})
+    assert out["types"] == ["rt_cpu"]
+    assert out["bundled"] == [True]
+    assert out["current"] == "rt_cpu:0"
+
+
+def test_no_plugin_at_all(run_python):
+    out = discover(run_python, {"PADDLE_RT_NO_RT_CPU": "1"})
+    assert out["types"] == []
+    assert out["current_error"][0] == "DeviceError"
+
+
+def test_default_device_from_environment(run_python, build_plugin, plugin_root):
+    env = {"CUSTOM_DEVICE_ROOT": str(plugin_root), "PADDLE_RT_NO_RT_CPU": "1"}
+    out = discover(run_python, dict(env, PADDLE_RT_DEFAULT_DEVICE="disc_b:0"))
+    assert out["current"] == "disc_b:0"
+    out = discover(run_python, dict(env, PADDLE_RT_DEFAULT_DEVICE="nope:0"))
+    assert out["current_error"][0] == "DeviceError"
+    assert "PADDLE_RT_DEFAULT_DEVICE" in out["current_error"][1] and "nope:0" in out["current_error"][1]
+    out = discover(run_python, dict(env, PADDLE_RT_DEFAULT_DEVICE="disc_b:3"))
+    assert out["current_error"][0] == "DeviceError"
+
+
+def test_default_device_skips_plugins_without_devices(run_python, build_plugin, tmp_path):
+    root = tmp_path / "r"
+    root.mkdir()
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_zero"), "NDEV": 0}), root / "a0.so")
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_two"), "NDEV": 2}), root / "b2.so")
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(root), "PADDLE_RT_NO_RT_CPU": "1"})
+    assert out["types"] == ["disc_zero", "disc_two"]
+    assert out["current"] == "disc_two:0"
+
+
+def test_bad_plugins_warn_at_discovery_and_import_still_works(run_python, build_plugin, tmp_path):
+    root = tmp_path / "bad"
+    root.mkdir()
+    (root / "x.so").write_text("not a library")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("disc_noentry"), "NO_ENTRY": None}), root / "n.so")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("disc_old"), "VERSION_MINOR": 1, "VERSION_PATCH": 0}),
+                root / "old.so")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("disc_miss"), "MISSING": "get_device"}),
+                root / "miss.so")
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_good")}), root / "p_good.so")
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_good"), "NDEV": 3}), root / "q_dup.so")
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(root), "PADDLE_RT_NO_RT_CPU": "1"})
+    assert out["types"] == ["disc_good"]
+    assert out["paths"] == [str(root / "p_good.so")]
+    assert out["current"] == "disc_good:0"
+    warned = {}
+    for category, message in out["warnings"]:
+        assert category == "RuntimeWarning"
+        for name in ("x.so", "n.so", "old.so", "miss.so", "q_dup.so"):
+            if str(root / name) in message:
+                warned[name] = message
+    assert set(warned) == {"x.so", "n.so", "old.so", "miss.so", "q_dup.so"}, out["warnings"]
+    assert "InitPlugin" in warned["n.so"]
+    assert "0.1.0 (100)" in warned["old.so"]
+    assert "get_device" in warned["miss.so"]
+    assert "disc_good" in warned["q_dup.so"]
+    assert len(out["warnings"]) == 5
+
+
+def test_same_file_in_root_and_plugin_path_loads_once(run_python, plugin_root):
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(plugin_root), "PADDLE_RT_NO_RT_CPU": "1",
+                                "PADDLE_RT_PLUGIN_PATH": str(plugin_root / "a.so")})
+    assert out["types"] == ["disc_a", "disc_b"]
+    assert out["warnings"] == []
+
+
+def test_missing_entries_in_plugin_path_warn(run_python, tmp_path):
+    missing = tmp_path / "gone.so"
+    out = discover(run_python, {"PADDLE_RT_NO_RT_CPU": "1",
+                                "PADDLE_RT_PLUGIN_PATH": os.pathsep.join(["", str(missing), ""])})
+    assert out["types"] == []
+    assert len(out["warnings"]) == 1 and str(missing) in out["warnings"][0][1]
+
+
+def test_rt_cpu_can_be_disabled(run_python, plugin_root):
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(plugin_root), "PADDLE_RT_NO_RT_CPU": "1"})
+    assert "rt_cpu" not in out["types"]
+    assert not any(out["bundled"])
