@@ -78,6 +78,20 @@ class PluginBuilder:
             return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def pin_default_device():
+    """Decide the test process's default device once, before any test loads a test plugin with load_plugin(), so that
+    every test file sees the same default (rt_cpu:0 unless the environment says otherwise) whatever order the tests
+    run in."""
+    try:
+        import paddle_rt
+
+        paddle_rt.get_device()
+    except Exception:
+        pass  # no plugin at all: tests that need a device report it themselves
+    yield
+
+
 @pytest.fixture(scope="session")
 def build_plugin(tmp_path_factory):
     return PluginBuilder(tmp_path_factory.mktemp("plugins"))
