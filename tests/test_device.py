@@ -462,3 +462,33 @@ def test_info_command_survives_a_bad_plugin(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "rt_cpu" in res.stdout
     assert str(bad) in res.stderr  # the discovery warning
+
+
+# -- fork ----------------------------------------------------------------------------------------------------------------
+def test_using_a_device_after_fork_raises_until_reinitialised(run_python, build_plugin):
+    so = build_plugin("minimal", {"DEVICE_TYPE": dtype("td_fork"), "NDEV": 2})
+    code = """
+    import os, paddle_rt
+    paddle_rt.set_device("td_fork:1")
+    pid = os.fork()
+    if pid == 0:
+        code = 10
+        try:
+            try:
+                paddle_rt.set_device("td_fork:0")
+            except paddle_rt.ForkError as exc:
+                code = 11 if "fork" in str(exc) else 12
+            if code == 11:
+                paddle_rt.reinitialize_after_fork()
+                paddle_rt.set_device("td_fork:0")
+                code = 0 if repr(paddle_rt.get_device()) == "td_fork:0" else 13
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print("RESULT", os.waitstatus_to_exitcode(status), repr(paddle_rt.get_device()))
+    paddle_rt.set_device("td_fork:0")   # the parent is unaffected
+    """
+    res = run_python(code, env={"PADDLE_RT_PLUGIN_PATH": str(so), "PADDLE_RT_NO_RT_CPU": "1",
+                                "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("RESULT ", 1)[1].split() == ["0", "td_fork:1"]

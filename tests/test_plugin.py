@@ -455,3 +455,46 @@ def test_rt_cpu_can_be_disabled(run_python, plugin_root):
     out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(plugin_root), "PADDLE_RT_NO_RT_CPU": "1"})
     assert "rt_cpu" not in out["types"]
     assert not any(out["bundled"])
+
+
+def test_empty_device_type_is_refused(build_plugin):
+    so = build_plugin("minimal", {"DEVICE_TYPE": '""'})
+    before = registry_snapshot()
+    with pytest.raises(PluginRefusedError) as info:
+        paddle_rt.load_plugin(so)
+    assert str(so) in str(info.value)
+    assert registry_snapshot() == before
+    assert "" not in paddle_rt.device_types()
+
+
+def test_concurrent_loads_of_one_file_give_one_plugin(build_plugin):
+    import threading
+
+    so = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_concurrent")})
+    results, errors = [], []
+    barrier = threading.Barrier(8)
+
+    def load():
+        barrier.wait()
+        try:
+            results.append(paddle_rt.load_plugin(so))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(results) == 8 and all(r is results[0] for r in results)
+    assert paddle_rt.device_types().count("tp_concurrent") == 1
+
+
+def test_unreadable_custom_device_root_warns(run_python, tmp_path):
+    missing = tmp_path / "no_such_folder"
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(missing), "PADDLE_RT_NO_RT_CPU": "1"})
+    assert out["types"] == []
+    assert len(out["warnings"]) == 1
+    category, message = out["warnings"][0]
+    assert category == "RuntimeWarning" and str(missing) in message
