@@ -51,6 +51,7 @@ def plugin_lib(plugin):
 
 
 # -- naming devices ----------------------------------------------------------------------------------------------------
+@pytest.mark.smoke
 def test_device_from_string_and_pair(td_min):
     d1 = paddle_rt.device("td_min:1")
     assert isinstance(d1, Device)
@@ -88,6 +89,7 @@ def test_device_pickles_to_the_same_object(td_min):
     assert pickle.loads(pickle.dumps(d)) is d
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("spec", ["td_min:x", "nope:0", "td_min:-1", "td_min:", "td_min:1.5", ":0", "td_min:0:1",
                                   "rt_cpu:x", "rt_cpu:-1"])
 def test_bad_device_strings(td_min, spec):
@@ -185,6 +187,7 @@ def test_bad_set_device_leaves_current_unchanged(td_min):
         assert paddle_rt.get_device() is paddle_rt.device("td_min:1")
 
 
+@pytest.mark.smoke
 def test_current_device_is_per_thread(td_min):
     default = paddle_rt._core.device._initial_device()
     paddle_rt.set_device("td_min:1")
@@ -222,6 +225,7 @@ def test_devices_are_the_same_objects_across_threads(td_min):
     assert len(seen) == 8 and all(d is paddle_rt.device("td_min:1") for d in seen)
 
 
+@pytest.mark.smoke
 def test_failing_init_device(build_plugin):
     paddle_rt.load_plugin(build_plugin("variant", {"DEVICE_TYPE": dtype("td_failinit"), "NDEV": 2,
                                                    "FAIL_INIT_DEVICE": 1}))
@@ -264,12 +268,14 @@ def test_memory_info_without_stats_is_zero(td_min):
     assert paddle_rt.device("td_min:0").memory_info() == (0, 0)
 
 
+@pytest.mark.smoke
 def test_memory_info_from_stats(td_info):
     free, total = paddle_rt.device("td_info:1").memory_info()
     assert total == 1 << 30
     assert 0 <= free <= total
 
 
+@pytest.mark.smoke
 def test_properties_report_what_the_plugin_implements(td_info, td_min):
     props = paddle_rt.device("td_info:1").properties
     expected = {

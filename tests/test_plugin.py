@@ -32,6 +32,7 @@ def test_required_hooks_are_abi_order():
     assert tuple(paddle_rt.REQUIRED_HOOKS) == REQUIRED
 
 
+@pytest.mark.smoke
 def test_load_minimal_plugin(build_plugin):
     so = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_load")})
     p = paddle_rt.load_plugin(so)
@@ -87,6 +88,7 @@ def test_plugin_version_above_host_is_accepted(build_plugin):
     assert p.version == (9, 0, 0)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("version,accepted", [
     ((0, 1, 0), False), ((0, 0, 99), False), ((0, 0, 0), False),
     ((0, 1, 2), True), ((0, 2, 0), True), ((1, 0, 0), True),
@@ -132,6 +134,7 @@ def test_missing_file(tmp_path):
     assert registry_snapshot() == before
 
 
+@pytest.mark.smoke
 def test_text_file_named_so(tmp_path):
     path = tmp_path / "x.so"
     path.write_text("this is not a shared library\n")
@@ -154,6 +157,7 @@ def test_empty_file_and_directory(tmp_path):
     assert str(folder) in str(info.value)
 
 
+@pytest.mark.smoke
 def test_library_without_init_plugin(build_plugin):
     so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_noentry"), "NO_ENTRY": None})
     before = registry_snapshot()
@@ -184,6 +188,7 @@ def test_plugin_that_refuses(build_plugin):
     assert "tp_refuse" not in paddle_rt.device_types()
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("hook", REQUIRED)
 def test_each_required_hook_missing(build_plugin, hook):
     name = f"tp_miss_{hook}"
@@ -236,6 +241,7 @@ def test_host_passes_exact_sizes(build_plugin):
     assert ctypes.c_size_t.in_dll(lib, "tp_seen_interface_size").value == 1128
 
 
+@pytest.mark.smoke
 def test_duplicate_device_type(build_plugin):
     first = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_dup")})
     second = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_dup"), "NDEV": 2})
