@@ -69,7 +69,9 @@ class PluginBuilder:
                 raise FileNotFoundError(src)
             tag = hashlib.sha1(repr(key[1]).encode()).hexdigest()[:10]
             out = self.outdir / f"{name}-{tag}.so"
-            cmd = [compiler, "-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-shared", "-fPIC", "-pthread",
+            sanitize = os.environ.get("PADDLE_RT_SANITIZE", "")  # same switch as setup.py
+            extra = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"] if sanitize else []
+            cmd = [compiler, "-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-shared", "-fPIC", "-pthread", *extra,
                    f"-I{include_dir()}", *_define_args(defines), src, "-o", str(out)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:

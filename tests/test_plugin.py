@@ -504,3 +504,90 @@ def test_unreadable_custom_device_root_warns(run_python, tmp_path):
     assert len(out["warnings"]) == 1
     category, message = out["warnings"][0]
     assert category == "RuntimeWarning" and str(missing) in message
+
+
+# -- the test plugins themselves, driven by a standalone C host (no paddle_rt) ----------------------------------------
+STANDALONE_HOST = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <paddle_rt/device_ext.h>
+
+#define CHECK(c) do { if (!(c)) { printf("FAIL line %d: %s\n", __LINE__, #c); return 1; } } while (0)
+
+int main(int argc, char** argv) {
+  (void)argc;
+  void* dl = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  CHECK(dl != NULL);
+  void (*init)(CustomRuntimeParams*) = (void (*)(CustomRuntimeParams*))dlsym(dl, "InitPlugin");
+  long (*live_allocs)(void) = (long (*)(void))dlsym(dl, "tp_live_allocations");
+  long (*live_events)(void) = (long (*)(void))dlsym(dl, "tp_live_events");
+  long (*live_bytes)(void) = (long (*)(void))dlsym(dl, "tp_live_bytes");
+  CHECK(init && live_allocs && live_events && live_bytes);
+  static CustomRuntimeParams params;
+  static C_DeviceInterface iface;
+  params.size = sizeof params;
+  params.interface = &iface;
+  iface.size = sizeof iface;
+  init(&params);
+  CHECK(params.device_type && strcmp(params.device_type, "tp_standalone") == 0);
+  CHECK(params.version.major == 0 && params.version.minor == 1 && params.version.patch == 1);
+  CHECK(iface.create_stream == NULL && iface.stream_add_callback == NULL && iface.device_memory_stats == NULL);
+  size_t n = 0, ids[8];
+  CHECK(iface.get_device_count(&n) == C_SUCCESS && n == 2);
+  CHECK(iface.get_device_list(ids) == C_SUCCESS && ids[0] == 3 && ids[1] == 4);
+  struct C_Device_st dev = {4}, bad = {2}, got = {-1};
+  CHECK(iface.set_device(&dev) == C_SUCCESS);
+  CHECK(iface.get_device(&got) == C_SUCCESS && got.id == 4);
+  CHECK(iface.set_device(&bad) == C_ERROR);
+  void* p[16];
+  for (int i = 0; i < 16; i++) {
+    CHECK(iface.device_memory_allocate(&dev, &p[i], (size_t)i * 1000) == C_SUCCESS && p[i] != NULL);
+    CHECK(((size_t)p[i] & 15) == 0);
+    memset(p[i], 0xab, (size_t)i * 1000);
+  }
+  CHECK(live_allocs() == 16 && live_bytes() == 120000);
+  CHECK(iface.device_memory_deallocate(&dev, p[3], 1) == C_ERROR);      /* wrong size */
+  struct C_Device_st other = {3};
+  CHECK(iface.device_memory_deallocate(&other, p[3], 3000) == C_ERROR); /* wrong device */
+  void* huge = (void*)1;
+  CHECK(iface.device_memory_allocate(&dev, &huge, (size_t)-1) == C_FAILED && huge == NULL);
+  for (int i = 0; i < 16; i++) CHECK(iface.device_memory_deallocate(&dev, p[i], (size_t)i * 1000) == C_SUCCESS);
+  CHECK(live_allocs() == 0 && live_bytes() == 0);
+  C_Event e[4];
+  for (int i = 0; i < 4; i++) CHECK(iface.create_event(&dev, &e[i]) == C_SUCCESS);
+  CHECK(live_events() == 4);
+  for (int i = 0; i < 4; i++) {
+    CHECK(iface.record_event(&dev, NULL, e[i]) == C_SUCCESS);
+    CHECK(iface.synchronize_event(&dev, e[i]) == C_SUCCESS);
+    CHECK(iface.destroy_event(&dev, e[i]) == C_SUCCESS);
+  }
+  CHECK(live_events() == 0);
+  CHECK(iface.record_event(&dev, NULL, NULL) == C_ERROR);
+  printf("OK\n");
+  dlclose(dl);
+  return 0;
+}
+"""
+
+
+def test_minimal_plugin_standalone(build_plugin, tmp_path):
+    """The minimal plugin is correct on its own (so failures elsewhere are paddle_rt's): driven by a C host, every
+    hook works, bad arguments give C_ERROR, and its counters return to zero; under valgrind if available."""
+    import subprocess
+
+    from conftest import include_dir
+
+    so = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_standalone"), "NDEV": 2, "DEVICE_ID_BASE": 3})
+    src = tmp_path / "host.c"
+    src.write_text(STANDALONE_HOST)
+    exe = tmp_path / "host"
+    res = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Werror", f"-I{include_dir()}", str(src), "-o", str(exe),
+                          "-ldl"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    cmd = [str(exe), str(so)]
+    if shutil.which("valgrind"):
+        cmd = ["valgrind", "-q", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite",
+               *cmd]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout + run.stderr
