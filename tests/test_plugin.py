@@ -591,3 +591,26 @@ def test_minimal_plugin_standalone(build_plugin, tmp_path):
                *cmd]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout + run.stderr
+
+
+def test_default_device_initialises_only_the_chosen_plugin(run_python, build_plugin, tmp_path):
+    """Choosing the default device (index 0 of the first third-party plugin) does not initialise the others."""
+    root = tmp_path / "r"
+    root.mkdir()
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_first")}), root / "a.so")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("disc_second"), "LIFECYCLE": None}), root / "b.so")
+    log = tmp_path / "b.log"
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(root), "TP_LOG": str(log)})
+    assert out["current"] == "disc_first:0"
+    assert not log.exists() or log.read_text() == ""
+
+
+def test_default_device_skips_a_plugin_that_fails_to_initialise(run_python, build_plugin, tmp_path):
+    """A third-party plugin whose initialize() fails (no hardware...) must not make get_device() unusable."""
+    root = tmp_path / "r"
+    root.mkdir()
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("disc_broken"), "FAIL_INITIALIZE": None}),
+                root / "a.so")
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_fine")}), root / "b.so")
+    out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(root)})
+    assert out.get("current") == "disc_fine:0", out
