@@ -614,3 +614,40 @@ def test_default_device_skips_a_plugin_that_fails_to_initialise(run_python, buil
     shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("disc_fine")}), root / "b.so")
     out = discover(run_python, {"CUSTOM_DEVICE_ROOT": str(root)})
     assert out.get("current") == "disc_fine:0", out
+
+
+# -- the same rules as real Paddle --------------------------------------------------------------------------------------
+@pytest.mark.interop
+def test_paddle_and_paddle_rt_accept_the_same_plugins(run_python, build_plugin, tmp_path):
+    """One CUSTOM_DEVICE_ROOT, two hosts: real Paddle and paddle_rt load the same plugins (the good one, with the
+    same device count) and reject the same ones (too old, a required hook missing, no InitPlugin)."""
+    import importlib.util
+
+    if importlib.util.find_spec("paddle") is None:
+        pytest.skip("paddlepaddle is not installed")
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(build_plugin("minimal", {"DEVICE_TYPE": dtype("tpi_good"), "NDEV": 2}), root / "a.so")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("tpi_old"), "VERSION_PATCH": 0}), root / "b.so")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("tpi_miss"), "MISSING": "get_device_list"}),
+                root / "c.so")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("tpi_noentry"), "NO_ENTRY": None}), root / "d.so")
+    shutil.copy(build_plugin("variant", {"DEVICE_TYPE": dtype("tpi_memset"), "MEMSET_IFACE": None}), root / "e.so")
+    env = {"CUSTOM_DEVICE_ROOT": str(root), "PADDLE_RT_NO_RT_CPU": "1", "PADDLE_RT_PLUGIN_PATH": None,
+           "GLOG_minloglevel": "3"}
+    res = run_python("""
+    import paddle
+    # Paddle spells a type's only device without an index ("t" rather than "t:0")
+    print("RESULT", sorted(d if ":" in d else d + ":0" for d in paddle.device.get_available_custom_device()))
+    """, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    paddle_devices = res.stdout.split("RESULT ", 1)[1].strip()
+    res = run_python("""
+    import warnings
+    warnings.simplefilter("ignore")
+    import paddle_rt
+    print("RESULT", sorted(repr(d) for d in paddle_rt.devices()))
+    """, env=env)
+    assert res.returncode == 0, res.stderr
+    ours = res.stdout.split("RESULT ", 1)[1].strip()
+    assert paddle_devices == ours == str(["tpi_good:0", "tpi_good:1", "tpi_memset:0"])
