@@ -240,14 +240,89 @@ def test_failing_init_device(build_plugin):
         assert paddle_rt.get_device() is paddle_rt.device("td_failinit:0")
 
 
-def test_failing_initialize(build_plugin):
-    paddle_rt.load_plugin(build_plugin("variant", {"DEVICE_TYPE": dtype("td_failplugin"), "FAIL_INITIALIZE": None}))
+BROKEN_PLUGIN = """
+import json, paddle_rt
+out = {}
+for attempt in range(2):   # a failure leaves nothing half-initialised: the second attempt fails the same way
+    try:
+        paddle_rt.device_count(%(t)r)
+        out[attempt] = None
+    except paddle_rt.PluginError as exc:
+        out[attempt] = [exc.device, exc.call, exc.status, str(exc)]
+try:
+    paddle_rt.device(%(t)r + ":0")
+except paddle_rt.PluginError as exc:
+    out["device"] = exc.call
+out["rt_cpu"] = repr(paddle_rt.set_device("rt_cpu:0"))
+out["types"] = paddle_rt.device_types()
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("switch,call,text", [
+    ("FAIL_INITIALIZE", "initialize", "C_ERROR"),
+    ("FAIL_DEVICE_COUNT", "get_device_count", "C_ERROR"),
+    ("HUGE_DEVICE_COUNT", "get_device_count", "implausible"),
+    ("FAIL_DEVICE_LIST", "get_device_list", "C_ERROR"),
+])
+def test_plugin_failing_to_initialise(run_python, build_plugin, switch, call, text):
+    """Run in a child: a plugin that cannot initialise stays registered, and every use raises PluginError naming the
+    call; other plugins keep working."""
+    if "rt_cpu" not in paddle_rt.device_types():
+        pytest.skip("the bundled rt_cpu is not loaded")
+    name = "td_broken_" + switch.lower()
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype(name), "NDEV": 2, switch: None})
+    res = run_python(BROKEN_PLUGIN % {"t": name}, env={"PADDLE_RT_PLUGIN_PATH": str(so), "CUSTOM_DEVICE_ROOT": None,
+                                                      "PADDLE_RT_NO_RT_CPU": None,
+                                                      "PADDLE_RT_DEFAULT_DEVICE": "rt_cpu:0"})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.split("RESULT ", 1)[1])
+    for attempt in ("0", "1"):
+        device, failed_call, status, message = out[attempt]
+        assert name in device
+        assert failed_call == call
+        assert name in message and call in message and text in message
+    assert out["device"] == call
+    assert out["rt_cpu"] == "rt_cpu:0"
+    assert name in out["types"]
+
+
+def test_failing_set_device_leaves_current_unchanged(build_plugin):
+    paddle_rt.load_plugin(build_plugin("variant", {"DEVICE_TYPE": dtype("td_failset"), "NDEV": 2,
+                                                   "FAIL_SET_DEVICE": 1}))
+    paddle_rt.set_device("td_failset:0")
     with pytest.raises(PluginError) as info:
-        paddle_rt.device_count("td_failplugin")
-    assert info.value.call == "initialize"
-    assert "td_failplugin" in str(info.value)
-    with pytest.raises(PluginError):
-        paddle_rt.device("td_failplugin:0")
+        paddle_rt.set_device("td_failset:1")
+    assert info.value.call == "set_device" and info.value.device == "td_failset:1"
+    assert paddle_rt.get_device() is paddle_rt.device("td_failset:0")
+
+
+def test_concurrent_first_use_initialises_once(run_python, build_plugin, tmp_path):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("td_race"), "NDEV": 2, "LIFECYCLE": None})
+    log = tmp_path / "race.log"
+    code = """
+    import threading, paddle_rt
+    barrier = threading.Barrier(8)
+    errors = []
+    def use(i):
+        barrier.wait()
+        try:
+            paddle_rt.set_device("td_race:%d" % (i % 2))
+        except BaseException as exc:
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=use, args=(i,)) for i in range(8)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print("RESULT", errors)
+    """
+    res = run_python(code, env={"PADDLE_RT_PLUGIN_PATH": str(so), "PADDLE_RT_NO_RT_CPU": "1", "TP_LOG": str(log),
+                                "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("RESULT ", 1)[1].strip() == "[]"
+    lines = log.read_text().splitlines()
+    assert lines.count("initialize") == 1
+    assert lines.count("init_device 0") == 1 and lines.count("init_device 1") == 1
+    assert lines.count("finalize") == 1 and lines[-1] == "finalize"
 
 
 # -- synchronize, memory, properties -----------------------------------------------------------------------------------

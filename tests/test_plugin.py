@@ -280,6 +280,19 @@ def test_strong_reference_to_host_profiler_symbol(build_plugin, run_python):
     assert host.paddle_rt_trace_event_count(0) == before + 1
 
 
+@pytest.mark.smoke
+def test_plugin_built_for_a_larger_layout(build_plugin):
+    """A plugin from a newer ABI writes past today's 1128/96-byte blocks: the host gives it room, and ignores it."""
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_larger"), "WRITE_PAST": 512})
+    p = paddle_rt.load_plugin(so)
+    assert set(p.capabilities) == set(REQUIRED)
+
+
+def test_sub_device_type_may_be_null(build_plugin):
+    p = paddle_rt.load_plugin(build_plugin("variant", {"DEVICE_TYPE": dtype("tp_nosub"), "NO_SUB_TYPE": None}))
+    assert p.sub_device_type == ""
+
+
 def test_null_stream_plugin_loads(build_plugin):
     so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_nullstream"), "NULL_STREAMS": None})
     p = paddle_rt.load_plugin(so)

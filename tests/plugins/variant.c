@@ -24,6 +24,14 @@
  *                            "init_device 0", ...) to the file named by $TP_LOG (if set)
  *   FAIL_INITIALIZE          initialize returns C_ERROR (implies LIFECYCLE)
  *   FAIL_INIT_DEVICE=id      init_device of that physical id returns C_ERROR (implies LIFECYCLE)
+ *   FAIL_DEVICE_COUNT        get_device_count returns C_ERROR
+ *   HUGE_DEVICE_COUNT        get_device_count reports 2^40 devices
+ *   FAIL_DEVICE_LIST         get_device_list returns C_ERROR
+ *   FAIL_SET_DEVICE=id       set_device of that physical id returns C_ERROR
+ *   NO_SUB_TYPE              leave sub_device_type NULL
+ *   WRITE_PAST=n             write n bytes of non-zero pointers just past the 1128-byte interface and the 96-byte
+ *                            parameter block, as a plugin built for a larger future layout would (the host must
+ *                            hand InitPlugin blocks with slack)
  */
 #include <stdio.h>
 
@@ -150,6 +158,31 @@ static C_Status lc_deinit_device(const C_Device device) {
 }
 #endif
 
+#ifdef FAIL_DEVICE_COUNT
+static C_Status fx_device_count(size_t* count) {
+  (void)count;
+  return C_ERROR;
+}
+#endif
+#ifdef HUGE_DEVICE_COUNT
+static C_Status fx_device_count(size_t* count) {
+  *count = (size_t)1 << 40;
+  return C_SUCCESS;
+}
+#endif
+#ifdef FAIL_DEVICE_LIST
+static C_Status fx_device_list(size_t* devices) {
+  (void)devices;
+  return C_ERROR;
+}
+#endif
+#ifdef FAIL_SET_DEVICE
+static C_Status fx_set_device(const C_Device device) {
+  if (device != NULL && device->id == FAIL_SET_DEVICE) return C_ERROR;
+  return tp_set_device(device);
+}
+#endif
+
 #ifdef NO_ENTRY
 void InitPlugln(CustomRuntimeParams* params) /* sic: no InitPlugin in this library */
 #else
@@ -205,6 +238,26 @@ void InitPlugin(CustomRuntimeParams* params)
   iface->init_device = lc_init_device;
   iface->deinit_device = lc_deinit_device;
 #endif
+#if defined(FAIL_DEVICE_COUNT) || defined(HUGE_DEVICE_COUNT)
+  iface->get_device_count = fx_device_count;
+#endif
+#ifdef FAIL_DEVICE_LIST
+  iface->get_device_list = fx_device_list;
+#endif
+#ifdef FAIL_SET_DEVICE
+  iface->set_device = fx_set_device;
+#endif
+#ifdef WRITE_PAST
+  {
+    char* iface_end = (char*)iface + sizeof(C_DeviceInterface);
+    char* params_end = (char*)params + sizeof(CustomRuntimeParams);
+    for (size_t off = 0; off + sizeof(void*) <= (size_t)(WRITE_PAST); off += sizeof(void*)) {
+      void* junk = (void*)(uintptr_t)0xdeadbeef;
+      memcpy(iface_end + off, &junk, sizeof junk);
+      memcpy(params_end + off, &junk, sizeof junk);
+    }
+  }
+#endif
 #ifdef MISSING
   iface->MISSING = NULL;
 #endif
@@ -214,7 +267,9 @@ void InitPlugin(CustomRuntimeParams* params)
 #ifdef PROFILER_STRONG
   tp_trace_hook(NULL, NULL);
 #endif
+#ifndef NO_SUB_TYPE
   params->sub_device_type = (char*)SUB_DEVICE_TYPE;
+#endif
 #ifndef REFUSE
   params->device_type = (char*)DEVICE_TYPE;
 #endif
