@@ -573,3 +573,54 @@ def test_using_a_device_after_fork_raises_until_reinitialised(run_python, build_
                                 "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_DEFAULT_DEVICE": None})
     assert res.returncode == 0, res.stderr
     assert res.stdout.split("RESULT ", 1)[1].split() == ["0", "td_fork:1"]
+
+
+def test_teardown_hooks_run_in_order_before_deinit(run_python, build_plugin, tmp_path):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("td_order"), "LIFECYCLE": None})
+    log = tmp_path / "order.log"
+    code = f"""
+    import paddle_rt
+    from paddle_rt._core.device import register_teardown
+    def note(text):
+        with open({str(log)!r}, "a") as f:
+            f.write(text + "\\n")
+    def failing():
+        note("hook failing")
+        raise RuntimeError("boom")
+    paddle_rt.set_device("td_order:0")
+    register_teardown(lambda: note("hook 30"), 30)
+    register_teardown(lambda: note("hook 10"), 10)
+    register_teardown(failing, 20)
+    register_teardown(lambda: note("hook 20b"), 20)
+    """
+    res = run_python(code, env={"PADDLE_RT_PLUGIN_PATH": str(so), "PADDLE_RT_NO_RT_CPU": "1", "TP_LOG": str(log),
+                                "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    assert log.read_text().splitlines() == ["initialize", "init_device 0", "hook 10", "hook failing", "hook 20b",
+                                            "hook 30", "deinit_device 0", "finalize"]
+    assert "boom" in res.stderr  # a failing step is reported, and the others still run
+
+
+def test_use_after_teardown_raises(run_python, build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype("td_after"), "NDEV": 2, "LIFECYCLE": None})
+    code = """
+    import paddle_rt
+    from paddle_rt._core import device as dev_mod
+    paddle_rt.set_device("td_after:0")
+    dev_mod._teardown_all()
+    dev_mod._teardown_all()          # idempotent
+    out = []
+    for spec in ("td_after:0", "td_after:1"):
+        try:
+            paddle_rt.set_device(spec)
+            out.append("no error")
+        except paddle_rt.DeviceError as exc:
+            out.append(str(exc))
+    print("RESULT", out)
+    """
+    res = run_python(code, env={"PADDLE_RT_PLUGIN_PATH": str(so), "PADDLE_RT_NO_RT_CPU": "1",
+                                "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.split("RESULT ", 1)[1]
+    assert "no error" not in out
+    assert "torn down" in out or "finalized" in out
