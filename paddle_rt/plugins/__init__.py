@@ -1,0 +1,81 @@
+"""Plugins shipped with paddle_rt: the reference virtual accelerator ``rt_cpu``.
+
+The helpers below read rt_cpu's own bookkeeping through ctypes. ``ctypes.CDLL`` on the same path returns the library
+that paddle_rt (or Paddle) already loaded, so the numbers are those of the plugin instance in use.
+"""
+import ctypes
+import os
+
+__all__ = [
+    "rt_cpu_path",
+    "rt_cpu_source_dir",
+    "rt_cpu_live_bytes",
+    "rt_cpu_live_count",
+    "rt_cpu_alloc_calls",
+    "rt_cpu_host_live_bytes",
+    "rt_cpu_initialize_refcount",
+]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_lib = None
+
+
+def rt_cpu_path():
+    """Absolute path of the bundled rt_cpu plugin library (``librt_cpu.so`` next to this module)."""
+    return os.path.join(_HERE, "librt_cpu.so")
+
+
+def rt_cpu_source_dir():
+    """Absolute path of the folder holding rt_cpu's C sources."""
+    return os.path.join(_HERE, "rt_cpu")
+
+
+def _rt_cpu():
+    global _lib
+    if _lib is None:
+        path = rt_cpu_path()
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"rt_cpu plugin not built: {path} does not exist")
+        lib = ctypes.CDLL(path)
+        for name in ("rt_cpu_live_bytes", "rt_cpu_live_count", "rt_cpu_alloc_calls"):
+            fn = getattr(lib, name)
+            fn.argtypes = [ctypes.c_int]
+            fn.restype = ctypes.c_size_t
+        lib.rt_cpu_host_live_bytes.argtypes = []
+        lib.rt_cpu_host_live_bytes.restype = ctypes.c_size_t
+        lib.rt_cpu_initialize_refcount.argtypes = []
+        lib.rt_cpu_initialize_refcount.restype = ctypes.c_int
+        _lib = lib
+    return _lib
+
+
+def _index(device_index):
+    i = int(device_index)
+    if i < 0:
+        raise ValueError(f"rt_cpu device index must be >= 0, got {device_index!r}")
+    return i
+
+
+def rt_cpu_live_bytes(device_index):
+    """Bytes of live device allocations on rt_cpu device ``device_index`` (0 for an out-of-range index)."""
+    return _rt_cpu().rt_cpu_live_bytes(_index(device_index))
+
+
+def rt_cpu_live_count(device_index):
+    """Number of live device allocations on rt_cpu device ``device_index``."""
+    return _rt_cpu().rt_cpu_live_count(_index(device_index))
+
+
+def rt_cpu_alloc_calls(device_index):
+    """How many ``device_memory_allocate`` calls rt_cpu saw for the device (including failed ones) in this process."""
+    return _rt_cpu().rt_cpu_alloc_calls(_index(device_index))
+
+
+def rt_cpu_host_live_bytes():
+    """Bytes of live pinned-host and unified allocations."""
+    return _rt_cpu().rt_cpu_host_live_bytes()
+
+
+def rt_cpu_initialize_refcount():
+    """How many ``initialize`` calls are not yet matched by ``finalize``."""
+    return _rt_cpu().rt_cpu_initialize_refcount()

@@ -1,0 +1,59 @@
+/*
+ * rt_cpu_internal.h -- internals shared by the files of the rt_cpu reference plugin (not installed, not an API).
+ */
+#ifndef RT_CPU_INTERNAL_H_
+#define RT_CPU_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "paddle_rt/device_ext.h"
+
+#define RT_EXPORT __attribute__((visibility("default")))
+#define RT_CPU_MAX_DEVICES 64
+
+/* Configuration, read once per process from the environment (see the comment block at the top of rt_cpu.c). */
+typedef struct {
+  size_t device_count;
+  size_t memory_bytes;       /* capacity per device */
+  size_t min_chunk;
+  size_t extra_padding;
+  size_t fail_alloc_every;   /* 0 = off */
+  size_t fail_alloc_after;   /* 0 = off */
+  size_t fail_host_alloc_every;
+  int oom_null;
+  uint64_t stream_delay_us;
+  size_t max_streams;        /* per device, 0 = unlimited */
+  uint64_t ccl_timeout_ms;
+  int verbose;
+  size_t alignment;          /* derived: alignment of device allocations */
+} rt_config;
+
+extern rt_config rt_cfg;
+
+/* Plugin-wide state. */
+int rt_is_initialized(void);
+/* Validates a device handle: non-NULL and id in range. Returns the id or -1. */
+int rt_device_id(const C_Device device);
+
+/* Streams. A stream handle is validated against the registry; rt_stream_get returns a referenced stream or NULL. */
+typedef struct rt_stream rt_stream;
+rt_stream* rt_stream_get(C_Stream handle);
+void rt_stream_put(rt_stream* s);
+int rt_stream_device(const rt_stream* s);
+
+/* Enqueue a generic operation on a stream: fn(arg) runs on the stream's worker in submission order; cleanup(arg)
+ * (may be NULL) runs after fn, or instead of fn when the stream is torn down without running it (never happens
+ * today: destroy drains). Returns C_SUCCESS or C_ERROR (stream being destroyed). */
+C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void* arg), void (*cleanup)(void* arg), void* arg);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t rt_now_ns(void);
+
+/* Collectives (rt_cpu_ccl.c). */
+void rt_ccl_fill(C_DeviceInterface* iface);
+void rt_ccl_teardown(void);
+
+#endif /* RT_CPU_INTERNAL_H_ */
