@@ -1,0 +1,127 @@
+# The caching best-fit allocator: one AllocatorCore per (device, memory kind). Public C API for other Cython code:
+#
+#   cimport paddle_rt._core.allocator as A
+#   cdef A.AllocatorCore* core = A.get_core(device, A.KIND_DEVICE)        # with the GIL, once
+#   cdef void* p
+#   with nogil:
+#       A.core_malloc(core, nbytes, 0, &p)                                  # except -1: raises OutOfMemoryError...
+#       A.core_free(core, p)                                                # except -1: raises InvalidArgument...
+#
+# Both functions take the GIL only to raise; the error cannot be lost (Cython checks the -1 return).
+from libc.stdint cimport uintptr_t, int64_t
+from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status
+from paddle_rt._core.includes.alloc_support cimport prt_alloc_containers
+
+cdef enum:
+    KIND_DEVICE = 0       # device_memory_allocate / device_memory_deallocate
+    KIND_HOST = 1         # host_memory_allocate / host_memory_deallocate (pinned host memory)
+
+cdef enum:
+    POOL_SMALL = 0
+    POOL_LARGE = 1
+
+cdef enum:
+    GROWTH_ADAPTIVE = 0   # paddle_rt's default: grow from the current demand (see allocator.pyx)
+    GROWTH_EXACT = 1      # a miss asks the plugin for exactly the rounded request
+    GROWTH_FIXED = 2      # a miss asks for max(request, chunk_size)
+
+cdef enum:
+    RELEASE_EMPTY_CACHE = 0   # idle chunks go back to the plugin on empty_cache() and on the OOM ladder only
+    RELEASE_ON_FREE = 1       # ... and as soon as a free makes a chunk idle
+
+# One counter of PyTorch's scheme: current, peak, allocated (sum of increases), freed (sum of decreases).
+cdef struct Stat:
+    int64_t current
+    int64_t peak
+    int64_t allocated
+    int64_t freed
+
+cdef enum:
+    ST_ALLOCATED_BYTES = 0
+    ST_RESERVED_BYTES = 1
+    ST_ACTIVE_BYTES = 2
+    ST_INACTIVE_SPLIT_BYTES = 3
+    ST_REQUESTED_BYTES = 4
+    ST_ALLOCATION = 5
+    ST_SEGMENT = 6
+    ST_ACTIVE = 7
+    ST_INACTIVE_SPLIT = 8
+    N_STATS = 9
+
+cdef struct Chunk:
+    uintptr_t base
+    size_t size
+    uintptr_t stream
+    int pool
+
+cdef struct Block:
+    uintptr_t addr
+    size_t size            # bytes held (the rounded request, or the whole free block)
+    size_t requested       # bytes the caller asked for (0 while free)
+    uintptr_t stream       # the stream tag of the chunk it lives in
+    Block* prev            # neighbours inside the chunk, by address
+    Block* next
+    Chunk* chunk
+    int allocated
+    int counted_split      # 1 while counted in inactive_split_*
+
+cdef struct AllocConfig:
+    int paddle_compat
+    int growth
+    int release
+    size_t alignment       # from device_min_chunk_size (1 when missing)
+    size_t padding         # from device_extra_padding_size (0 when missing)
+    size_t chunk_size      # GROWTH_FIXED / paddle_compat: minimum chunk (0 = exact)
+    size_t max_split_size  # blocks above it are never split nor used for smaller requests (SIZE_MAX: off)
+    size_t limit           # most bytes reserved at once (SIZE_MAX: off)
+    size_t small_size      # requests up to it use the small pool (0: one pool)
+    size_t small_chunk     # chunk size of the small pool
+
+# An error found under the lock, raised after the lock is released.
+cdef struct AllocError:
+    int kind               # 0 none, 1 OOM, 2 plugin error, 3 invalid pointer, 4 double free, 5 torn down, 6 bad size
+    C_Status status
+    size_t requested
+    uintptr_t ptr
+
+cdef struct AllocatorCore:
+    prt_alloc_containers* cx
+    C_DeviceInterface* iface
+    C_Device cdev
+    void* device           # borrowed PyObject* of the Device (devices live as long as the process)
+    int kind
+    int index              # position in the module's registry
+    int torn_down
+    AllocConfig cfg
+    Stat stats[3][9]       # [all, small_pool, large_pool][stat]
+    int64_t num_alloc_retries
+    int64_t num_ooms
+    int64_t num_device_alloc
+    int64_t num_device_free
+    int64_t num_cache_hits
+    Block* spare_blocks    # free list of Block structs
+    size_t capacity        # device total memory at creation (0: unknown)
+
+# With the GIL: the allocator of `device` (None: current device) for KIND_DEVICE or KIND_HOST, created on first use.
+cdef AllocatorCore* get_core(object device, int kind) except NULL
+# nogil hot path. `stream` is an opaque tag (0: the default stream). Return 0, or -1 with a Python exception set.
+cdef int core_malloc(AllocatorCore* core, size_t nbytes, uintptr_t stream, void** out) except -1 nogil
+cdef int core_free(AllocatorCore* core, void* ptr) except -1 nogil
+# The bytes held for a live pointer (its rounded size), or 0 if the pointer is not live here.
+cdef size_t core_block_size(AllocatorCore* core, void* ptr) noexcept nogil
+# Give every idle chunk back to the plugin; returns the number of bytes released, or -1 with an exception set.
+cdef int64_t core_empty_cache(AllocatorCore* core) except -1 nogil
+
+cdef class Allocation:
+    cdef AllocatorCore* core
+    cdef readonly uintptr_t ptr
+    cdef readonly size_t size
+    cdef readonly object device
+    cdef int _freed
+    cdef int exports
+    cdef int host_addressable
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+    cdef object __weakref__
+    cdef int _release(self) except -1
+    cdef int _check_host(self) except -1

@@ -1,0 +1,1442 @@
+# cython: freethreading_compatible = False
+"""The caching best-fit allocator: one per device (and one per device for pinned host memory).
+
+Requests are rounded as Paddle rounds them: ``n -> round_up(n + extra_padding, min_chunk)`` with the plugin's
+``device_extra_padding_size`` (0 when missing) and ``device_min_chunk_size`` (1 when missing). Free blocks are kept in
+an ordered index by (stream, size, address): the best fit is the smallest free block that fits, the lowest address on
+a tie. A freed block merges with both neighbours inside its chunk. Every byte held from the plugin belongs to a chunk;
+a chunk that is one whole free block is *idle* and can be given back.
+
+Two policies:
+
+* ``paddle_compat:1`` reproduces Paddle's auto-growth allocator exactly: one pool, a split leaves the free remainder
+  at the low end, a miss asks the plugin for ``max(size, chunk_size)`` (``chunk_size`` 0 = exactly the rounded
+  request), idle chunks go back only on ``empty_cache`` and when an allocation fails.
+* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 64 KiB: scalars, biases,
+  small index tensors) into a small pool of ``small_chunk``-sized chunks (default 2 MiB) so that they never pin or
+  fragment the big chunks. A miss in the large pool first gives back the pool's idle chunks and folds their size into
+  the new chunk (consolidation: the device sees one bigger chunk instead of several stale ones, at no cost in peak
+  memory), then grows by ``max(request + released, min(max(16 MiB, reserved/32), max(2 MiB, reserved)))``: growth
+  follows the current demand (doubling while small, then 16 MiB or 1/32 of what is held), so the number of device
+  allocations stays small while the unused tail of the newest chunk stays small against the total.
+  A split puts the allocation at the low end of the free block.
+
+Out of memory (a plugin returning ``C_FAILED``, or success with a NULL pointer, or the ``limit`` reached): the ladder
+is best fit -> grow -> retry with exactly the request -> give back every idle chunk and retry -> ``OutOfMemoryError``.
+Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
+back by the ladder stay given back.
+
+Configuration (keyword arguments of :func:`set_allocator_config` first, then ``PADDLE_RT_ALLOC_CONF="key:value,..."``,
+then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB``/``MiB``, ``G``/``GB``/``GiB``
+(all binary, 1K = 1024 bytes):
+
+``paddle_compat``  ``0``/``1``: Paddle's auto-growth rules exactly (above). Default 0.
+``growth``         ``adaptive`` (default), ``exact`` (a miss asks for the rounded request), ``fixed`` (a miss asks for
+                   ``max(request, chunk_size)``).
+``chunk_size``     bytes, the chunk size of ``growth:fixed`` and of ``paddle_compat`` (Paddle's chunk size flag);
+                   setting it without ``growth`` selects ``fixed``. Default 0.
+``max_split_size`` bytes or ``none``: free blocks larger than this are never split and never serve requests up to this
+                   size (PyTorch's ``max_split_size_mb``, against fragmentation). Default none.
+``limit``          bytes, or a fraction ``0 < f <= 1`` of the device's total memory (``device_memory_stats``): the
+                   most memory the allocator holds at once; beyond it the OOM ladder runs. Default none.
+``release``        ``empty_cache`` (default): idle chunks go back on ``empty_cache()`` and on the OOM ladder only;
+                   ``free``: also as soon as a free makes a chunk idle.
+``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 64 KiB (0 in paddle_compat).
+``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
+"""
+import os
+import sys
+import threading
+import weakref
+
+cimport cython
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
+from libc.stdint cimport uintptr_t, int64_t, SIZE_MAX, INT64_MAX
+from libc.stdlib cimport malloc as c_malloc, free as c_free
+from libc.string cimport memset, memcpy
+from libcpp.vector cimport vector
+from cython.operator cimport dereference as deref, preincrement as inc, predecrement as dec
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
+
+from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
+from paddle_rt._core.device cimport Device, resolve_device
+from paddle_rt._core.includes.alloc_support cimport (
+    prt_alloc_containers, prt_free_set, prt_free_key, prt_ptr_table, prt_chunk_map,
+)
+from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU, kDLUInt
+
+from paddle_rt._core import errors
+from paddle_rt._core import device as _device_mod
+
+__all__ = [
+    "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
+    "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats", "empty_cache", "memory_snapshot", "set_allocator_config", "allocator_config",
+    "get_allocator", "CONF_KEYS",
+]
+
+cdef char* _FORMAT_B = "B"
+cdef size_t KiB = 1024
+cdef size_t MiB = 1024 * 1024
+
+# Adaptive growth constants (documented in the module docstring).
+cdef size_t GROW_MIN = 2 * 1024 * 1024
+cdef size_t GROW_STEP = 16 * 1024 * 1024
+cdef size_t GROW_FRACTION = 32
+
+cdef enum:
+    ERR_NONE = 0
+    ERR_OOM = 1
+    ERR_PLUGIN = 2
+    ERR_FOREIGN = 3
+    ERR_DOUBLE_FREE = 4
+    ERR_TORN_DOWN = 5
+    ERR_BAD_SIZE = 6
+    ERR_INTERIOR = 7
+    ERR_HOST_OOM = 8
+
+CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
+             "small_chunk")
+
+_registry_lock = threading.RLock()
+_allocators = []          # every DeviceAllocator ever created (they live as long as the process)
+_torn_down = False
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Counters
+# ---------------------------------------------------------------------------------------------------------------------
+cdef inline void _stat(AllocatorCore* c, int pool, int which, int64_t d) noexcept nogil:
+    cdef Stat* s
+    cdef int i
+    for i in range(2):
+        s = &c.stats[0 if i == 0 else pool + 1][which]
+        s.current += d
+        if d > 0:
+            s.allocated += d
+            if s.current > s.peak:
+                s.peak = s.current
+        else:
+            s.freed -= d
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Blocks and the free index (called with the lock held)
+# ---------------------------------------------------------------------------------------------------------------------
+cdef inline Block* _new_block(AllocatorCore* c) noexcept nogil:
+    cdef Block* b = c.spare_blocks
+    if b != NULL:
+        c.spare_blocks = b.next
+    else:
+        b = <Block*>c_malloc(sizeof(Block))
+        if b == NULL:
+            return NULL
+    memset(b, 0, sizeof(Block))
+    return b
+
+
+cdef inline void _drop_block(AllocatorCore* c, Block* b) noexcept nogil:
+    b.next = c.spare_blocks
+    c.spare_blocks = b
+
+
+cdef inline void _free_insert(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef prt_free_key k
+    k.stream = b.stream
+    k.size = b.size
+    k.addr = b.addr
+    k.block = <void*>b
+    c.cx.free_blocks[b.chunk.pool].insert(k)
+    if b.prev != NULL or b.next != NULL:
+        b.counted_split = 1
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
+    else:
+        b.counted_split = 0
+
+
+cdef inline void _free_remove(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef prt_free_key k
+    k.stream = b.stream
+    k.size = b.size
+    k.addr = b.addr
+    k.block = NULL
+    c.cx.free_blocks[b.chunk.pool].erase(k)
+    if b.counted_split:
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
+        b.counted_split = 0
+
+
+cdef inline int _pool_of(AllocatorCore* c, size_t size) noexcept nogil:
+    if c.cfg.small_size != 0 and size <= c.cfg.small_size:
+        return POOL_SMALL
+    return POOL_LARGE
+
+
+cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
+    cdef prt_free_key k
+    k.stream = stream
+    k.size = size
+    k.addr = 0
+    k.block = NULL
+    cdef prt_free_set.iterator it = c.cx.free_blocks[pool].lower_bound(k)
+    if it == c.cx.free_blocks[pool].end():
+        return NULL
+    if deref(it).stream != stream:
+        return NULL
+    cdef Block* b = <Block*>deref(it).block
+    if c.cfg.max_split_size != SIZE_MAX and size <= c.cfg.max_split_size and b.size > c.cfg.max_split_size:
+        return NULL
+    return b
+
+
+cdef inline size_t _round(AllocatorCore* c, size_t nbytes) noexcept nogil:
+    # caller checked for overflow
+    cdef size_t n = nbytes + c.cfg.padding
+    cdef size_t a = c.cfg.alignment
+    if n == 0:
+        n = 1
+    return ((n + a - 1) // a) * a
+
+
+# Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.
+cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
+    cdef Block* r
+    cdef size_t rest
+    cdef int pool = b.chunk.pool
+    _free_remove(c, b)
+    rest = b.size - size
+    if rest > 0 and (c.cfg.max_split_size == SIZE_MAX or b.size <= c.cfg.max_split_size):
+        r = _new_block(c)
+        if r == NULL:
+            _free_insert(c, b)
+            fail[0] = ERR_HOST_OOM
+            return NULL
+        r.chunk = b.chunk
+        r.stream = b.stream
+        r.size = rest
+        if c.cfg.paddle_compat:
+            # the free remainder stays at the low end (Paddle)
+            r.addr = b.addr
+            r.prev = b.prev
+            r.next = b
+            if b.prev != NULL:
+                b.prev.next = r
+            b.prev = r
+            b.addr = b.addr + rest
+        else:
+            r.addr = b.addr + size
+            r.next = b.next
+            r.prev = b
+            if b.next != NULL:
+                b.next.prev = r
+            b.next = r
+        b.size = size
+        _free_insert(c, r)
+    b.allocated = 1
+    b.requested = requested
+    c.cx.live[b.addr] = <void*>b
+    _stat(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
+    _stat(c, pool, ST_ACTIVE_BYTES, <int64_t>b.size)
+    _stat(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
+    _stat(c, pool, ST_ALLOCATION, 1)
+    _stat(c, pool, ST_ACTIVE, 1)
+    return b
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Talking to the plugin (lock held, no GIL)
+# ---------------------------------------------------------------------------------------------------------------------
+cdef inline C_Status _plugin_alloc(AllocatorCore* c, size_t size, void** out) noexcept nogil:
+    cdef C_Status st = c.iface.set_device(c.cdev)
+    if st != C_SUCCESS and st != C_WARNING:
+        return st
+    if c.kind == KIND_HOST:
+        return c.iface.host_memory_allocate(c.cdev, out, size)
+    return c.iface.device_memory_allocate(c.cdev, out, size)
+
+
+cdef inline void _plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nogil:
+    c.iface.set_device(c.cdev)
+    if c.kind == KIND_HOST:
+        c.iface.host_memory_deallocate(c.cdev, <void*>ptr, size)
+    else:
+        c.iface.device_memory_deallocate(c.cdev, <void*>ptr, size)
+    c.num_device_free += 1
+
+
+# A new chunk of `size` bytes; NULL with err.kind set (ERR_OOM or ERR_PLUGIN) on failure.
+cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil:
+    cdef void* p = NULL
+    cdef C_Status st
+    cdef Chunk* ch
+    cdef Block* b
+    cdef int64_t reserved = c.stats[0][ST_RESERVED_BYTES].current
+    if c.cfg.limit != SIZE_MAX and (<size_t>reserved > c.cfg.limit or size > c.cfg.limit - <size_t>reserved):
+        err.kind = ERR_OOM
+        return NULL
+    st = _plugin_alloc(c, size, &p)
+    if st == C_FAILED or ((st == C_SUCCESS or st == C_WARNING) and p == NULL):
+        err.kind = ERR_OOM
+        return NULL
+    if st != C_SUCCESS and st != C_WARNING:
+        err.kind = ERR_PLUGIN
+        err.status = st
+        return NULL
+    ch = <Chunk*>c_malloc(sizeof(Chunk))
+    b = _new_block(c)
+    if ch == NULL or b == NULL:
+        _plugin_free(c, <uintptr_t>p, size)
+        if ch != NULL:
+            c_free(ch)
+        if b != NULL:
+            _drop_block(c, b)
+        err.kind = ERR_HOST_OOM
+        return NULL
+    c.num_device_alloc += 1
+    ch.base = <uintptr_t>p
+    ch.size = size
+    ch.stream = stream
+    ch.pool = pool
+    b.addr = <uintptr_t>p
+    b.size = size
+    b.stream = stream
+    b.chunk = ch
+    c.cx.chunks[ch.base] = <void*>ch
+    _stat(c, pool, ST_RESERVED_BYTES, <int64_t>size)
+    _stat(c, pool, ST_SEGMENT, 1)
+    _free_insert(c, b)
+    return b
+
+
+# Give one idle chunk (b is its single free block) back to the plugin.
+cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef Chunk* ch = b.chunk
+    _free_remove(c, b)
+    c.cx.chunks.erase(ch.base)
+    _stat(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
+    _stat(c, ch.pool, ST_SEGMENT, -1)
+    _plugin_free(c, ch.base, ch.size)
+    c_free(ch)
+    _drop_block(c, b)
+
+
+# Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
+cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t stream) noexcept nogil:
+    cdef vector[Block*] idle
+    cdef prt_free_set.iterator it
+    cdef Block* b
+    cdef size_t total = 0
+    cdef int p
+    for p in range(2):
+        if pool != -1 and p != pool:
+            continue
+        it = c.cx.free_blocks[p].begin()
+        while it != c.cx.free_blocks[p].end():
+            b = <Block*>deref(it).block
+            if b.prev == NULL and b.next == NULL and (not only_stream or b.stream == stream):
+                idle.push_back(b)
+            inc(it)
+    for b in idle:
+        total += b.size
+        _release_chunk(c, b)
+    return total
+
+
+# Size of the chunk to ask for on a miss of `size` bytes (may first consolidate idle chunks).
+cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
+    cdef size_t released, want, reserved, cap, a
+    if c.cfg.paddle_compat or c.cfg.growth == GROWTH_FIXED:
+        return size if size >= c.cfg.chunk_size else c.cfg.chunk_size
+    if c.cfg.growth == GROWTH_EXACT:
+        return size
+    if pool == POOL_SMALL:
+        want = c.cfg.small_chunk
+    else:
+        released = _release_idle(c, POOL_LARGE, 1, stream)
+        reserved = <size_t>c.stats[0][ST_RESERVED_BYTES].current
+        cap = reserved // GROW_FRACTION
+        if cap < GROW_STEP:
+            cap = GROW_STEP
+        want = reserved if reserved > GROW_MIN else GROW_MIN
+        if want > cap:
+            want = cap
+        if size + released > want:
+            want = size + released
+    if want < size:
+        want = size
+    a = c.cfg.alignment
+    if want <= SIZE_MAX - a:
+        want = ((want + a - 1) // a) * a
+    if c.cfg.limit != SIZE_MAX:
+        reserved = <size_t>c.stats[0][ST_RESERVED_BYTES].current
+        if reserved < c.cfg.limit and want > c.cfg.limit - reserved and c.cfg.limit - reserved >= size:
+            want = c.cfg.limit - reserved
+    return want
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Raising (GIL taken only here, never with the lock held)
+# ---------------------------------------------------------------------------------------------------------------------
+def _fmt(n):
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.2f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+
+
+cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
+    dev = <object>c.device
+    what = "pinned host memory" if c.kind == KIND_HOST else "memory"
+    if e.kind == ERR_OOM:
+        allocated = c.stats[0][ST_ALLOCATED_BYTES].current
+        reserved = c.stats[0][ST_RESERVED_BYTES].current
+        try:
+            free_, total = dev.memory_info()
+        except BaseException:
+            free_, total = 0, 0
+        cap_text = (f"{dev} has a total capacity of {_fmt(total)} of which {_fmt(free_)} is free. "
+                    if total else f"{dev} does not report its capacity. ")
+        lim = ""
+        if c.cfg.limit != SIZE_MAX:
+            lim = f"The allocator's limit is {_fmt(c.cfg.limit)}. "
+        msg = (f"{dev}: out of {what}. Tried to allocate {_fmt(e.requested)} ({e.requested} bytes). {cap_text}{lim}"
+               f"Of the memory held by paddle_rt, {_fmt(allocated)} is allocated and "
+               f"{_fmt(reserved - allocated)} is reserved but unallocated. If reserved but unallocated memory is "
+               f"large, try PADDLE_RT_ALLOC_CONF=max_split_size:<bytes> to avoid fragmentation, or "
+               f"paddle_rt.empty_cache(); otherwise lower the memory demand.")
+        raise errors.OutOfMemoryError(msg, device=str(dev), requested=int(e.requested), allocated=int(allocated),
+                                      reserved=int(reserved), capacity=int(total) if total else None,
+                                      free=int(free_) if total else None,
+                                      call="malloc_host" if c.kind == KIND_HOST else "malloc")
+    if e.kind == ERR_PLUGIN:
+        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
+        raise errors.PluginError(str(dev), call, e.status, f"while allocating {e.requested} bytes")
+    if e.kind == ERR_HOST_OOM:
+        raise MemoryError(f"{dev}: out of host memory for the allocator's bookkeeping")
+    if e.kind == ERR_TORN_DOWN:
+        raise errors.DeviceError(f"{dev}: the allocator was torn down (interpreter shutting down or after fork)")
+    if e.kind == ERR_BAD_SIZE:
+        raise errors.InvalidArgument(f"{dev}: malloc of {e.requested} bytes: the size is too large")
+    if e.kind == ERR_DOUBLE_FREE:
+        raise errors.InvalidArgument(f"{dev}: free of 0x{e.ptr:x}: double free (the block is already free)")
+    if e.kind == ERR_INTERIOR:
+        raise errors.InvalidArgument(
+            f"{dev}: free of 0x{e.ptr:x}: the pointer is inside a chunk of this allocator but is not the start of "
+            f"a live allocation")
+    if e.kind == ERR_FOREIGN:
+        owner = _owner_of(e.ptr, c)
+        if owner is not None:
+            raise errors.InvalidArgument(
+                f"{dev}: free of 0x{e.ptr:x}: wrong device, the pointer belongs to {owner}")
+        raise errors.InvalidArgument(f"{dev}: free of 0x{e.ptr:x}: the pointer was not allocated by paddle_rt's "
+                                     f"{'host ' if c.kind == KIND_HOST else ''}allocator of {dev}")
+    raise errors.PaddleRTError(f"{dev}: allocator error {e.kind}")
+
+
+# 0: not ours, 1: live block, 2: inside a chunk (not a live block start), 3: start of a free block.
+cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    cdef prt_chunk_map.iterator it
+    cdef Chunk* ch
+    cdef Block* b
+    if c.cx.live.find(ptr) != c.cx.live.end():
+        return 1
+    it = c.cx.chunks.upper_bound(ptr)
+    if it == c.cx.chunks.begin():
+        return 0
+    dec(it)
+    ch = <Chunk*>(deref(it).second)
+    if ptr >= ch.base + ch.size:
+        return 0
+    return 2
+
+
+cdef object _owner_of(uintptr_t ptr, AllocatorCore* exclude):
+    cdef DeviceAllocator a
+    cdef int r
+    for a in list(_allocators):
+        if a.core == exclude or a.core.torn_down:
+            continue
+        with nogil:
+            a.core.cx.mu.lock()
+            r = _core_owns(a.core, ptr)
+            a.core.cx.mu.unlock()
+        if r:
+            return f"{a.device}{' (pinned host memory)' if a.core.kind == KIND_HOST else ''}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The C API
+# ---------------------------------------------------------------------------------------------------------------------
+cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** out) except -1 nogil:
+    cdef AllocError err
+    cdef Block* b
+    cdef size_t size, chunk
+    cdef int pool
+    err.kind = ERR_NONE
+    err.status = C_SUCCESS
+    err.requested = nbytes
+    err.ptr = 0
+    if nbytes > SIZE_MAX // 2:
+        err.kind = ERR_BAD_SIZE
+        return _raise(c, &err)
+    if c.torn_down:
+        err.kind = ERR_TORN_DOWN
+        return _raise(c, &err)
+    size = _round(c, nbytes)
+    pool = _pool_of(c, size)
+    c.cx.mu.lock()
+    if c.torn_down:
+        c.cx.mu.unlock()
+        err.kind = ERR_TORN_DOWN
+        return _raise(c, &err)
+    b = _best_fit(c, pool, stream, size)
+    if b != NULL:
+        c.num_cache_hits += 1
+    else:
+        chunk = _growth(c, pool, stream, size)
+        b = _new_chunk(c, pool, stream, chunk, &err)
+        if b == NULL and err.kind == ERR_OOM and chunk > size:
+            err.kind = ERR_NONE
+            b = _new_chunk(c, pool, stream, size, &err)
+        if b == NULL and err.kind == ERR_OOM:
+            c.num_alloc_retries += 1
+            _release_idle(c, -1, 0, 0)
+            err.kind = ERR_NONE
+            b = _new_chunk(c, pool, stream, size, &err)
+            if b == NULL and err.kind == ERR_OOM:
+                c.num_ooms += 1
+    if b != NULL:
+        b = _take(c, b, size, nbytes, &err.kind)
+    c.cx.mu.unlock()
+    if b == NULL:
+        return _raise(c, &err)
+    out[0] = <void*>b.addr
+    return 0
+
+
+cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
+    cdef AllocError err
+    cdef prt_ptr_table.iterator it
+    cdef Block* b
+    cdef Block* n
+    cdef int pool, owns
+    if c.torn_down:
+        return 0
+    c.cx.mu.lock()
+    if c.torn_down:
+        c.cx.mu.unlock()
+        return 0
+    it = c.cx.live.find(<uintptr_t>ptr)
+    if it == c.cx.live.end():
+        owns = _core_owns(c, <uintptr_t>ptr)
+        if owns == 2:
+            # the start of a free block is a double free; anything else inside a chunk is an interior pointer
+            err.kind = ERR_INTERIOR
+            if _is_free_block_start(c, <uintptr_t>ptr):
+                err.kind = ERR_DOUBLE_FREE
+        else:
+            err.kind = ERR_FOREIGN
+        c.cx.mu.unlock()
+        err.ptr = <uintptr_t>ptr
+        err.requested = 0
+        return _raise(c, &err)
+    b = <Block*>(deref(it).second)
+    c.cx.live.erase(it)
+    pool = b.chunk.pool
+    _stat(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
+    _stat(c, pool, ST_ACTIVE_BYTES, -<int64_t>b.size)
+    _stat(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
+    _stat(c, pool, ST_ALLOCATION, -1)
+    _stat(c, pool, ST_ACTIVE, -1)
+    b.allocated = 0
+    b.requested = 0
+    n = b.prev
+    if n != NULL and not n.allocated:
+        _free_remove(c, n)
+        n.size += b.size
+        n.next = b.next
+        if b.next != NULL:
+            b.next.prev = n
+        _drop_block(c, b)
+        b = n
+    n = b.next
+    if n != NULL and not n.allocated:
+        _free_remove(c, n)
+        b.size += n.size
+        b.next = n.next
+        if n.next != NULL:
+            n.next.prev = b
+        _drop_block(c, n)
+    _free_insert(c, b)
+    if c.cfg.release == RELEASE_ON_FREE and b.prev == NULL and b.next == NULL:
+        _release_chunk(c, b)
+    c.cx.mu.unlock()
+    return 0
+
+
+cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    cdef prt_chunk_map.iterator it = c.cx.chunks.upper_bound(ptr)
+    cdef Chunk* ch
+    cdef prt_free_key k
+    cdef prt_free_set.iterator fi
+    cdef int p
+    if it == c.cx.chunks.begin():
+        return 0
+    dec(it)
+    ch = <Chunk*>(deref(it).second)
+    # walk the pool's free index for a free block starting at ptr (error path only)
+    fi = c.cx.free_blocks[ch.pool].begin()
+    while fi != c.cx.free_blocks[ch.pool].end():
+        if deref(fi).addr == ptr:
+            return 1
+        inc(fi)
+    return 0
+
+
+cdef size_t core_block_size(AllocatorCore* c, void* ptr) noexcept nogil:
+    cdef size_t r = 0
+    cdef prt_ptr_table.iterator it
+    c.cx.mu.lock()
+    it = c.cx.live.find(<uintptr_t>ptr)
+    if it != c.cx.live.end():
+        r = (<Block*>(deref(it).second)).size
+    c.cx.mu.unlock()
+    return r
+
+
+cdef int64_t core_empty_cache(AllocatorCore* c) except -1 nogil:
+    cdef size_t r = 0
+    c.cx.mu.lock()
+    if not c.torn_down:
+        r = _release_idle(c, -1, 0, 0)
+    c.cx.mu.unlock()
+    return <int64_t>r
+
+
+# Teardown: every chunk back to the plugin, live blocks included; later frees do nothing.
+cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
+    cdef prt_chunk_map.iterator it
+    cdef Chunk* ch
+    cdef Block* b
+    c.cx.mu.lock()
+    if c.torn_down:
+        c.cx.mu.unlock()
+        return
+    c.torn_down = 1
+    if release_memory:
+        it = c.cx.chunks.begin()
+        while it != c.cx.chunks.end():
+            ch = <Chunk*>(deref(it).second)
+            _plugin_free(c, ch.base, ch.size)
+            inc(it)
+    c.cx.mu.unlock()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------------------------------
+_SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def _parse_size(key, value, allow_none=False):
+    if isinstance(value, bool):
+        raise errors.InvalidArgument(f"allocator config {key}: expected a size in bytes, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise errors.InvalidArgument(f"allocator config {key}: the size must not be negative, got {value}")
+        return value
+    if value is None and allow_none:
+        return None
+    s = str(value).strip().lower()
+    if allow_none and s in ("none", "inf", "off", ""):
+        return None
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    suf = s[len(num):].strip()
+    num = num.strip()
+    if suf not in _SUFFIX or not num:
+        raise errors.InvalidArgument(f"allocator config {key}: {value!r} is not a size (bytes, optionally with a "
+                                     f"K/M/G suffix)")
+    try:
+        v = float(num) if "." in num else int(num)
+    except ValueError:
+        raise errors.InvalidArgument(f"allocator config {key}: {value!r} is not a size") from None
+    v = int(v * _SUFFIX[suf])
+    if v < 0:
+        raise errors.InvalidArgument(f"allocator config {key}: the size must not be negative, got {value!r}")
+    return v
+
+
+def _parse_bool(key, value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    s = str(value).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise errors.InvalidArgument(f"allocator config {key}: expected 0 or 1, got {value!r}")
+
+
+def _normalize(conf, source):
+    """Validate a {key: value} mapping; return {key: parsed}. `source` names where it came from, for messages."""
+    out = {}
+    for key, value in conf.items():
+        if key not in CONF_KEYS:
+            raise errors.InvalidArgument(f"{source}: unknown allocator config key {key!r} "
+                                         f"(known: {', '.join(CONF_KEYS)})")
+        if key == "paddle_compat":
+            out[key] = _parse_bool(key, value)
+        elif key == "growth":
+            v = str(value).strip().lower()
+            if v not in ("adaptive", "exact", "fixed"):
+                raise errors.InvalidArgument(f"{source}: allocator config growth: expected adaptive, exact or "
+                                             f"fixed, got {value!r}")
+            out[key] = v
+        elif key == "release":
+            v = str(value).strip().lower()
+            if v not in ("empty_cache", "free"):
+                raise errors.InvalidArgument(f"{source}: allocator config release: expected empty_cache or free, "
+                                             f"got {value!r}")
+            out[key] = v
+        elif key == "max_split_size":
+            out[key] = _parse_size(key, value, allow_none=True)
+        elif key == "limit":
+            if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "")):
+                out[key] = None
+                continue
+            if isinstance(value, float) or (isinstance(value, str) and "." in value and
+                                            value.strip().rstrip("0123456789.") == ""):
+                f = float(value)
+                if not (0.0 < f <= 1.0):
+                    raise errors.InvalidArgument(f"{source}: allocator config limit: a fraction must be in (0, 1], "
+                                                 f"got {value!r}")
+                out[key] = ("fraction", f)
+            else:
+                out[key] = _parse_size(key, value)
+        else:
+            out[key] = _parse_size(key, value)
+    return out
+
+
+def _parse_env():
+    text = os.environ.get("PADDLE_RT_ALLOC_CONF", "")
+    conf = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if ":" not in item:
+            raise errors.InvalidArgument(f"PADDLE_RT_ALLOC_CONF: {item!r} is not key:value")
+        k, _, v = item.partition(":")
+        conf[k.strip()] = v.strip()
+    return _normalize(conf, "PADDLE_RT_ALLOC_CONF")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# DeviceAllocator: the Python owner of one AllocatorCore
+# ---------------------------------------------------------------------------------------------------------------------
+cdef class DeviceAllocator:
+    """The caching allocator of one device (``kind`` "device") or of its pinned host memory (``kind`` "host").
+    Get it with :func:`get_allocator`."""
+    cdef AllocatorCore* core
+    cdef readonly Device device
+    cdef readonly str kind
+    cdef dict _keywords
+    cdef readonly bint host_addressable
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self.core = NULL
+
+    def __init__(self):
+        raise TypeError("use paddle_rt.get_allocator(device)")
+
+    def __dealloc__(self):
+        # Allocators live for the whole process (Allocations point at their core); nothing to free here.
+        pass
+
+    @staticmethod
+    cdef DeviceAllocator _new(Device dev, int kind):
+        cdef DeviceAllocator a = DeviceAllocator.__new__(DeviceAllocator)
+        cdef AllocatorCore* c
+        dev.ensure_ready()
+        if kind == KIND_HOST and (dev.iface.host_memory_allocate == NULL or dev.iface.host_memory_deallocate == NULL):
+            raise errors.NotSupportedError(
+                f"{dev}: pinned host memory is unavailable: the plugin {dev.plugin.path} lacks "
+                f"host_memory_allocate/host_memory_deallocate")
+        c = <AllocatorCore*>c_malloc(sizeof(AllocatorCore))
+        if c == NULL:
+            raise MemoryError()
+        memset(c, 0, sizeof(AllocatorCore))
+        c.cx = new prt_alloc_containers()
+        c.iface = dev.iface
+        c.cdev = dev.cdev()
+        c.device = <void*>dev
+        c.kind = kind
+        a.core = c
+        a.device = dev
+        a.kind = "host" if kind == KIND_HOST else "device"
+        a._keywords = {}
+        types = {t.strip() for t in os.environ.get("PADDLE_RT_HOST_ADDRESSABLE", "").split(",") if t.strip()}
+        a.host_addressable = kind == KIND_HOST or dev.type == "rt_cpu" or dev.type in types
+        try:
+            free_, total = dev.memory_info()
+        except errors.PaddleRTError:
+            total = 0
+        c.capacity = total
+        a._apply(a._effective())
+        return a
+
+    cdef dict _effective(self):
+        conf = {}
+        conf.update(_parse_env())
+        conf.update(self._keywords)
+        return conf
+
+    def _apply(self, conf):
+        """Set the core's configuration from a normalised mapping (hints below, then env, then keywords)."""
+        cdef AllocatorCore* c = self.core
+        cdef AllocConfig cfg
+        align = self.device.size_hint("min_chunk_size") or 1
+        pad = self.device.size_hint("extra_padding_size") or 0
+        memset(&cfg, 0, sizeof(AllocConfig))
+        cfg.alignment = align
+        cfg.padding = pad
+        compat = bool(conf.get("paddle_compat", False))
+        cfg.paddle_compat = compat
+        growth = conf.get("growth")
+        chunk = conf.get("chunk_size", 0)
+        if growth is None:
+            growth = "fixed" if (chunk and not compat) else "adaptive"
+        cfg.growth = {"adaptive": GROWTH_ADAPTIVE, "exact": GROWTH_EXACT, "fixed": GROWTH_FIXED}[growth]
+        cfg.chunk_size = chunk
+        mss = conf.get("max_split_size")
+        cfg.max_split_size = SIZE_MAX if mss is None else mss
+        lim = conf.get("limit")
+        if lim is None:
+            cfg.limit = SIZE_MAX
+        elif isinstance(lim, tuple):
+            if not c.capacity:
+                raise errors.InvalidArgument(f"{self.device}: allocator config limit: a fraction needs the device's "
+                                             f"total memory, which the plugin does not report (give bytes)")
+            cfg.limit = int(c.capacity * lim[1])
+        else:
+            cfg.limit = lim
+        cfg.release = RELEASE_ON_FREE if conf.get("release") == "free" else RELEASE_EMPTY_CACHE
+        cfg.small_size = 0 if compat else conf.get("small_size", 64 * KiB)
+        cfg.small_chunk = conf.get("small_chunk", 2 * MiB)
+        if cfg.small_chunk == 0:
+            raise errors.InvalidArgument(f"{self.device}: allocator config small_chunk must be positive")
+        with nogil:
+            c.cx.mu.lock()
+        if (c.stats[0][ST_SEGMENT].current != 0 and
+                (cfg.paddle_compat != c.cfg.paddle_compat or cfg.small_size != c.cfg.small_size)):
+            c.cx.mu.unlock()
+            raise errors.InvalidArgument(
+                f"{self.device}: paddle_compat and small_size can only change while the allocator holds no memory "
+                f"(free everything and call empty_cache() first)")
+        c.cfg = cfg
+        c.cx.mu.unlock()
+
+    def configure(self, **kw):
+        """Change this allocator's configuration (keys: see the module documentation); keywords win over
+        PADDLE_RT_ALLOC_CONF. ``key=None`` removes a keyword setting."""
+        new = dict(self._keywords)
+        for k, v in kw.items():
+            if v is None and k not in ("limit", "max_split_size"):
+                new.pop(k, None)
+                if k not in CONF_KEYS:
+                    raise errors.InvalidArgument(f"unknown allocator config key {k!r} (known: {', '.join(CONF_KEYS)})")
+            else:
+                new.update(_normalize({k: v}, f"{self.device}: set_allocator_config"))
+        conf = {}
+        conf.update(_parse_env())
+        conf.update(new)
+        self._apply(conf)
+        self._keywords = new
+
+    def config(self):
+        """The effective configuration as a dict."""
+        cdef AllocConfig cfg = self.core.cfg
+        return {
+            "paddle_compat": bool(cfg.paddle_compat),
+            "growth": {GROWTH_ADAPTIVE: "adaptive", GROWTH_EXACT: "exact", GROWTH_FIXED: "fixed"}[cfg.growth],
+            "chunk_size": cfg.chunk_size,
+            "max_split_size": None if cfg.max_split_size == SIZE_MAX else cfg.max_split_size,
+            "limit": None if cfg.limit == SIZE_MAX else cfg.limit,
+            "release": "free" if cfg.release == RELEASE_ON_FREE else "empty_cache",
+            "small_size": cfg.small_size,
+            "small_chunk": cfg.small_chunk,
+            "alignment": cfg.alignment,
+            "padding": cfg.padding,
+        }
+
+    def round_size(self, size_t nbytes):
+        """The block size a request of ``nbytes`` gets: round_up(nbytes + extra_padding, min_chunk)."""
+        return _round(self.core, nbytes)
+
+    def malloc(self, nbytes, stream=0):
+        return _make_allocation(self, nbytes, stream)
+
+    def raw_malloc(self, nbytes, stream=0):
+        cdef void* p = NULL
+        cdef size_t n = _check_nbytes(nbytes)
+        cdef uintptr_t s = stream
+        with nogil:
+            core_malloc(self.core, n, s, &p)
+        return <uintptr_t>p
+
+    def raw_free(self, ptr):
+        cdef uintptr_t p = _check_ptr(ptr)
+        with nogil:
+            core_free(self.core, <void*>p)
+
+    def owns(self, ptr):
+        """True if ``ptr`` is the start of a live allocation of this allocator."""
+        cdef uintptr_t p = _check_ptr(ptr)
+        cdef int r
+        with nogil:
+            self.core.cx.mu.lock()
+            r = _core_owns(self.core, p)
+            self.core.cx.mu.unlock()
+        return r == 1
+
+    def empty_cache(self):
+        """Give every idle chunk back to the plugin; returns the number of bytes released."""
+        cdef int64_t r
+        with nogil:
+            r = core_empty_cache(self.core)
+        return r
+
+    def stats(self):
+        """PyTorch-style counters (see :func:`memory_stats`)."""
+        cdef Stat st[3][9]
+        cdef int64_t extra[5]
+        cdef AllocatorCore* c = self.core
+        with nogil:
+            c.cx.mu.lock()
+            memcpy(st, c.stats, sizeof(st))
+            extra[0] = c.num_alloc_retries
+            extra[1] = c.num_ooms
+            extra[2] = c.num_device_alloc
+            extra[3] = c.num_device_free
+            extra[4] = c.num_cache_hits
+            c.cx.mu.unlock()
+        names = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
+                 "allocation", "segment", "active", "inactive_split")
+        pools = ("all", "small_pool", "large_pool")
+        out = {}
+        for i in range(N_STATS):
+            for p in range(3):
+                base = f"{names[i]}.{pools[p]}."
+                out[base + "current"] = st[p][i].current
+                out[base + "peak"] = st[p][i].peak
+                out[base + "allocated"] = st[p][i].allocated
+                out[base + "freed"] = st[p][i].freed
+        out["num_alloc_retries"] = extra[0]
+        out["num_ooms"] = extra[1]
+        out["num_device_alloc"] = extra[2]
+        out["num_device_free"] = extra[3]
+        out["num_cache_hits"] = extra[4]
+        return out
+
+    def reset_peak_stats(self):
+        cdef int i, p
+        with nogil:
+            self.core.cx.mu.lock()
+            for p in range(3):
+                for i in range(N_STATS):
+                    self.core.stats[p][i].peak = self.core.stats[p][i].current
+            self.core.cx.mu.unlock()
+
+    def reset_accumulated_stats(self):
+        cdef int i, p
+        with nogil:
+            self.core.cx.mu.lock()
+            for p in range(3):
+                for i in range(N_STATS):
+                    self.core.stats[p][i].allocated = 0
+                    self.core.stats[p][i].freed = 0
+            self.core.num_alloc_retries = 0
+            self.core.num_ooms = 0
+            self.core.num_device_alloc = 0
+            self.core.num_device_free = 0
+            self.core.num_cache_hits = 0
+            self.core.cx.mu.unlock()
+
+    def snapshot(self):
+        """Segments (chunks) with their blocks, ordered by address."""
+        cdef vector[Block] blocks
+        cdef vector[Chunk] chunks
+        cdef prt_chunk_map.iterator it
+        cdef Chunk* ch
+        cdef Block* b
+        cdef AllocatorCore* c = self.core
+        cdef size_t i
+        with nogil:
+            c.cx.mu.lock()
+            it = c.cx.chunks.begin()
+            while it != c.cx.chunks.end():
+                ch = <Chunk*>(deref(it).second)
+                chunks.push_back(ch[0])
+                inc(it)
+            c.cx.mu.unlock()
+        # walk each chunk's blocks: find the first block through the live table or free index (under the lock)
+        with nogil:
+            c.cx.mu.lock()
+            for i in range(chunks.size()):
+                b = _first_block(c, &chunks[i])
+                while b != NULL:
+                    blocks.push_back(b[0])
+                    b = b.next
+            c.cx.mu.unlock()
+        segs = []
+        bi = 0
+        dev = str(self.device)
+        for i in range(chunks.size()):
+            seg = {"device": dev, "address": chunks[i].base, "total_size": chunks[i].size,
+                   "stream": chunks[i].stream, "segment_type": "small" if chunks[i].pool == POOL_SMALL else "large",
+                   "allocated_size": 0, "active_size": 0, "requested_size": 0, "blocks": []}
+            while bi < blocks.size() and blocks[bi].addr < chunks[i].base + chunks[i].size and \
+                    blocks[bi].addr >= chunks[i].base:
+                blk = blocks[bi]
+                seg["blocks"].append({"address": blk.addr, "size": blk.size, "requested_size": blk.requested,
+                                      "state": "active_allocated" if blk.allocated else "inactive"})
+                if blk.allocated:
+                    seg["allocated_size"] += blk.size
+                    seg["active_size"] += blk.size
+                    seg["requested_size"] += blk.requested
+                bi += 1
+            segs.append(seg)
+        return segs
+
+    def __repr__(self):
+        return f"<DeviceAllocator {self.kind} of {self.device}>"
+
+
+# The lowest block of a chunk (lock held): any block of the chunk leads there through prev links.
+cdef Block* _first_block(AllocatorCore* c, Chunk* ch) noexcept nogil:
+    cdef prt_free_set.iterator fi
+    cdef prt_ptr_table.iterator li
+    cdef Block* b = NULL
+    cdef int p
+    # the chunk's base block is either live (key = base) or free
+    li = c.cx.live.find(ch.base)
+    if li != c.cx.live.end():
+        return <Block*>(deref(li).second)
+    for p in range(2):
+        fi = c.cx.free_blocks[p].begin()
+        while fi != c.cx.free_blocks[p].end():
+            b = <Block*>deref(fi).block
+            if b.addr == ch.base:
+                return b
+            inc(fi)
+    return NULL
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Registry, Python API
+# ---------------------------------------------------------------------------------------------------------------------
+cdef Device _last_dev = None
+cdef AllocatorCore* _last_core = NULL
+cdef DeviceAllocator _last_alloc = None
+
+
+cdef DeviceAllocator _allocator_of(Device dev, int kind):
+    key = "allocator.host" if kind == KIND_HOST else "allocator"
+    a = dev.layers.get(key)
+    if a is None:
+        with _registry_lock:
+            a = dev.layers.get(key)
+            if a is None:
+                if _torn_down:
+                    raise errors.DeviceError(f"{dev}: the allocator was torn down (interpreter shutting down)")
+                a = DeviceAllocator._new(dev, kind)
+                dev.layers[key] = a
+                _allocators.append(a)
+    return <DeviceAllocator>a
+
+
+cdef inline DeviceAllocator _dev_alloc(object device):
+    global _last_dev, _last_core, _last_alloc
+    cdef Device dev = resolve_device(device)
+    if dev is _last_dev:
+        return _last_alloc
+    a = _allocator_of(dev, KIND_DEVICE)
+    _last_dev = dev
+    _last_alloc = a
+    _last_core = (<DeviceAllocator>a).core
+    return a
+
+
+cdef AllocatorCore* get_core(object device, int kind) except NULL:
+    cdef Device dev = resolve_device(device)
+    if kind != KIND_DEVICE and kind != KIND_HOST:
+        raise errors.InvalidArgument(f"get_core: kind must be KIND_DEVICE or KIND_HOST, got {kind}")
+    return _allocator_of(dev, kind).core
+
+
+def get_allocator(device=None, kind="device"):
+    """The :class:`DeviceAllocator` of ``device`` (default: the current device); ``kind="host"`` for pinned host
+    memory."""
+    if kind not in ("device", "host"):
+        raise errors.InvalidArgument(f"get_allocator: kind must be 'device' or 'host', got {kind!r}")
+    return _allocator_of(resolve_device(device), KIND_HOST if kind == "host" else KIND_DEVICE)
+
+
+cdef inline size_t _check_nbytes(object nbytes) except? 0:
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool):
+        try:
+            nbytes = nbytes.__index__()
+        except AttributeError:
+            raise TypeError(f"malloc: nbytes must be an int, got {type(nbytes).__name__}") from None
+    if nbytes < 0:
+        raise errors.InvalidArgument(f"malloc: nbytes must not be negative, got {nbytes}")
+    if nbytes > <object>(SIZE_MAX // 2):
+        raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large")
+    return nbytes
+
+
+cdef inline uintptr_t _check_ptr(object ptr) except? 0:
+    if not isinstance(ptr, int) or isinstance(ptr, bool):
+        raise TypeError(f"expected a pointer as int, got {type(ptr).__name__}")
+    if ptr <= 0 or ptr > <object>SIZE_MAX:
+        raise errors.InvalidArgument(f"0x{ptr:x} is not a valid pointer" if ptr >= 0 else f"{ptr} is not a pointer")
+    return ptr
+
+
+@cython.freelist(64)
+cdef class Allocation:
+    """Memory from :func:`malloc`: ``ptr`` (int), ``size`` (the requested bytes), ``device``. Freed by
+    :meth:`free`, by leaving a ``with`` block, or when garbage-collected. On host-addressable devices it exports the
+    buffer protocol (``memoryview(a)``, ``numpy.asarray(a)`` is a zero-copy uint8 view), ``__array_interface__`` and
+    DLPack; views keep the Allocation alive and an explicit :meth:`free` while one is exported raises BufferError."""
+
+    def __init__(self):
+        raise TypeError("use paddle_rt.malloc(nbytes)")
+
+    def __dealloc__(self):
+        cdef AllocatorCore* c = self.core
+        if not self._freed and c != NULL:
+            self._freed = 1
+            try:
+                with nogil:
+                    core_free(c, <void*>self.ptr)
+            except BaseException:
+                pass
+
+    cdef int _release(self) except -1:
+        if self._freed:
+            raise errors.InvalidArgument(f"{self.device}: free of 0x{self.ptr:x}: the Allocation was already freed")
+        if self.exports > 0:
+            raise BufferError(f"{self.device}: cannot free 0x{self.ptr:x}: {self.exports} view(s) of it are still "
+                              f"exported (release the memoryview/array first)")
+        cdef AllocatorCore* c = self.core
+        cdef void* p = <void*>self.ptr
+        self._freed = 1
+        with nogil:
+            core_free(c, p)
+        return 0
+
+    def free(self):
+        """Give the memory back to the allocator (not to the device: it stays cached)."""
+        self._release()
+
+    @property
+    def freed(self):
+        return bool(self._freed)
+
+    @property
+    def nbytes(self):
+        return self.size
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self._freed:
+            self._release()
+        return False
+
+    def __int__(self):
+        return self.ptr
+
+    def __repr__(self):
+        state = "freed" if self._freed else f"ptr=0x{self.ptr:x}"
+        return f"<Allocation {self.size} bytes on {self.device}, {state}>"
+
+    cdef int _check_host(self) except -1:
+        if self._freed:
+            raise BufferError(f"{self.device}: the Allocation at 0x{self.ptr:x} was freed")
+        if not self.host_addressable:
+            raise BufferError(f"{self.device}: memory of device type {self.device.type!r} is not host-addressable "
+                              f"(list the type in PADDLE_RT_HOST_ADDRESSABLE if it is)")
+        return 0
+
+    def __getbuffer__(self, Py_buffer* buf, int flags):
+        self._check_host()
+        self.shape[0] = self.size
+        self.strides[0] = 1
+        buf.buf = <void*>self.ptr
+        buf.obj = self
+        buf.len = self.size
+        buf.readonly = 0
+        buf.itemsize = 1
+        buf.format = NULL
+        if flags & PyBUF_FORMAT:
+            buf.format = _FORMAT_B
+        buf.ndim = 1
+        buf.shape = NULL
+        buf.strides = NULL
+        if (flags & PyBUF_ND) == PyBUF_ND:
+            buf.shape = self.shape
+        if (flags & PyBUF_STRIDES) == PyBUF_STRIDES:
+            buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buf):
+        self.exports -= 1
+
+    @property
+    def __array_interface__(self):
+        self._check_host()
+        return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False), "version": 3,
+                "strides": None}
+
+    def __dlpack_device__(self):
+        self._check_host()
+        return (kDLCPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        cdef prt_DLManagedTensor* m
+        self._check_host()
+        if copy:
+            raise BufferError(f"{self.device}: __dlpack__(copy=True) is not supported (the export is zero-copy)")
+        if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
+            raise BufferError(f"{self.device}: __dlpack__ can only export to the CPU device (1, 0), "
+                              f"got {tuple(dl_device)}")
+        m = <prt_DLManagedTensor*>c_malloc(sizeof(prt_DLManagedTensor) + 2 * sizeof(int64_t))
+        if m == NULL:
+            raise MemoryError()
+        memset(m, 0, sizeof(prt_DLManagedTensor))
+        m.dl_tensor.data = <void*>self.ptr
+        m.dl_tensor.device.device_type = kDLCPU
+        m.dl_tensor.device.device_id = 0
+        m.dl_tensor.ndim = 1
+        m.dl_tensor.dtype.code = kDLUInt
+        m.dl_tensor.dtype.bits = 8
+        m.dl_tensor.dtype.lanes = 1
+        m.dl_tensor.shape = <int64_t*>(<char*>m + sizeof(prt_DLManagedTensor))
+        m.dl_tensor.shape[0] = self.size
+        m.dl_tensor.strides = NULL
+        m.dl_tensor.byte_offset = 0
+        m.manager_ctx = <void*>self
+        m.deleter = _dl_deleter
+        Py_INCREF(self)
+        self.exports += 1
+        try:
+            return PyCapsule_New(<void*>m, "dltensor", _dl_capsule_destructor)
+        except BaseException:
+            _dl_deleter(m)
+            raise
+
+
+cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
+    cdef Allocation a = <Allocation>m.manager_ctx
+    a.exports -= 1
+    Py_DECREF(a)
+    c_free(m)
+
+
+cdef void _dl_capsule_destructor(object capsule) noexcept:
+    cdef prt_DLManagedTensor* m
+    if PyCapsule_IsValid(capsule, "dltensor"):     # never consumed: we still own it
+        m = <prt_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef Allocation _make_allocation(DeviceAllocator a, object nbytes, object stream):
+    cdef size_t n = _check_nbytes(nbytes)
+    cdef uintptr_t s = 0 if stream is None else stream
+    cdef void* p = NULL
+    cdef AllocatorCore* c = a.core
+    with nogil:
+        core_malloc(c, n, s, &p)
+    cdef Allocation r = Allocation.__new__(Allocation)
+    r.core = c
+    r.ptr = <uintptr_t>p
+    r.size = n
+    r.device = a.device
+    r.host_addressable = a.host_addressable
+    return r
+
+
+def malloc(nbytes, device=None, stream=0):
+    """Allocate ``nbytes`` on ``device`` (default: the current device) from the caching allocator; returns an
+    :class:`Allocation`. Raises OutOfMemoryError when the device cannot hold it."""
+    return _make_allocation(_dev_alloc(device), nbytes, stream)
+
+
+def free(allocation):
+    """Free an :class:`Allocation` (same as ``allocation.free()``)."""
+    if not isinstance(allocation, Allocation):
+        raise TypeError(f"free: expected an Allocation, got {type(allocation).__name__} (use raw_free for pointers)")
+    (<Allocation>allocation)._release()
+
+
+def raw_malloc(nbytes, device=None, stream=0):
+    """Allocate ``nbytes`` and return the raw pointer (int); give it back with :func:`raw_free`
+    (like ``torch.cuda.caching_allocator_alloc``)."""
+    cdef DeviceAllocator a = _dev_alloc(device)
+    cdef size_t n = _check_nbytes(nbytes)
+    cdef uintptr_t s = stream
+    cdef void* p = NULL
+    with nogil:
+        core_malloc(a.core, n, s, &p)
+    return <uintptr_t>p
+
+
+def raw_free(ptr, device=None):
+    """Free a pointer from :func:`raw_malloc`. Without ``device`` the owning device is found (the current device is
+    tried first); with ``device``, a pointer of another device raises InvalidArgument."""
+    cdef uintptr_t p = _check_ptr(ptr)
+    cdef DeviceAllocator a
+    cdef DeviceAllocator o
+    cdef int r
+    if device is not None:
+        a = _dev_alloc(device)
+        with nogil:
+            core_free(a.core, <void*>p)
+        return
+    a = _dev_alloc(None)
+    with nogil:
+        a.core.cx.mu.lock()
+        r = _core_owns(a.core, p)
+        a.core.cx.mu.unlock()
+    if r == 1 or r == 2:
+        with nogil:
+            core_free(a.core, <void*>p)
+        return
+    for o in list(_allocators):
+        if o is a or o.core.torn_down:
+            continue
+        with nogil:
+            o.core.cx.mu.lock()
+            r = _core_owns(o.core, p)
+            o.core.cx.mu.unlock()
+        if r:
+            with nogil:
+                core_free(o.core, <void*>p)
+            return
+    if _torn_down:
+        return
+    raise errors.InvalidArgument(f"raw_free of 0x{p:x}: the pointer was not allocated by paddle_rt")
+
+
+def malloc_host(nbytes, device=None):
+    """Pinned host memory through the plugin's ``host_memory_allocate``, cached like device memory. Raises
+    NotSupportedError when the plugin lacks the hook."""
+    return _make_allocation(_allocator_of(resolve_device(device), KIND_HOST), nbytes, 0)
+
+
+def memory_stats(device=None):
+    """PyTorch-style counters of the device's allocator: ``<stat>.<pool>.<field>`` for stat in allocated_bytes,
+    reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, allocation, segment, active,
+    inactive_split; pool in all, small_pool, large_pool; field in current, peak, allocated, freed. Plus
+    num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits."""
+    return _dev_alloc(device).stats()
+
+
+def memory_allocated(device=None):
+    """Bytes held by live allocations (rounded block sizes)."""
+    return _dev_alloc(device).core.stats[0][ST_ALLOCATED_BYTES].current
+
+
+def memory_reserved(device=None):
+    """Bytes held from the device (allocated + cached)."""
+    return _dev_alloc(device).core.stats[0][ST_RESERVED_BYTES].current
+
+
+def max_memory_allocated(device=None):
+    return _dev_alloc(device).core.stats[0][ST_ALLOCATED_BYTES].peak
+
+
+def max_memory_reserved(device=None):
+    return _dev_alloc(device).core.stats[0][ST_RESERVED_BYTES].peak
+
+
+def reset_peak_memory_stats(device=None):
+    _dev_alloc(device).reset_peak_stats()
+
+
+def reset_accumulated_memory_stats(device=None):
+    _dev_alloc(device).reset_accumulated_stats()
+
+
+def empty_cache(device=None):
+    """Give every idle cached chunk of ``device`` back to the plugin (pinned host memory too); returns the bytes
+    released."""
+    cdef Device dev = resolve_device(device)
+    total = _dev_alloc(dev).empty_cache()
+    h = dev.layers.get("allocator.host")
+    if h is not None:
+        total += h.empty_cache()
+    return total
+
+
+def memory_snapshot(device=None):
+    """The device's segments (chunks), each with its blocks: address, size, requested_size, state."""
+    return _dev_alloc(device).snapshot()
+
+
+def set_allocator_config(device=None, **kw):
+    """Configure the allocator of ``device`` (default: the current device). Keys: paddle_compat, growth, chunk_size,
+    max_split_size, limit, release, small_size, small_chunk (see the module documentation)."""
+    _dev_alloc(device).configure(**kw)
+
+
+def allocator_config(device=None):
+    return _dev_alloc(device).config()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Teardown and fork
+# ---------------------------------------------------------------------------------------------------------------------
+def _teardown():
+    """Return every chunk (live Allocations' memory included) to the plugins; later frees do nothing."""
+    global _torn_down, _last_dev, _last_alloc, _last_core
+    cdef DeviceAllocator a
+    _torn_down = True
+    for a in list(_allocators):
+        with nogil:
+            _core_teardown(a.core, 1)
+    _last_dev = None
+    _last_alloc = None
+    _last_core = NULL
+
+
+def _reset_after_fork():
+    """In a child after fork(): the parent's memory is not ours to free; forget the allocators."""
+    global _last_dev, _last_alloc, _last_core
+    cdef DeviceAllocator a
+    for a in list(_allocators):
+        a.core.torn_down = 1
+    _allocators.clear()
+    _last_dev = None
+    _last_alloc = None
+    _last_core = NULL
+
+
+_device_mod.register_teardown(_teardown, 30)
+_device_mod.register_fork_reset(_reset_after_fork)
