@@ -45,6 +45,10 @@ def run_paddle(root, code, env=None, timeout=300):
             del e[k]
     e["CUSTOM_DEVICE_ROOT"] = str(root)
     e["GLOG_v"] = "0"
+    spec = importlib.util.find_spec("paddle_rt")  # let the child import the same paddle_rt as the tests
+    if spec is not None and spec.submodule_search_locations:
+        parent = os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
+        e["PYTHONPATH"] = os.pathsep.join(p for p in (parent, e.get("PYTHONPATH", "")) if p)
     e.update({k: str(v) for k, v in (env or {}).items()})
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(root / "librt_cpu.so")], env=e,
                          capture_output=True, text=True, timeout=timeout, cwd=str(root))
@@ -132,3 +136,30 @@ def test_memory_limit_visible_to_paddle(device_root, oom_null):
             raise AssertionError("allocation above rt_cpu's capacity succeeded")
         print("INTEROP-OK")
     """, env={"RT_CPU_MEMORY_BYTES": 8 << 20, "RT_CPU_OOM_NULL": oom_null})
+
+
+def test_paddle_and_paddle_rt_share_one_instance(tmp_path, paddle_available):
+    """Paddle (through a symlink in CUSTOM_DEVICE_ROOT) and paddle_rt (the bundled path) get the same loaded
+    library: initialize is reference-counted, both work side by side, and the process exits cleanly."""
+    try:
+        import paddle_rt  # noqa: F401  (only to know whether the Cython core is built)
+    except Exception as e:  # pragma: no cover - depends on the build state of the tree
+        pytest.skip(f"paddle_rt does not import: {e}")
+    root = tmp_path / "root"
+    root.mkdir()
+    os.symlink(PLUGIN, root / "librt_cpu.so")
+    run_paddle(root, """
+        import numpy as np
+        import paddle
+        import paddle_rt
+        from paddle_rt import plugins
+        assert "rt_cpu" in paddle.device.get_all_custom_device_type()
+        t = paddle.to_tensor(np.arange(100, dtype="float32"), place=paddle.CustomPlace("rt_cpu", 1))
+        before = plugins.rt_cpu_live_bytes(0)
+        a = paddle_rt.malloc(1 << 20, device="rt_cpu:0")
+        assert plugins.rt_cpu_live_bytes(0) >= before + (1 << 20)
+        assert plugins.rt_cpu_initialize_refcount() == 2, plugins.rt_cpu_initialize_refcount()
+        assert np.array_equal(t.numpy(), np.arange(100, dtype="float32"))
+        paddle_rt.free(a)
+        print("INTEROP-OK")
+    """)
