@@ -16,9 +16,11 @@ Two policies:
   small index tensors) into a small pool of ``small_chunk``-sized chunks (default 2 MiB) so that they never pin or
   fragment the big chunks. A miss in the large pool first gives back the pool's idle chunks and folds their size into
   the new chunk (consolidation: the device sees one bigger chunk instead of several stale ones, at no cost in peak
-  memory), then grows by ``max(request + released, min(max(16 MiB, reserved/32), max(2 MiB, reserved)))``: growth
-  follows the current demand (doubling while small, then 16 MiB or 1/32 of what is held), so the number of device
-  allocations stays small while the unused tail of the newest chunk stays small against the total.
+  memory), then grows by ``g = min(max(16 MiB, reserved/24), max(2 MiB, reserved))`` rounded to the nearest whole
+  number of requests of the missing size (at least one), and at least ``request + released``. Growth follows the
+  current demand (doubling while small, then 16 MiB or 1/24 of what is held), so the number of device allocations
+  stays small while the unused tail of the newest chunk stays small against the total; a chunk holding a whole
+  number of same-sized requests leaves no useless remainder for the next one (layers repeat their sizes).
   A split puts the allocation at the low end of the free block.
 
 Out of memory (a plugin returning ``C_FAILED``, or success with a NULL pointer, or the ``limit`` reached): the ladder
@@ -83,7 +85,7 @@ cdef size_t MiB = 1024 * 1024
 # Adaptive growth constants (documented in the module docstring).
 cdef size_t GROW_MIN = 2 * 1024 * 1024
 cdef size_t GROW_STEP = 16 * 1024 * 1024
-cdef size_t GROW_FRACTION = 32
+cdef size_t GROW_FRACTION = 24
 
 cdef enum:
     ERR_NONE = 0
@@ -347,7 +349,7 @@ cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t
 
 # Size of the chunk to ask for on a miss of `size` bytes (may first consolidate idle chunks).
 cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
-    cdef size_t released, want, reserved, cap, a
+    cdef size_t released, want, reserved, cap, a, k
     if c.cfg.paddle_compat or c.cfg.growth == GROWTH_FIXED:
         return size if size >= c.cfg.chunk_size else c.cfg.chunk_size
     if c.cfg.growth == GROWTH_EXACT:
@@ -355,14 +357,20 @@ cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) n
     if pool == POOL_SMALL:
         want = c.cfg.small_chunk
     else:
-        released = _release_idle(c, POOL_LARGE, 1, stream)
+        # demand: what is held now (idle chunks included), before consolidation
         reserved = <size_t>c.stats[0][ST_RESERVED_BYTES].current
+        released = _release_idle(c, POOL_LARGE, 1, stream)
         cap = reserved // GROW_FRACTION
         if cap < GROW_STEP:
             cap = GROW_STEP
         want = reserved if reserved > GROW_MIN else GROW_MIN
         if want > cap:
             want = cap
+        if want > size:
+            # a whole number of requests of this size (the nearest), so that the chunk's tail is not a useless
+            # remainder for the next request of the same size
+            k = (want + size // 2) // size
+            want = size * (k if k > 0 else 1)
         if size + released > want:
             want = size + released
     if want < size:

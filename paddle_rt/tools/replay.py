@@ -1,0 +1,335 @@
+"""``python -m paddle_rt replay TRACE.csv[.gz] [--device D] [--conf K:V,...]``: replay an allocation log through
+paddle_rt's allocator.
+
+The log is RMM's CSV format (``Thread,Time,Action,Pointer,Size,Stream``; Action ``allocate``/``free``; Pointer hex;
+Size bytes); only the order of events matters. Reports nanoseconds per event (a nogil loop over the public Cython
+API), the peak reserved bytes, the peak live requested bytes, their ratio and the number of device allocations; on
+rt_cpu also the smallest device capacity on which the trace still completes (bisected over ``RT_CPU_MEMORY_BYTES``,
+each probe in a fresh process). ``--baselines`` adds the figures of faithful models of Paddle's auto-growth
+allocator and of PyTorch's caching allocator on an unbounded device, for comparison.
+"""
+import argparse
+import bisect
+import csv
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+MiB = 1 << 20
+
+
+def load_trace(path):
+    """(is_alloc int8 array, sizes int64, slots int64, number of slots, peak live requested bytes)."""
+    import numpy as np
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"Action", "Pointer", "Size"} - set(reader.fieldnames or ())
+        if missing:
+            raise SystemExit(f"replay: {path} is not an RMM allocation log (missing columns: {sorted(missing)})")
+        actions, sizes, slots = [], [], []
+        slot_of, free_slots = {}, []
+        nslots = 0
+        live = peak = 0
+        size_of = {}
+        for lineno, row in enumerate(reader, 2):
+            act = row["Action"].strip()
+            ptr = row["Pointer"].strip()
+            if act == "allocate":
+                n = int(row["Size"])
+                if ptr in slot_of:
+                    raise SystemExit(f"replay: {path}:{lineno}: {ptr} allocated twice without a free")
+                s = free_slots.pop() if free_slots else None
+                if s is None:
+                    s = nslots
+                    nslots += 1
+                slot_of[ptr] = s
+                size_of[ptr] = n
+                live += n
+                peak = max(peak, live)
+                actions.append(1)
+                sizes.append(n)
+                slots.append(s)
+            elif act == "free":
+                if ptr not in slot_of:
+                    raise SystemExit(f"replay: {path}:{lineno}: free of {ptr} which is not live")
+                s = slot_of.pop(ptr)
+                live -= size_of.pop(ptr)
+                free_slots.append(s)
+                actions.append(0)
+                sizes.append(0)
+                slots.append(s)
+            else:
+                raise SystemExit(f"replay: {path}:{lineno}: unknown action {act!r}")
+    return (np.array(actions, dtype=np.int8), np.array(sizes, dtype=np.int64), np.array(slots, dtype=np.int64),
+            max(nslots, 1), peak)
+
+
+def _conf_dict(text):
+    conf = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if item:
+            if ":" not in item:
+                raise SystemExit(f"replay: --conf item {item!r} is not key:value")
+            k, _, v = item.partition(":")
+            conf[k.strip()] = v.strip()
+    return conf
+
+
+def run_once(path, device, conf, trace=None):
+    """Replay in this process. Returns a dict of figures, or raises OutOfMemoryError."""
+    import numpy as np
+    import paddle_rt
+    from paddle_rt._core import _bench_alloc
+
+    is_alloc, sizes, slots, nslots, peak_live = trace or load_trace(path)
+    dev = paddle_rt.device(device) if device else paddle_rt.get_device()
+    alloc = paddle_rt.get_allocator(dev)
+    alloc.empty_cache()
+    if conf:
+        alloc.configure(**conf)
+    alloc.reset_peak_stats()
+    before = alloc.stats()
+    table = np.zeros(nslots, dtype=np.uintp)
+    try:
+        ns, done = _bench_alloc.replay(dev, is_alloc, sizes, slots, table)
+    finally:
+        after = alloc.stats()
+        for p in table[table != 0]:
+            paddle_rt.raw_free(int(p), dev)
+        alloc.empty_cache()
+    return {
+        "device": str(dev), "events": int(len(is_alloc)), "ns_per_event": ns / max(1, len(is_alloc)),
+        "peak_reserved": after["reserved_bytes.all.peak"], "peak_live_requested": int(peak_live),
+        "ratio": after["reserved_bytes.all.peak"] / peak_live if peak_live else float("nan"),
+        "device_allocs": after["num_device_alloc"] - before["num_device_alloc"],
+        "device_frees": after["num_device_free"] - before["num_device_free"],
+        "config": alloc.config(),
+    }
+
+
+def _probe(path, device, conf_text, capacity):
+    env = dict(os.environ)
+    env["RT_CPU_MEMORY_BYTES"] = str(capacity)
+    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", path, "--probe", "--no-min-capacity"]
+    if device:
+        cmd += ["--device", device]
+    if conf_text:
+        cmd += ["--conf", conf_text]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode not in (0, 3):
+        raise SystemExit(f"replay: probe at {capacity} bytes failed unexpectedly:\n{r.stderr}")
+    return r.returncode == 0
+
+
+def min_capacity(path, device, conf_text, lo, hi, tol=None, progress=None):
+    """Smallest RT_CPU_MEMORY_BYTES (to within ``tol``, default 0.25% of hi) on which the replay completes."""
+    tol = tol or max(256 * 1024, hi // 400)
+    while not _probe(path, device, conf_text, hi):
+        lo, hi = hi, hi * 2
+    probes = 0
+    while hi - lo > tol:
+        mid = (lo + hi) // 2
+        if _probe(path, device, conf_text, mid):
+            hi = mid
+        else:
+            lo = mid
+        probes += 1
+        if progress:
+            progress(probes)
+    return hi
+
+
+# -- reference models (unbounded device) -------------------------------------------------------------------------------
+class _Model:
+    """A chunked best-fit allocator model: chunks of blocks, free index sorted by (size, address)."""
+
+    def __init__(self):
+        self.free = [[], []]
+        self.blk = {}         # addr -> [size, free, pool, prev, next]
+        self.next_addr = 1 << 40
+        self.reserved = self.peak = self.device_allocs = 0
+
+    def _new_chunk(self, size, pool):
+        a = self.next_addr
+        self.next_addr += size + (1 << 30)
+        self.reserved += size
+        self.peak = max(self.peak, self.reserved)
+        self.device_allocs += 1
+        self.blk[a] = [size, True, pool, None, None]
+        bisect.insort(self.free[pool], (size, a))
+        return a
+
+    def _take(self, pool, size, low_remainder, may_split):
+        i = bisect.bisect_left(self.free[pool], (size, -1))
+        if i == len(self.free[pool]):
+            return None
+        bsize, a = self.free[pool].pop(i)
+        b = self.blk[a]
+        rest = bsize - size
+        if rest and may_split(pool, rest):
+            if low_remainder:
+                na = a + rest
+                self.blk[na] = [size, False, pool, a, b[4]]
+                if b[4] is not None:
+                    self.blk[b[4]][3] = na
+                b[0], b[4] = rest, na
+                bisect.insort(self.free[pool], (rest, a))
+                return na
+            na = a + size
+            self.blk[na] = [rest, True, pool, a, b[4]]
+            if b[4] is not None:
+                self.blk[b[4]][3] = na
+            b[0], b[4] = size, na
+            bisect.insort(self.free[pool], (rest, na))
+        b[1] = False
+        return a
+
+    def release(self, a):
+        b = self.blk[a]
+        pool = b[2]
+        b[1] = True
+        p = b[3]
+        if p is not None and self.blk[p][1]:
+            pb = self.blk[p]
+            self.free[pool].remove((pb[0], p))
+            pb[0] += b[0]
+            pb[4] = b[4]
+            if b[4] is not None:
+                self.blk[b[4]][3] = p
+            del self.blk[a]
+            a, b = p, pb
+        n = b[4]
+        if n is not None and self.blk[n][1]:
+            nb = self.blk[n]
+            self.free[pool].remove((nb[0], n))
+            b[0] += nb[0]
+            b[4] = nb[4]
+            if nb[4] is not None:
+                self.blk[nb[4]][3] = a
+            del self.blk[n]
+        bisect.insort(self.free[pool], (b[0], a))
+
+
+class PaddleAutoGrowthModel(_Model):
+    """Paddle's auto_growth best fit (ABI.md): round_up(n + padding, min_chunk), exact chunks, remainder low."""
+
+    def __init__(self, align=256, padding=0):
+        super().__init__()
+        self.align, self.padding = align, padding
+
+    def malloc(self, n):
+        size = max(1, -(-(n + self.padding) // self.align)) * self.align
+        a = self._take(1, size, True, lambda p, r: True)
+        if a is None:
+            self._new_chunk(size, 1)
+            a = self._take(1, size, True, lambda p, r: True)
+        return a
+
+
+class TorchCachingModel(_Model):
+    """PyTorch's CUDA caching allocator (default config) as traces/README.md describes it."""
+
+    def malloc(self, n):
+        size = 512 if n < 512 else -(-n // 512) * 512
+        pool = 0 if size <= MiB else 1
+        split = (lambda p, r: r >= 512) if pool == 0 else (lambda p, r: r > MiB)
+        a = self._take(pool, size, False, split)
+        if a is None:
+            if pool == 0:
+                seg = 2 * MiB
+            elif size < 10 * MiB:
+                seg = 20 * MiB
+            else:
+                seg = -(-size // (2 * MiB)) * (2 * MiB)
+            self._new_chunk(seg, pool)
+            a = self._take(pool, size, False, split)
+        return a
+
+
+def run_model(model, trace):
+    is_alloc, sizes, slots, nslots, peak = trace
+    table = [0] * nslots
+    for a, n, s in zip(is_alloc.tolist(), sizes.tolist(), slots.tolist()):
+        if a:
+            table[s] = model.malloc(n)
+        else:
+            model.release(table[s])
+    return {"peak_reserved": model.peak, "device_allocs": model.device_allocs}
+
+
+def _mib(n):
+    return f"{n / MiB:.1f} MiB"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m paddle_rt replay", description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", help="RMM-format CSV log (.csv or .csv.gz)")
+    ap.add_argument("--device", default=None, help="device to replay on (default: the current device)")
+    ap.add_argument("--conf", default="", help="allocator config key:value,... (as PADDLE_RT_ALLOC_CONF)")
+    ap.add_argument("--baselines", action="store_true",
+                    help="also model Paddle's auto-growth and PyTorch's caching allocator (unbounded device)")
+    ap.add_argument("--no-min-capacity", action="store_true", help="skip the minimum-capacity bisection")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--progress", action="store_true", help="show a progress bar during the bisection (tqdm)")
+    ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    trace = load_trace(args.trace)
+    conf = _conf_dict(args.conf)
+    import paddle_rt
+
+    if args.probe:
+        try:
+            run_once(args.trace, args.device, conf, trace)
+        except paddle_rt.OutOfMemoryError:
+            return 3
+        return 0
+
+    res = run_once(args.trace, args.device, conf, trace)
+    dev = paddle_rt.device(res["device"])
+    if dev.type == "rt_cpu" and not args.no_min_capacity:
+        bar = None
+        if args.progress:
+            try:
+                from tqdm import tqdm
+                bar = tqdm(desc="min capacity", unit="probe")
+            except ImportError:
+                bar = None
+        lo = trace[4]
+        hi = max(res["peak_reserved"], lo + 1)
+        res["min_capacity"] = min_capacity(args.trace, args.device, args.conf, lo, hi,
+                                           progress=(lambda k: bar.update(1)) if bar else None)
+        if bar:
+            bar.close()
+    if args.baselines:
+        res["paddle"] = run_model(PaddleAutoGrowthModel(res["config"]["alignment"], res["config"]["padding"]), trace)
+        res["torch"] = run_model(TorchCachingModel(), trace)
+    if args.json:
+        print(json.dumps(res, indent=1, default=str))
+        return 0
+    name = os.path.basename(args.trace)
+    mode = "paddle_compat" if res["config"]["paddle_compat"] else f"default ({res['config']['growth']})"
+    print(f"{name} on {res['device']}, {mode}, {res['events']} events")
+    print(f"  ns per event          {res['ns_per_event']:.0f}")
+    print(f"  peak reserved         {_mib(res['peak_reserved'])} ({res['peak_reserved']} B)")
+    print(f"  peak live requested   {_mib(res['peak_live_requested'])} ({res['peak_live_requested']} B)")
+    print(f"  ratio                 {res['ratio']:.3f}")
+    print(f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})")
+    if "min_capacity" in res:
+        print(f"  min device capacity   {_mib(res['min_capacity'])} ({res['min_capacity']} B)")
+    if args.baselines:
+        for k, label in (("paddle", "Paddle auto-growth"), ("torch", "PyTorch caching")):
+            print(f"  {label:21s} peak reserved {_mib(res[k]['peak_reserved'])}, "
+                  f"device allocations {res[k]['device_allocs']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
