@@ -225,19 +225,36 @@ def test_devices_are_the_same_objects_across_threads(td_min):
     assert len(seen) == 8 and all(d is paddle_rt.device("td_min:1") for d in seen)
 
 
+FAILING_DEVICE = """
+import json, paddle_rt
+out = {"start": repr(paddle_rt.set_device(%(t)r + ":0"))}
+for attempt in range(2):   # not marked ready after a failure: it fails again, the same way
+    try:
+        paddle_rt.set_device(%(t)r + ":1")
+        out[attempt] = None
+    except paddle_rt.PluginError as exc:
+        out[attempt] = [exc.device, exc.call, exc.status, str(exc)]
+    out["current%%d" %% attempt] = repr(paddle_rt.get_device())
+print("RESULT " + json.dumps(out))
+"""
+
+
 @pytest.mark.smoke
-def test_failing_init_device(build_plugin):
-    paddle_rt.load_plugin(build_plugin("variant", {"DEVICE_TYPE": dtype("td_failinit"), "NDEV": 2,
-                                                   "FAIL_INIT_DEVICE": 1}))
-    paddle_rt.set_device("td_failinit:0")
-    for _ in range(2):  # not marked ready after a failure: it fails again, the same way
-        with pytest.raises(PluginError) as info:
-            paddle_rt.set_device("td_failinit:1")
-        assert info.value.device == "td_failinit:1"
-        assert info.value.call == "init_device"
-        assert info.value.status == 3
-        assert "td_failinit:1" in str(info.value) and "init_device" in str(info.value)
-        assert paddle_rt.get_device() is paddle_rt.device("td_failinit:0")
+@pytest.mark.parametrize("switch,call", [("FAIL_INIT_DEVICE", "init_device"), ("FAIL_SET_DEVICE", "set_device")])
+def test_failing_device_leaves_current_unchanged(run_python, build_plugin, switch, call):
+    """Run in a child (a device that cannot be used would upset other test files iterating over all devices)."""
+    name = "td_" + switch.lower()
+    so = build_plugin("variant", {"DEVICE_TYPE": dtype(name), "NDEV": 2, switch: 1})
+    res = run_python(FAILING_DEVICE % {"t": name}, env={"PADDLE_RT_PLUGIN_PATH": str(so), "CUSTOM_DEVICE_ROOT": None,
+                                                       "PADDLE_RT_NO_RT_CPU": "1", "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.split("RESULT ", 1)[1])
+    assert out["start"] == f"{name}:0"
+    for attempt in ("0", "1"):
+        device, failed_call, status, message = out[attempt]
+        assert device == f"{name}:1" and failed_call == call and status == 3
+        assert f"{name}:1" in message and call in message
+        assert out["current" + attempt] == f"{name}:0"
 
 
 BROKEN_PLUGIN = """
@@ -285,16 +302,6 @@ def test_plugin_failing_to_initialise(run_python, build_plugin, switch, call, te
     assert out["device"] == call
     assert out["rt_cpu"] == "rt_cpu:0"
     assert name in out["types"]
-
-
-def test_failing_set_device_leaves_current_unchanged(build_plugin):
-    paddle_rt.load_plugin(build_plugin("variant", {"DEVICE_TYPE": dtype("td_failset"), "NDEV": 2,
-                                                   "FAIL_SET_DEVICE": 1}))
-    paddle_rt.set_device("td_failset:0")
-    with pytest.raises(PluginError) as info:
-        paddle_rt.set_device("td_failset:1")
-    assert info.value.call == "set_device" and info.value.device == "td_failset:1"
-    assert paddle_rt.get_device() is paddle_rt.device("td_failset:0")
 
 
 def test_concurrent_first_use_initialises_once(run_python, build_plugin, tmp_path):
