@@ -66,7 +66,7 @@ def driver(tmp_path_factory):
     sanitize = os.environ.get("PADDLE_RT_SANITIZE", "")  # the plugin is built with it too: match it
     extra = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"] if sanitize else []
     cmd = [compiler, "-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-pthread", "-rdynamic", *extra,
-           f"-I{INCLUDE}", DRIVER_SOURCE, "-o", str(out), "-ldl"]
+           f"-I{INCLUDE}", DRIVER_SOURCE, "-o", str(out), "-ldl", "-lm"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"building the driver failed: {' '.join(cmd)}\n{res.stderr}")
@@ -90,7 +90,7 @@ def test_default_configuration_all_hooks(driver, plugin_path):
     res = run_driver(driver, plugin_path, ["all"])
     names = [ln.split(":")[0] for ln in res.stdout.splitlines()]
     for expected in ("handshake", "devices", "memory", "handles", "refcount", "stream_order", "events", "blas",
-                     "profiler", "threads"):
+                     "profiler", "threads", "ccl_reductions", "ccl_data_movement", "ccl_threads"):
         assert expected in names
 
 
@@ -166,14 +166,40 @@ def test_driver_under_valgrind(driver, plugin_path):
         pytest.skip("valgrind is not installed")
     prefix = [valgrind, "-q", "--error-exitcode=1", "--leak-check=full", "--errors-for-leak-kinds=definite,possible"]
     run_driver(driver, plugin_path, ["all"], prefix=prefix, timeout=600)
-    run_driver(driver, plugin_path, ["stream_order", "events", "capacity"],
-               {"RT_CPU_STREAM_DELAY_US": 500, "RT_CPU_MEMORY_BYTES": 1048576}, prefix=prefix, timeout=600)
+    run_driver(driver, plugin_path, ["stream_order", "events", "capacity", "ccl_timeout"],
+               {"RT_CPU_STREAM_DELAY_US": 500, "RT_CPU_MEMORY_BYTES": 1048576, "RT_CPU_CCL_TIMEOUT_MS": 300},
+               prefix=prefix, timeout=600)
 
 
 @pytest.mark.smoke
 def test_driver_smoke(driver, plugin_path):
     """The same driver without valgrind (under ASan when the build is sanitized)."""
     run_driver(driver, plugin_path, ["all"])
+
+
+# ---------------------------------------------------------------------------------------------------- collectives
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_collectives(driver, plugin_path, ranks):
+    """all_reduce/reduce/reduce_scatter for every reducible type and op (in place too), broadcast, all_gather,
+    send/recv rings in groups, all_to_all with uneven counts, ranks as threads on streams or synchronous; one rank
+    per rt_cpu device."""
+    run_driver(driver, plugin_path, ["ccl_reductions", "ccl_data_movement", "ccl_threads"],
+               {"RT_CPU_DEVICE_COUNT": ranks})
+
+
+def test_collectives_with_slow_streams(driver, plugin_path):
+    run_driver(driver, plugin_path, ["ccl_data_movement", "ccl_threads"],
+               {"RT_CPU_DEVICE_COUNT": 3, "RT_CPU_STREAM_DELAY_US": 300})
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_collective_timeout_and_mismatch(driver, plugin_path, ranks):
+    """A rank whose peers never come returns C_ERROR after RT_CPU_CCL_TIMEOUT_MS (synchronously) or marks its
+    communicator in error (on a stream, which then goes on); mismatched counts fail on every rank; destroying a
+    communicator with queued work is safe."""
+    res = run_driver(driver, plugin_path, ["ccl_timeout"], {"RT_CPU_DEVICE_COUNT": ranks, "RT_CPU_CCL_TIMEOUT_MS": 200})
+    assert "peers did not join within 200 ms" in res.stderr
 
 
 # ---------------------------------------------------------------------------------------------------- ctypes

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <math.h>
 
 #include "paddle_rt/device_ext.h"
 
@@ -919,6 +920,496 @@ static void test_max_streams(void) {
   end();
 }
 
+
+/* ================================================================================================= collectives */
+
+static int g_nranks;
+
+static size_t dt_size(C_DataType t) {
+  switch (t) {
+    case BOOL: case UINT8: case INT8: return 1;
+    case UINT16: case INT16: case FLOAT16: case BFLOAT16: return 2;
+    case UINT32: case INT32: case FLOAT32: return 4;
+    default: return 8;
+  }
+}
+
+static int dt_signed(C_DataType t) { return t == INT8 || t == INT16 || t == INT32 || t == INT64; }
+static int dt_float(C_DataType t) { return t == FLOAT16 || t == BFLOAT16 || t == FLOAT32 || t == FLOAT64; }
+
+static void dt_store(C_DataType t, void* buf, size_t i, double v) {
+  switch (t) {
+    case BOOL: case UINT8: ((uint8_t*)buf)[i] = (uint8_t)(long long)v; break;
+    case INT8: ((int8_t*)buf)[i] = (int8_t)(long long)v; break;
+    case UINT16: ((uint16_t*)buf)[i] = (uint16_t)(long long)v; break;
+    case INT16: ((int16_t*)buf)[i] = (int16_t)(long long)v; break;
+    case UINT32: ((uint32_t*)buf)[i] = (uint32_t)(long long)v; break;
+    case INT32: ((int32_t*)buf)[i] = (int32_t)(long long)v; break;
+    case UINT64: ((uint64_t*)buf)[i] = (uint64_t)(long long)v; break;
+    case INT64: ((int64_t*)buf)[i] = (int64_t)(long long)v; break;
+    case FLOAT16: ((_Float16*)buf)[i] = (_Float16)v; break;
+    case BFLOAT16: {
+      float f = (float)v;
+      uint32_t bits;
+      memcpy(&bits, &f, 4);
+      ((uint16_t*)buf)[i] = (uint16_t)(bits >> 16); /* test values are exact in bfloat16 */
+      break;
+    }
+    case FLOAT32: ((float*)buf)[i] = (float)v; break;
+    case FLOAT64: ((double*)buf)[i] = v; break;
+    default: break;
+  }
+}
+
+static double dt_load(C_DataType t, const void* buf, size_t i) {
+  switch (t) {
+    case BOOL: case UINT8: return ((const uint8_t*)buf)[i];
+    case INT8: return ((const int8_t*)buf)[i];
+    case UINT16: return ((const uint16_t*)buf)[i];
+    case INT16: return ((const int16_t*)buf)[i];
+    case UINT32: return ((const uint32_t*)buf)[i];
+    case INT32: return ((const int32_t*)buf)[i];
+    case UINT64: return (double)((const uint64_t*)buf)[i];
+    case INT64: return (double)((const int64_t*)buf)[i];
+    case FLOAT16: return (double)((const _Float16*)buf)[i];
+    case BFLOAT16: {
+      uint32_t bits = (uint32_t)((const uint16_t*)buf)[i] << 16;
+      float f;
+      memcpy(&f, &bits, 4);
+      return f;
+    }
+    case FLOAT32: return ((const float*)buf)[i];
+    case FLOAT64: return ((const double*)buf)[i];
+    default: return 0;
+  }
+}
+
+/* value of element i on rank r */
+static double ccl_value(C_DataType t, int r, size_t i) {
+  double v = (double)((r + (int)i) % 3 + 1);
+  if (dt_signed(t) && (i % 2)) v = -v;
+  if (dt_float(t) && (i % 4 == 3)) v = v / 4; /* exact in every float type */
+  return v;
+}
+
+static double ccl_expected(C_DataType t, C_CCLReduceOp op, int n, size_t i) {
+  double acc = ccl_value(t, 0, i);
+  for (int r = 1; r < n; r++) {
+    double v = ccl_value(t, r, i);
+    switch (op) {
+      case SUM: case AVG: acc += v; break;
+      case PRODUCT: acc *= v; break;
+      case MAX: if (v > acc) acc = v; break;
+      case MIN: if (v < acc) acc = v; break;
+    }
+  }
+  if (op == AVG) acc = dt_float(t) ? acc / n : (double)((long long)acc / n); /* integers truncate */
+  return acc;
+}
+
+static int close_enough(C_DataType t, double got, double want) {
+  if (!dt_float(t)) return got == want;
+  double tol = (t == FLOAT16 || t == BFLOAT16) ? 1e-2 : 1e-6;
+  return fabs(got - want) <= tol * (1 + fabs(want));
+}
+
+typedef struct {
+  C_CCLComm comm[64];
+  C_Stream stream[64];
+  struct C_Device_st dev[64];
+} ccl_world;
+
+static void ccl_init_world(ccl_world* w, int with_streams) {
+  size_t idsz = 0;
+  CHECK_EQ(g_if.xccl_get_unique_id_size(&idsz), C_SUCCESS);
+  CHECK(idsz >= 16 && idsz <= 4096);
+  unsigned char* idbuf = calloc(1, idsz);
+  C_CCLRootId id = {idsz, idbuf};
+  CHECK_EQ(g_if.xccl_get_unique_id(&id), C_SUCCESS);
+  /* InfiniCCL's comm_init_all: every rank initialised from this one thread, one after another */
+  for (int r = 0; r < g_nranks; r++) {
+    w->dev[r].id = r;
+    CHECK_EQ(g_if.set_device(&w->dev[r]), C_SUCCESS);
+    w->comm[r] = NULL;
+    CHECK_EQ(g_if.xccl_comm_init_rank((size_t)g_nranks, &id, (size_t)r, &w->comm[r]), C_SUCCESS);
+    CHECK(w->comm[r] != NULL);
+    w->stream[r] = NULL;
+    if (with_streams) CHECK_EQ(g_if.create_stream(&w->dev[r], &w->stream[r]), C_SUCCESS);
+  }
+  g_if.set_device(&D0);
+  /* a rank taken twice, or a different nranks, is refused */
+  C_CCLComm extra = NULL;
+  CHECK_EQ(g_if.xccl_comm_init_rank((size_t)g_nranks, &id, 0, &extra), C_ERROR);
+  CHECK_EQ(g_if.xccl_comm_init_rank((size_t)g_nranks + 1, &id, (size_t)g_nranks, &extra), C_ERROR);
+  CHECK_EQ(g_if.xccl_comm_init_rank((size_t)g_nranks, &id, (size_t)g_nranks, &extra), C_ERROR);
+  CHECK(extra == NULL);
+  free(idbuf);
+}
+
+static void ccl_sync_world(ccl_world* w) {
+  for (int r = 0; r < g_nranks; r++)
+    if (w->stream[r]) CHECK_EQ(g_if.synchronize_stream(&w->dev[r], w->stream[r]), C_SUCCESS);
+}
+
+static void ccl_free_world(ccl_world* w) {
+  for (int r = 0; r < g_nranks; r++) {
+    CHECK_EQ(g_if.xccl_destroy_comm(w->comm[r]), C_SUCCESS);
+    if (w->stream[r]) CHECK_EQ(g_if.destroy_stream(&w->dev[r], w->stream[r]), C_SUCCESS);
+  }
+}
+
+static const C_DataType REDUCIBLE[] = {UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64,
+                                       FLOAT16, FLOAT32, FLOAT64, BFLOAT16};
+
+static void test_ccl_reductions(void) {
+  begin();
+  ccl_world w;
+  ccl_init_world(&w, 1);
+  char name[64] = {0};
+  CHECK_EQ(g_if.xccl_get_comm_name(w.comm[0], name), C_SUCCESS);
+  CHECK(strncmp(name, "rt_cpu_ccl_", 11) == 0);
+  const size_t N = 37;
+  int n = g_nranks;
+  for (size_t ti = 0; ti < sizeof(REDUCIBLE) / sizeof(REDUCIBLE[0]); ti++) {
+    C_DataType t = REDUCIBLE[ti];
+    size_t es = dt_size(t);
+    for (int op = SUM; op <= PRODUCT; op++) {
+      void* send[64];
+      void* recv[64];
+      void* inplace[64];
+      void* red[64];
+      void* rs_send[64];
+      void* rs_recv[64];
+      for (int r = 0; r < n; r++) {
+        send[r] = calloc(N, es);
+        recv[r] = calloc(N, es);
+        inplace[r] = calloc(N, es);
+        red[r] = calloc(N, es);
+        rs_send[r] = calloc(N * (size_t)n, es);
+        rs_recv[r] = calloc(N, es);
+        for (size_t i = 0; i < N; i++) {
+          dt_store(t, send[r], i, ccl_value(t, r, i));
+          dt_store(t, inplace[r], i, ccl_value(t, r, i));
+          dt_store(t, red[r], i, -1 * 0 + 99);
+        }
+        for (int seg = 0; seg < n; seg++)
+          for (size_t i = 0; i < N; i++) dt_store(t, rs_send[r], (size_t)seg * N + i, ccl_value(t, r, i + (size_t)seg));
+      }
+      for (int r = 0; r < n; r++) {
+        CHECK_EQ(g_if.xccl_all_reduce(send[r], recv[r], N, t, (C_CCLReduceOp)op, w.comm[r], w.stream[r]), C_SUCCESS);
+        CHECK_EQ(g_if.xccl_all_reduce(inplace[r], inplace[r], N, t, (C_CCLReduceOp)op, w.comm[r], w.stream[r]),
+                 C_SUCCESS);
+        CHECK_EQ(g_if.xccl_reduce(send[r], red[r], N, t, (C_CCLReduceOp)op, (size_t)(n - 1), w.comm[r], w.stream[r]),
+                 C_SUCCESS);
+        CHECK_EQ(g_if.xccl_reduce_scatter(rs_send[r], rs_recv[r], N, t, (C_CCLReduceOp)op, w.comm[r], w.stream[r]),
+                 C_SUCCESS);
+      }
+      ccl_sync_world(&w);
+      int bad = 0;
+      for (int r = 0; r < n && !bad; r++) {
+        for (size_t i = 0; i < N; i++) {
+          double want = ccl_expected(t, (C_CCLReduceOp)op, n, i);
+          if (!close_enough(t, dt_load(t, recv[r], i), want) || !close_enough(t, dt_load(t, inplace[r], i), want)) {
+            fprintf(stderr, "all_reduce dtype %d op %d rank %d i %zu: got %g / %g want %g\n", (int)t, op, r, i,
+                    dt_load(t, recv[r], i), dt_load(t, inplace[r], i), want);
+            bad = 1;
+            break;
+          }
+          double want_red = r == n - 1 ? want : 99;
+          if (!close_enough(t, dt_load(t, red[r], i), want_red)) {
+            fprintf(stderr, "reduce dtype %d op %d rank %d i %zu: got %g want %g\n", (int)t, op, r, i,
+                    dt_load(t, red[r], i), want_red);
+            bad = 1;
+            break;
+          }
+          double want_rs = ccl_expected(t, (C_CCLReduceOp)op, n, i + (size_t)r);
+          if (!close_enough(t, dt_load(t, rs_recv[r], i), want_rs)) {
+            fprintf(stderr, "reduce_scatter dtype %d op %d rank %d i %zu: got %g want %g\n", (int)t, op, r, i,
+                    dt_load(t, rs_recv[r], i), want_rs);
+            bad = 1;
+            break;
+          }
+        }
+      }
+      CHECK(!bad);
+      for (int r = 0; r < n; r++) {
+        free(send[r]);
+        free(recv[r]);
+        free(inplace[r]);
+        free(red[r]);
+        free(rs_send[r]);
+        free(rs_recv[r]);
+      }
+    }
+  }
+  /* refused: complex, bool and undefined reductions, bad op, bad root, NULL buffers, unknown communicator */
+  float fb[4] = {0};
+  CHECK_EQ(g_if.xccl_all_reduce(fb, fb, 2, COMPLEX64, SUM, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_all_reduce(fb, fb, 2, COMPLEX128, SUM, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_all_reduce(fb, fb, 2, BOOL, SUM, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_all_reduce(fb, fb, 2, UNDEFINED, SUM, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_all_reduce(fb, fb, 2, FLOAT32, (C_CCLReduceOp)7, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_broadcast(fb, 2, COMPLEX64, 0, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_broadcast(fb, 2, FLOAT32, (size_t)n, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_reduce(fb, fb, 2, FLOAT32, SUM, (size_t)n, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_all_reduce(NULL, fb, 2, FLOAT32, SUM, w.comm[0], w.stream[0]), C_ERROR);
+  CHECK_EQ(g_if.xccl_send(fb, 2, FLOAT32, (size_t)n, w.comm[0], w.stream[0]), C_ERROR);
+  long long garbage[8] = {0};
+  CHECK_EQ(g_if.xccl_all_reduce(fb, fb, 2, FLOAT32, SUM, (C_CCLComm)garbage, NULL), C_ERROR);
+  CHECK_EQ(g_if.xccl_destroy_comm((C_CCLComm)garbage), C_ERROR);
+  CHECK_EQ(g_if.xccl_get_comm_name((C_CCLComm)garbage, name), C_ERROR);
+  if (n > 1) /* a stream of another device */
+    CHECK_EQ(g_if.xccl_all_reduce(fb, fb, 2, FLOAT32, SUM, w.comm[0], w.stream[1]), C_ERROR);
+  /* the refusals consumed no sequence numbers: a further all_reduce still matches */
+  float v[64];
+  for (int r = 0; r < n; r++) {
+    v[r] = (float)(r + 1);
+    CHECK_EQ(g_if.xccl_all_reduce(&v[r], &v[r], 1, FLOAT32, SUM, w.comm[r], w.stream[r]), C_SUCCESS);
+  }
+  ccl_sync_world(&w);
+  for (int r = 0; r < n; r++) CHECK(v[r] == (float)(n * (n + 1) / 2));
+  ccl_free_world(&w);
+  CHECK_EQ(g_if.xccl_destroy_comm(w.comm[0]), C_ERROR);
+  /* ids: too small a buffer, foreign id */
+  unsigned char small[4];
+  C_CCLRootId sid = {sizeof(small), small};
+  CHECK_EQ(g_if.xccl_get_unique_id(&sid), C_ERROR);
+  unsigned char fake[64];
+  memset(fake, 0x5a, sizeof(fake));
+  C_CCLRootId fid = {sizeof(fake), fake};
+  C_CCLComm fc = NULL;
+  CHECK_EQ(g_if.xccl_comm_init_rank(2, &fid, 0, &fc), C_ERROR);
+  end();
+}
+
+static void test_ccl_data_movement(void) {
+  begin();
+  ccl_world w;
+  ccl_init_world(&w, 1);
+  int n = g_nranks;
+  const size_t N = 1000;
+  int32_t* bc[64];
+  int32_t* ag_send[64];
+  int32_t* ag_recv[64];
+  uint8_t* bools[64];
+  for (int r = 0; r < n; r++) {
+    bc[r] = calloc(N, 4);
+    ag_send[r] = calloc(N, 4);
+    ag_recv[r] = calloc(N * (size_t)n, 4);
+    bools[r] = calloc(N, 1);
+    for (size_t i = 0; i < N; i++) {
+      bc[r][i] = r == 1 % n ? (int32_t)(i * 3 + 7) : -1;
+      ag_send[r][i] = (int32_t)(r * 100000 + (int)i);
+      bools[r][i] = r == 0 ? (uint8_t)(i % 2) : 7;
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    CHECK_EQ(g_if.xccl_broadcast(bc[r], N, INT32, (size_t)(1 % n), w.comm[r], w.stream[r]), C_SUCCESS);
+    CHECK_EQ(g_if.xccl_all_gather(ag_send[r], ag_recv[r], N, INT32, w.comm[r], w.stream[r]), C_SUCCESS);
+    CHECK_EQ(g_if.xccl_broadcast(bools[r], N, BOOL, 0, w.comm[r], w.stream[r]), C_SUCCESS);
+  }
+  ccl_sync_world(&w);
+  for (int r = 0; r < n; r++) {
+    int ok = 1;
+    for (size_t i = 0; i < N; i++) {
+      if (bc[r][i] != (int32_t)(i * 3 + 7) || bools[r][i] != (uint8_t)(i % 2)) ok = 0;
+      for (int k = 0; k < n; k++)
+        if (ag_recv[r][(size_t)k * N + i] != (int32_t)(k * 100000 + (int)i)) ok = 0;
+    }
+    CHECK(ok);
+  }
+  /* send/recv ring inside a group, from this one thread (every rank sends right and receives from the left) */
+  double* sbuf[64];
+  double* rbuf[64];
+  for (int r = 0; r < n; r++) {
+    sbuf[r] = malloc(N * sizeof(double));
+    rbuf[r] = calloc(N, sizeof(double));
+    for (size_t i = 0; i < N; i++) sbuf[r][i] = r * 1000.0 + (double)i;
+  }
+  CHECK_EQ(g_if.xccl_group_start(), C_SUCCESS);
+  for (int r = 0; r < n; r++) {
+    CHECK_EQ(g_if.xccl_send(sbuf[r], N, FLOAT64, (size_t)((r + 1) % n), w.comm[r], w.stream[r]), C_SUCCESS);
+    CHECK_EQ(g_if.xccl_recv(rbuf[r], N, FLOAT64, (size_t)((r + n - 1) % n), w.comm[r], w.stream[r]), C_SUCCESS);
+  }
+  CHECK_EQ(g_if.xccl_group_end(), C_SUCCESS);
+  ccl_sync_world(&w);
+  for (int r = 0; r < n; r++) {
+    int left = (r + n - 1) % n;
+    CHECK(rbuf[r][0] == left * 1000.0 && rbuf[r][N - 1] == left * 1000.0 + (double)(N - 1));
+  }
+  CHECK_EQ(g_if.xccl_group_end(), C_ERROR); /* unbalanced */
+  /* all_to_all: rank r sends block (r, k) to k, with per-peer counts */
+  {
+    int64_t* s2[64];
+    int64_t* r2[64];
+    for (int r = 0; r < n; r++) {
+      s2[r] = calloc((size_t)n * 8, sizeof(int64_t));
+      r2[r] = calloc((size_t)n * 8, sizeof(int64_t));
+      for (int k = 0; k < n; k++)
+        for (int i = 0; i < 8; i++) s2[r][k * 8 + i] = r * 100 + k * 10 + i;
+    }
+    CHECK_EQ(g_if.xccl_group_start(), C_SUCCESS);
+    for (int r = 0; r < n; r++) {
+      const void* sp[64];
+      void* rp[64];
+      size_t sc[64], rc[64];
+      C_DataType st[64], rt[64];
+      for (int k = 0; k < n; k++) {
+        sp[k] = &s2[r][k * 8];
+        rp[k] = &r2[r][k * 8];
+        sc[k] = (size_t)(1 + (r + k) % 8);  /* r -> k sends 1 + (r+k)%8 elements */
+        rc[k] = (size_t)(1 + (k + r) % 8);  /* k -> r receives the same */
+        st[k] = rt[k] = INT64;
+      }
+      CHECK_EQ(g_if.xccl_all_to_all(sp, sc, st, rp, rc, rt, (size_t)r, (size_t)n, w.comm[r], w.stream[r]), C_SUCCESS);
+    }
+    CHECK_EQ(g_if.xccl_group_end(), C_SUCCESS);
+    ccl_sync_world(&w);
+    int ok = 1;
+    for (int r = 0; r < n; r++)
+      for (int k = 0; k < n; k++) {
+        int cnt = 1 + (r + k) % 8;
+        for (int i = 0; i < 8; i++) {
+          int64_t want = i < cnt ? k * 100 + r * 10 + i : 0;
+          if (r2[r][k * 8 + i] != want) ok = 0;
+        }
+      }
+    CHECK(ok);
+    for (int r = 0; r < n; r++) {
+      free(s2[r]);
+      free(r2[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    free(bc[r]);
+    free(ag_send[r]);
+    free(ag_recv[r]);
+    free(bools[r]);
+    free(sbuf[r]);
+    free(rbuf[r]);
+  }
+  ccl_free_world(&w);
+  end();
+}
+
+/* ranks as threads, each with its own stream or the NULL stream (synchronous rendezvous) */
+typedef struct {
+  ccl_world* w;
+  int rank;
+  int use_stream;
+  int failures;
+} ccl_thread_arg;
+
+static void* ccl_rank_thread(void* p) {
+  ccl_thread_arg* a = p;
+  ccl_world* w = a->w;
+  int r = a->rank, n = g_nranks;
+  C_Stream s = a->use_stream ? w->stream[r] : NULL;
+  g_if.set_device(&w->dev[r]);
+  for (int round = 0; round < 20; round++) {
+    float x[16];
+    for (int i = 0; i < 16; i++) x[i] = (float)(r + round + i);
+    if (g_if.xccl_all_reduce(x, x, 16, FLOAT32, MAX, w->comm[r], s) != C_SUCCESS) a->failures++;
+    /* point to point without a group: even ranks send first, odd ranks receive first */
+    float y[4] = {(float)r, (float)r, (float)r, (float)r}, z[4] = {0};
+    int peer = r ^ 1;
+    if (peer < n) {
+      if (r % 2 == 0) {
+        if (g_if.xccl_send(y, 4, FLOAT32, (size_t)peer, w->comm[r], s) != C_SUCCESS) a->failures++;
+        if (g_if.xccl_recv(z, 4, FLOAT32, (size_t)peer, w->comm[r], s) != C_SUCCESS) a->failures++;
+      } else {
+        if (g_if.xccl_recv(z, 4, FLOAT32, (size_t)peer, w->comm[r], s) != C_SUCCESS) a->failures++;
+        if (g_if.xccl_send(y, 4, FLOAT32, (size_t)peer, w->comm[r], s) != C_SUCCESS) a->failures++;
+      }
+    }
+    if (s && g_if.synchronize_stream(&w->dev[r], s) != C_SUCCESS) a->failures++;
+    for (int i = 0; i < 16; i++)
+      if (x[i] != (float)(n - 1 + round + i)) {
+        a->failures++;
+        break;
+      }
+    if (peer < n && z[3] != (float)peer) a->failures++;
+  }
+  return NULL;
+}
+
+static void test_ccl_threads(void) {
+  begin();
+  for (int use_stream = 0; use_stream < 2; use_stream++) {
+    ccl_world w;
+    ccl_init_world(&w, 1);
+    pthread_t th[64];
+    ccl_thread_arg args[64];
+    for (int r = 0; r < g_nranks; r++) {
+      args[r] = (ccl_thread_arg){&w, r, use_stream, 0};
+      pthread_create(&th[r], NULL, ccl_rank_thread, &args[r]);
+    }
+    for (int r = 0; r < g_nranks; r++) {
+      pthread_join(th[r], NULL);
+      CHECK_EQ(args[r].failures, 0);
+    }
+    ccl_free_world(&w);
+  }
+  end();
+}
+
+/* expects RT_CPU_CCL_TIMEOUT_MS small (e.g. 200) */
+static void test_ccl_timeout(void) {
+  begin();
+  int (*comm_error)(void*) = (int (*)(void*))dlsym(g_lib, "rt_cpu_ccl_comm_error");
+  CHECK(comm_error != NULL);
+  if (!comm_error || g_nranks < 2) {
+    end();
+    return;
+  }
+  ccl_world w;
+  ccl_init_world(&w, 1);
+  float x[4] = {1, 2, 3, 4};
+  /* synchronous: only rank 0 shows up -> C_ERROR after the timeout instead of hanging */
+  CHECK_EQ(g_if.xccl_all_reduce(x, x, 4, FLOAT32, SUM, w.comm[0], NULL), C_ERROR);
+  CHECK(x[0] == 1 && x[3] == 4);
+  CHECK_EQ(comm_error(w.comm[0]), 1);
+  CHECK_EQ(g_if.xccl_all_reduce(x, x, 4, FLOAT32, SUM, w.comm[0], NULL), C_ERROR); /* sticky */
+  /* asynchronous: rank 1's stream gives up, the stream goes on, the communicator reports the error */
+  CHECK_EQ(g_if.xccl_broadcast(x, 4, FLOAT32, 0, w.comm[1], w.stream[1]), C_SUCCESS);
+  CHECK_EQ(async_memset(1, w.stream[1], x, 0, sizeof(x)), C_SUCCESS);
+  CHECK_EQ(g_if.synchronize_stream(&w.dev[1], w.stream[1]), C_SUCCESS);
+  CHECK(x[0] == 0); /* the work after the failed collective ran */
+  CHECK_EQ(comm_error(w.comm[1]), 1);
+  CHECK_EQ(g_if.xccl_broadcast(x, 4, FLOAT32, 0, w.comm[1], w.stream[1]), C_ERROR);
+  CHECK_EQ(comm_error((void*)x), -1);
+  ccl_free_world(&w);
+
+  /* mismatched arguments between ranks are an error on both, outputs untouched */
+  ccl_init_world(&w, 1);
+  float a[8] = {1, 1, 1, 1, 1, 1, 1, 1}, b[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+  CHECK_EQ(g_if.xccl_all_reduce(a, a, 8, FLOAT32, SUM, w.comm[0], w.stream[0]), C_SUCCESS);
+  CHECK_EQ(g_if.xccl_all_reduce(b, b, 4, FLOAT32, SUM, w.comm[1], w.stream[1]), C_SUCCESS);
+  for (int r = 2; r < g_nranks; r++) {
+    CHECK_EQ(g_if.xccl_all_reduce(a, a, 8, FLOAT32, SUM, w.comm[r], w.stream[r]), C_SUCCESS);
+  }
+  ccl_sync_world(&w);
+  CHECK(a[0] == 1 && b[0] == 2);
+  CHECK_EQ(comm_error(w.comm[0]), 1);
+  CHECK_EQ(comm_error(w.comm[1]), 1);
+  ccl_free_world(&w);
+
+  /* a communicator destroyed while its collective is still queued, and communicators left for finalize */
+  ccl_init_world(&w, 1);
+  float c0[2] = {1, 2}, c1[2] = {3, 4};
+  CHECK_EQ(g_if.xccl_all_reduce(c0, c0, 2, FLOAT32, SUM, w.comm[0], w.stream[0]), C_SUCCESS);
+  CHECK_EQ(g_if.xccl_destroy_comm(w.comm[0]), C_SUCCESS);
+  CHECK_EQ(g_if.xccl_all_reduce(c1, c1, 2, FLOAT32, SUM, w.comm[1], w.stream[1]), C_SUCCESS);
+  float zeros[64][2];
+  memset(zeros, 0, sizeof(zeros));
+  for (int r = 2; r < g_nranks; r++)
+    CHECK_EQ(g_if.xccl_all_reduce(zeros[r], zeros[r], 2, FLOAT32, SUM, w.comm[r], w.stream[r]), C_SUCCESS);
+  ccl_sync_world(&w);
+  for (int r = 2; r < g_nranks; r++) CHECK(zeros[r][0] == 4 && zeros[r][1] == 6);
+  CHECK(c0[0] == 4 && c1[1] == 6);
+  end(); /* frees the remaining communicators and streams */
+}
+
 /* ================================================================================================= main */
 
 typedef struct {
@@ -933,6 +1424,8 @@ static const test_entry TESTS[] = {
     {"events", test_events, 1},       {"blas", test_blas, 1},         {"profiler", test_profiler, 1},
     {"threads", test_threads, 1},     {"capacity", test_capacity, 0}, {"fail_every", test_fail_every, 0},
     {"fail_after", test_fail_after, 0}, {"max_streams", test_max_streams, 0},
+    {"ccl_reductions", test_ccl_reductions, 1}, {"ccl_data_movement", test_ccl_data_movement, 1},
+    {"ccl_threads", test_ccl_threads, 1}, {"ccl_timeout", test_ccl_timeout, 0},
 };
 
 int main(int argc, char** argv) {
@@ -941,6 +1434,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   load(argv[1]);
+  g_nranks = (int)env_size("RT_CPU_DEVICE_COUNT", 2);
   for (int i = 2; i < argc; i++) {
     int found = 0;
     for (size_t k = 0; k < sizeof(TESTS) / sizeof(TESTS[0]); k++) {

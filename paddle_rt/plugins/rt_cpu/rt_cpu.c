@@ -50,6 +50,16 @@
  *     profiler_add_runtime_trace_event (resolved through a weak reference, so the plugin still loads into hosts
  *     that do not, such as real Paddle), one rt_cpu_trace_record (below) describing the traced span is reported;
  *     the pointer is valid only during that call.
+ *   - Collectives (xccl_*) across rt_cpu's devices in one process are in rt_cpu_ccl.c (see its header comment).
+ *
+ * Exported helpers (default visibility, not part of the ABI; used by tests and paddle_rt.plugins):
+ *   size_t rt_cpu_live_bytes(int device), rt_cpu_live_count(int device)   live device allocations
+ *   size_t rt_cpu_alloc_calls(int device)     device_memory_allocate calls seen (failed ones included)
+ *   size_t rt_cpu_host_live_bytes(void)       live pinned host + unified bytes
+ *   int    rt_cpu_initialize_refcount(void)   initialize calls not yet matched by finalize
+ *   size_t rt_cpu_live_streams(void), rt_cpu_live_events(void)
+ *   int    rt_cpu_async_memset(int device, void* stream, void* ptr, int value, size_t size)   (C_Status)
+ *   int    rt_cpu_ccl_comm_error(void* comm)  1 if an asynchronous collective failed on comm, 0 if not, -1 unknown
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -98,12 +108,6 @@ static void sleep_us(uint64_t us) {
 }
 
 /* A pointer -> size map with linear probing and backward-shift deletion. Not thread-safe: callers lock. */
-typedef struct {
-  uintptr_t* keys; /* 0 = empty */
-  size_t* vals;
-  size_t cap;      /* power of two or 0 */
-  size_t count;
-} ptrmap;
 
 static size_t ptr_hash(uintptr_t k, size_t mask) {
   uint64_t h = (uint64_t)k;
@@ -137,7 +141,7 @@ static int ptrmap_grow(ptrmap* m) {
   return 0;
 }
 
-static int ptrmap_put(ptrmap* m, const void* key, size_t val) {
+int ptrmap_put(ptrmap* m, const void* key, size_t val) {
   if ((m->count + 1) * 4 > m->cap * 3 && ptrmap_grow(m) != 0) return -1;
   uintptr_t k = (uintptr_t)key;
   size_t j = ptr_hash(k, m->cap - 1);
@@ -148,7 +152,7 @@ static int ptrmap_put(ptrmap* m, const void* key, size_t val) {
   return 0;
 }
 
-static int ptrmap_find(const ptrmap* m, const void* key, size_t* val) {
+int ptrmap_find(const ptrmap* m, const void* key, size_t* val) {
   if (!m->cap || !key) return 0;
   uintptr_t k = (uintptr_t)key;
   size_t j = ptr_hash(k, m->cap - 1);
@@ -162,7 +166,7 @@ static int ptrmap_find(const ptrmap* m, const void* key, size_t* val) {
   return 0;
 }
 
-static int ptrmap_remove(ptrmap* m, const void* key) {
+int ptrmap_remove(ptrmap* m, const void* key) {
   if (!m->cap || !key) return 0;
   size_t mask = m->cap - 1;
   uintptr_t k = (uintptr_t)key;
@@ -189,7 +193,7 @@ static int ptrmap_remove(ptrmap* m, const void* key) {
   return 1;
 }
 
-static void ptrmap_free(ptrmap* m) {
+void ptrmap_free(ptrmap* m) {
   free(m->keys);
   free(m->vals);
   memset(m, 0, sizeof(*m));
@@ -327,6 +331,8 @@ int rt_device_id(const C_Device device) {
 }
 
 static __thread int t_current_device = 0;
+
+int rt_current_device(void) { return t_current_device; }
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Events.                                                                                                        */
@@ -640,6 +646,7 @@ static C_Status h_initialize(void) {
 }
 
 static void teardown_all(void) {
+  /* streams first (their queued collectives hold communicator references), then the communicators */
   /* streams: out of the registry first (the registry's references become ours), then drained and joined */
   pthread_mutex_lock(&g_reg_mu);
   ptrmap streams = g_streams;
@@ -648,6 +655,8 @@ static void teardown_all(void) {
   for (size_t i = 0; i < streams.cap; i++)
     if (streams.keys[i]) stream_shutdown((rt_stream*)streams.keys[i]);
   ptrmap_free(&streams);
+
+  rt_ccl_teardown();
 
   /* events and profiler sessions */
   pthread_mutex_lock(&g_reg_mu);
@@ -1473,6 +1482,8 @@ RT_EXPORT void InitPlugin(CustomRuntimeParams* params) {
   f->profiler_collect_trace_data = h_profiler_collect_trace_data;
 
   f->blas_axpby = h_blas_axpby;
+
+  rt_ccl_fill(f);
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */

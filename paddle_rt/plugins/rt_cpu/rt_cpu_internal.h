@@ -33,8 +33,22 @@ typedef struct {
 
 extern rt_config rt_cfg;
 
+/* A pointer -> size map (linear probing, backward-shift deletion). Not thread-safe: callers lock. */
+typedef struct {
+  uintptr_t* keys; /* 0 = empty */
+  size_t* vals;
+  size_t cap;      /* power of two or 0 */
+  size_t count;
+} ptrmap;
+int ptrmap_put(ptrmap* m, const void* key, size_t val);  /* 0 or -1 (out of memory) */
+int ptrmap_find(const ptrmap* m, const void* key, size_t* val);
+int ptrmap_remove(ptrmap* m, const void* key);
+void ptrmap_free(ptrmap* m);
+
 /* Plugin-wide state. */
 int rt_is_initialized(void);
+/* The calling thread's current device (set_device; a stream worker's is its stream's device). */
+int rt_current_device(void);
 /* Validates a device handle: non-NULL and id in range. Returns the id or -1. */
 int rt_device_id(const C_Device device);
 
@@ -52,7 +66,8 @@ C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void* arg), void (*cleanu
 /* Monotonic clock in nanoseconds. */
 uint64_t rt_now_ns(void);
 
-/* Collectives (rt_cpu_ccl.c). */
+/* Collectives (rt_cpu_ccl.c): fill the xccl_* hooks; free every communicator (called by the last finalize, after
+ * every stream has been joined). */
 void rt_ccl_fill(C_DeviceInterface* iface);
 void rt_ccl_teardown(void);
 

@@ -1,0 +1,1083 @@
+/*
+ * rt_cpu collectives: the xccl_* hooks across rt_cpu's devices inside one process.
+ *
+ * Model (like NCCL with one thread or one stream per rank):
+ *   - xccl_get_unique_id writes a process-local id (magic, serial, pid). Every rank calls xccl_comm_init_rank with
+ *     that id, nranks and its rank, from any thread; the communicator's device is the caller's current device.
+ *     comm_init_rank does not block (ranks may be initialised one after another from a single thread, as
+ *     InfiniCCL's comm_init_all does); the ranks meet when they run collectives.
+ *   - Every collective is validated at the call, then enqueued on the given stream as one operation, in order with
+ *     the stream's other work (NULL stream: it runs in the calling thread). When it runs it "arrives" at a
+ *     rendezvous slot of its clique (matched by a per-communicator sequence number: ranks must issue the same
+ *     collectives in the same order); the last rank to arrive computes the whole result into temporary buffers and
+ *     writes every rank's output while the others wait on a condition variable (no spinning), so in-place calls
+ *     (send == recv) are safe.
+ *   - send/recv are matched per (sender, receiver, n-th message between them). Between xccl_group_start and
+ *     xccl_group_end, a thread's calls are deferred and each stream's share is enqueued as one operation at
+ *     group_end that first arrives at all its slots and then waits for all of them, so a send and a recv between
+ *     the same ranks (or an all_to_all) cannot deadlock. Operations inside one group must not depend on each other.
+ *   - A rank that waits longer than RT_CPU_CCL_TIMEOUT_MS (default 30000) for its peers gives up: the call returns
+ *     C_ERROR (NULL stream) or, when it ran on a stream, the communicator records the error, reports it on stderr,
+ *     and every later xccl call on it returns C_ERROR. Mismatched arguments between ranks (count, type, op, root,
+ *     send/recv sizes) are reported the same way and leave the outputs untouched.
+ *   - Reductions SUM/AVG/MAX/MIN/PRODUCT over every integer and floating C_DataType (FLOAT16 and BFLOAT16 are
+ *     computed in float); BOOL, complex and UNDEFINED are refused with C_ERROR (BOOL is accepted by the data
+ *     movement collectives: broadcast, all_gather, send/recv, all_to_all). Integer SUM/PRODUCT wrap around; integer
+ *     AVG divides the sum by nranks, truncating.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt_cpu_internal.h"
+
+#define RT_CCL_ID_SIZE 32
+#define RT_COMM_MAGIC 0x434f4d4du
+
+static const uint64_t k_id_magic = (uint64_t)0x52544350554343ULL; /* "RTCPUCC" */
+
+typedef struct {
+  uint64_t magic;
+  uint64_t serial;
+  uint64_t pid;
+  uint64_t reserved;
+} rt_ccl_id;
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Element types.                                                                                                 */
+
+static size_t dtype_size(C_DataType t) {
+  switch (t) {
+    case BOOL: case UINT8: case INT8: return 1;
+    case UINT16: case INT16: case FLOAT16: case BFLOAT16: return 2;
+    case UINT32: case INT32: case FLOAT32: return 4;
+    case UINT64: case INT64: case FLOAT64: return 8;
+    default: return 0; /* UNDEFINED, complex: refused */
+  }
+}
+
+static int dtype_reducible(C_DataType t) { return t != BOOL && dtype_size(t) != 0; }
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else { /* subnormal */
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400));
+      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static uint16_t float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) return sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0); /* inf / nan */
+  if (absx >= 0x477ff000u) return sign | 0x7c00;                                   /* overflow -> inf */
+  if (absx < 0x38800000u) {                                                        /* subnormal or zero */
+    if (absx < 0x33000000u) return sign;
+    uint32_t e = absx >> 23;                     /* 102..112 */
+    uint32_t m = (absx & 0x7fffff) | 0x800000;   /* value = m * 2^(e - 150) = (m >> (126 - e)) * 2^-24 */
+    uint32_t shift = 126 - e;                    /* 14..24 */
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    uint16_t r = (uint16_t)(m >> shift);
+    if (rem > half || (rem == half && (r & 1))) r++;
+    return sign | r;
+  }
+  uint32_t e = (absx >> 23) - 127 + 15;
+  uint32_t m = absx & 0x7fffff;
+  uint16_t r = (uint16_t)((e << 10) | (m >> 13));
+  uint32_t rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+  return sign | r;
+}
+
+static float bf16_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
+  uint32_t lsb = (x >> 16) & 1;
+  x += 0x7fff + lsb;
+  return (uint16_t)(x >> 16);
+}
+
+/* dst[i] = op over k of srcs[k][i], i < count; n = number of sources. */
+#define REDUCE_INT(T, UT)                                                                 \
+  do {                                                                                    \
+    T* d = (T*)dst;                                                                       \
+    for (size_t i = 0; i < count; i++) {                                                  \
+      T acc = ((const T*)srcs[0])[i];                                                     \
+      for (size_t k = 1; k < n; k++) {                                                    \
+        T v = ((const T*)srcs[k])[i];                                                     \
+        switch (op) {                                                                     \
+          case SUM: case AVG: acc = (T)((UT)acc + (UT)v); break;                          \
+          case PRODUCT: acc = (T)((UT)acc * (UT)v); break;                                \
+          case MAX: if (v > acc) acc = v; break;                                          \
+          case MIN: if (v < acc) acc = v; break;                                          \
+        }                                                                                 \
+      }                                                                                   \
+      if (op == AVG) acc = (T)(acc / (T)n);                                               \
+      d[i] = acc;                                                                         \
+    }                                                                                     \
+  } while (0)
+
+#define REDUCE_FLOAT(T, LOAD, STORE)                                                      \
+  do {                                                                                    \
+    for (size_t i = 0; i < count; i++) {                                                  \
+      T acc = LOAD(srcs[0], i);                                                           \
+      for (size_t k = 1; k < n; k++) {                                                    \
+        T v = LOAD(srcs[k], i);                                                           \
+        switch (op) {                                                                     \
+          case SUM: case AVG: acc = acc + v; break;                                       \
+          case PRODUCT: acc = acc * v; break;                                             \
+          case MAX: acc = (v > acc || isnan(v)) ? v : acc; break;                         \
+          case MIN: acc = (v < acc || isnan(v)) ? v : acc; break;                         \
+        }                                                                                 \
+      }                                                                                   \
+      if (op == AVG) acc = acc / (T)n;                                                    \
+      STORE(dst, i, acc);                                                                 \
+    }                                                                                     \
+  } while (0)
+
+#define LOAD_F32(p, i) (((const float*)(p))[i])
+#define STORE_F32(p, i, v) (((float*)(p))[i] = (v))
+#define LOAD_F64(p, i) (((const double*)(p))[i])
+#define STORE_F64(p, i, v) (((double*)(p))[i] = (v))
+#define LOAD_F16(p, i) half_to_float(((const uint16_t*)(p))[i])
+#define STORE_F16(p, i, v) (((uint16_t*)(p))[i] = float_to_half(v))
+#define LOAD_BF16(p, i) bf16_to_float(((const uint16_t*)(p))[i])
+#define STORE_BF16(p, i, v) (((uint16_t*)(p))[i] = float_to_bf16(v))
+
+static void reduce(void* dst, const void* const* srcs, size_t n, size_t count, C_DataType t, C_CCLReduceOp op) {
+  switch (t) {
+    case UINT8: REDUCE_INT(uint8_t, uint8_t); break;
+    case INT8: REDUCE_INT(int8_t, uint8_t); break;
+    case UINT16: REDUCE_INT(uint16_t, uint16_t); break;
+    case INT16: REDUCE_INT(int16_t, uint16_t); break;
+    case UINT32: REDUCE_INT(uint32_t, uint32_t); break;
+    case INT32: REDUCE_INT(int32_t, uint32_t); break;
+    case UINT64: REDUCE_INT(uint64_t, uint64_t); break;
+    case INT64: REDUCE_INT(int64_t, uint64_t); break;
+    case FLOAT32: REDUCE_FLOAT(float, LOAD_F32, STORE_F32); break;
+    case FLOAT64: REDUCE_FLOAT(double, LOAD_F64, STORE_F64); break;
+    case FLOAT16: REDUCE_FLOAT(float, LOAD_F16, STORE_F16); break;
+    case BFLOAT16: REDUCE_FLOAT(float, LOAD_BF16, STORE_BF16); break;
+    default: break;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Cliques, communicators, rendezvous slots.                                                                      */
+
+enum { K_ALL_REDUCE, K_BROADCAST, K_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_SEND, K_RECV, K_ALL_TO_ALL };
+
+typedef struct {
+  int kind;
+  const void* send;
+  void* recv;
+  size_t count;
+  C_DataType dtype;
+  C_CCLReduceOp op;
+  size_t root;
+} part_args;
+
+typedef struct rt_slot {
+  struct rt_slot* next;
+  int p2p;
+  uint64_t seq;       /* collectives: sequence number; p2p: n-th message from src to dst */
+  size_t src, dst;    /* p2p only */
+  size_t expect;      /* participants */
+  size_t arrived, departed;
+  int done, failed, abandoned;
+  part_args** args;   /* [nranks] for collectives, [2] (send, recv) for p2p */
+} rt_slot;
+
+typedef struct rt_clique {
+  struct rt_clique* next;
+  uint64_t serial;
+  size_t nranks;
+  size_t joined;    /* ranks that called comm_init_rank */
+  size_t refs;      /* communicators alive */
+  unsigned char* taken;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  rt_slot* slots;
+} rt_clique;
+
+typedef struct rt_comm {
+  uint32_t magic;
+  rt_clique* clique;
+  size_t rank, nranks;
+  int device;
+  atomic_int refs;
+  atomic_int error;       /* sticky: an asynchronous collective failed */
+  pthread_mutex_t mu;     /* guards the counters below */
+  uint64_t coll_seq;
+  uint64_t* send_seq;     /* [nranks] */
+  uint64_t* recv_seq;     /* [nranks] */
+} rt_comm;
+
+static pthread_mutex_t g_ccl_mu = PTHREAD_MUTEX_INITIALIZER; /* cliques list, comms registry, id serials */
+static rt_clique* g_cliques;
+static ptrmap g_comms;
+static uint64_t g_next_serial = 1;
+
+static void clique_unref_locked(rt_clique* c) {
+  /* g_ccl_mu held */
+  if (--c->refs) return;
+  for (rt_clique** pp = &g_cliques; *pp; pp = &(*pp)->next) {
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  }
+  while (c->slots) { /* none should be left: every participant departs before its communicator dies */
+    rt_slot* s = c->slots;
+    c->slots = s->next;
+    free(s->args);
+    free(s);
+  }
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->taken);
+  free(c);
+}
+
+static rt_comm* comm_get(C_CCLComm h) {
+  rt_comm* c = (rt_comm*)h;
+  if (!c) return NULL;
+  pthread_mutex_lock(&g_ccl_mu);
+  if (!ptrmap_find(&g_comms, c, NULL)) c = NULL;
+  else atomic_fetch_add(&c->refs, 1);
+  pthread_mutex_unlock(&g_ccl_mu);
+  return c;
+}
+
+static void comm_put(rt_comm* c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  pthread_mutex_lock(&g_ccl_mu);
+  rt_clique* q = c->clique;
+  q->taken[c->rank] = 0;
+  clique_unref_locked(q);
+  pthread_mutex_unlock(&g_ccl_mu);
+  pthread_mutex_destroy(&c->mu);
+  free(c->send_seq);
+  free(c->recv_seq);
+  c->magic = 0;
+  free(c);
+}
+
+static rt_slot* slot_find_or_create(rt_clique* q, int p2p, uint64_t seq, size_t src, size_t dst) {
+  /* q->mu held */
+  for (rt_slot* s = q->slots; s; s = s->next)
+    if (s->p2p == p2p && s->seq == seq && (!p2p || (s->src == src && s->dst == dst)) && !s->abandoned) return s;
+  rt_slot* s = calloc(1, sizeof(*s));
+  if (!s) return NULL;
+  size_t n = p2p ? 2 : q->nranks;
+  s->args = calloc(n, sizeof(part_args*));
+  if (!s->args) {
+    free(s);
+    return NULL;
+  }
+  s->p2p = p2p;
+  s->seq = seq;
+  s->src = src;
+  s->dst = dst;
+  s->expect = n;
+  s->next = q->slots;
+  q->slots = s;
+  return s;
+}
+
+static void slot_depart(rt_clique* q, rt_slot* s) {
+  /* q->mu held */
+  s->departed++;
+  if (s->departed < s->arrived || (!s->done && !s->abandoned)) return;
+  for (rt_slot** pp = &q->slots; *pp; pp = &(*pp)->next) {
+    if (*pp == s) {
+      *pp = s->next;
+      break;
+    }
+  }
+  free(s->args);
+  free(s);
+}
+
+/* The last participant runs the operation for everyone (q->mu held). Returns 0, or -1 on mismatched arguments. */
+static int slot_execute(rt_clique* q, rt_slot* s) {
+  if (s->p2p) {
+    part_args* snd = s->args[0];
+    part_args* rcv = s->args[1];
+    size_t sb = snd->count * dtype_size(snd->dtype), rb = rcv->count * dtype_size(rcv->dtype);
+    if (sb != rb) return -1;
+    if (sb) memmove(rcv->recv, snd->send, sb);
+    return 0;
+  }
+  size_t n = q->nranks;
+  part_args* a0 = s->args[0];
+  for (size_t r = 1; r < n; r++) {
+    part_args* a = s->args[r];
+    if (a->kind != a0->kind || a->count != a0->count || a->dtype != a0->dtype) return -1;
+    if ((a0->kind == K_ALL_REDUCE || a0->kind == K_REDUCE || a0->kind == K_REDUCE_SCATTER) && a->op != a0->op)
+      return -1;
+    if ((a0->kind == K_BROADCAST || a0->kind == K_REDUCE) && a->root != a0->root) return -1;
+  }
+  size_t es = dtype_size(a0->dtype), count = a0->count, bytes = es * count;
+  if (!count) return 0;
+  const void** srcs = calloc(n, sizeof(void*));
+  void* tmp = NULL;
+  int rc = 0;
+  if (!srcs) return -1;
+  switch (a0->kind) {
+    case K_ALL_REDUCE:
+    case K_REDUCE:
+      tmp = malloc(bytes);
+      if (!tmp) { rc = -1; break; }
+      for (size_t r = 0; r < n; r++) srcs[r] = s->args[r]->send;
+      reduce(tmp, srcs, n, count, a0->dtype, a0->op);
+      if (a0->kind == K_ALL_REDUCE) {
+        for (size_t r = 0; r < n; r++) memmove(s->args[r]->recv, tmp, bytes);
+      } else {
+        memmove(s->args[a0->root]->recv, tmp, bytes);
+      }
+      break;
+    case K_BROADCAST:
+      tmp = malloc(bytes);
+      if (!tmp) { rc = -1; break; }
+      memcpy(tmp, s->args[a0->root]->send, bytes);
+      for (size_t r = 0; r < n; r++)
+        if (r != a0->root) memmove(s->args[r]->recv, tmp, bytes);
+      break;
+    case K_ALL_GATHER:
+      tmp = malloc(bytes * n);
+      if (!tmp) { rc = -1; break; }
+      for (size_t r = 0; r < n; r++) memcpy((char*)tmp + r * bytes, s->args[r]->send, bytes);
+      for (size_t r = 0; r < n; r++) memmove(s->args[r]->recv, tmp, bytes * n);
+      break;
+    case K_REDUCE_SCATTER:
+      tmp = malloc(bytes * n);
+      if (!tmp) { rc = -1; break; }
+      for (size_t seg = 0; seg < n; seg++) {
+        for (size_t r = 0; r < n; r++) srcs[r] = (const char*)s->args[r]->send + seg * bytes;
+        reduce((char*)tmp + seg * bytes, srcs, n, count, a0->dtype, a0->op);
+      }
+      for (size_t r = 0; r < n; r++) memmove(s->args[r]->recv, (char*)tmp + r * bytes, bytes);
+      break;
+    default:
+      rc = -1;
+  }
+  free(tmp);
+  free(srcs);
+  return rc;
+}
+
+/* One participation of a rank in a slot. */
+typedef struct {
+  rt_slot* slot;
+  part_args args;
+  int p2p;
+  uint64_t seq;
+  size_t src, dst;
+  int side; /* collectives: rank; p2p: 0 = send, 1 = recv */
+} rt_part;
+
+/* Arrive at every part's slot, then wait (bounded) until all are done. Returns 0 or -1. */
+static int run_parts(rt_clique* q, rt_part* parts, size_t np) {
+  int rc = 0;
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  uint64_t ms = rt_cfg.ccl_timeout_ms;
+  deadline.tv_sec += (time_t)(ms / 1000);
+  deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&q->mu);
+  for (size_t i = 0; i < np; i++) {
+    rt_part* p = &parts[i];
+    rt_slot* s = slot_find_or_create(q, p->p2p, p->seq, p->src, p->dst);
+    p->slot = s;
+    if (!s) {
+      rc = -1;
+      continue;
+    }
+    if (s->args[p->side]) { /* the same rank twice in one slot: a usage error */
+      p->slot = NULL;
+      rc = -1;
+      continue;
+    }
+    s->args[p->side] = &p->args;
+    s->arrived++;
+    if (s->arrived == s->expect) {
+      if (slot_execute(q, s) != 0) s->failed = 1;
+      s->done = 1;
+      pthread_cond_broadcast(&q->cv);
+    }
+  }
+  for (size_t i = 0; i < np; i++) {
+    rt_slot* s = parts[i].slot;
+    if (!s) continue;
+    while (!s->done && !s->abandoned) {
+      int w = pthread_cond_timedwait(&q->cv, &q->mu, &deadline);
+      if (w == ETIMEDOUT && !s->done) {
+        s->abandoned = 1;
+        pthread_cond_broadcast(&q->cv);
+      }
+    }
+    if (s->failed || s->abandoned) rc = -1;
+  }
+  for (size_t i = 0; i < np; i++) {
+    rt_slot* s = parts[i].slot;
+    if (!s) continue;
+    s->args[parts[i].side] = NULL;
+    slot_depart(q, s);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Work items (one call) and batches (what one stream operation runs).                                            */
+
+typedef struct {
+  rt_comm* comm; /* referenced */
+  int kind;
+  part_args a;
+  uint64_t seq;       /* collectives */
+  size_t peer;        /* send: dest, recv: src */
+  /* all_to_all: per-peer buffers (copied at the call) */
+  const void** a2a_send;
+  size_t* a2a_send_count;
+  C_DataType* a2a_send_dtype;
+  void** a2a_recv;
+  size_t* a2a_recv_count;
+  C_DataType* a2a_recv_dtype;
+  uint64_t* a2a_send_seq;
+  uint64_t* a2a_recv_seq;
+} rt_item;
+
+typedef struct {
+  rt_item* items;
+  size_t n;
+  C_Status status; /* result when run synchronously */
+} rt_batch;
+
+static void item_release(rt_item* it) {
+  free(it->a2a_send);
+  free(it->a2a_send_count);
+  free(it->a2a_send_dtype);
+  free(it->a2a_recv);
+  free(it->a2a_recv_count);
+  free(it->a2a_recv_dtype);
+  free(it->a2a_send_seq);
+  free(it->a2a_recv_seq);
+  if (it->comm) comm_put(it->comm);
+}
+
+static void batch_free(void* arg) {
+  rt_batch* b = arg;
+  for (size_t i = 0; i < b->n; i++) item_release(&b->items[i]);
+  free(b->items);
+  free(b);
+}
+
+static const char* kind_name(int k) {
+  static const char* names[] = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+                                "send", "recv", "all_to_all"};
+  return (k >= 0 && k <= K_ALL_TO_ALL) ? names[k] : "?";
+}
+
+/* Expand the batch's items into participations; items of different cliques are run clique by clique. */
+static void batch_run(void* arg) {
+  rt_batch* b = arg;
+  b->status = C_SUCCESS;
+  size_t i = 0;
+  while (i < b->n) {
+    rt_clique* q = b->items[i].comm->clique;
+    size_t j = i;
+    size_t np = 0;
+    while (j < b->n && b->items[j].comm->clique == q) {
+      rt_item* it = &b->items[j];
+      np += it->kind == K_ALL_TO_ALL ? 2 * it->comm->nranks : 1;
+      j++;
+    }
+    rt_part* parts = calloc(np ? np : 1, sizeof(rt_part));
+    int rc = parts ? 0 : -1;
+    size_t k = 0;
+    for (size_t x = i; parts && x < j; x++) {
+      rt_item* it = &b->items[x];
+      size_t me = it->comm->rank;
+      if (it->kind == K_SEND || it->kind == K_RECV) {
+        rt_part* p = &parts[k++];
+        p->p2p = 1;
+        p->args = it->a;
+        p->seq = it->seq;
+        p->src = it->kind == K_SEND ? me : it->peer;
+        p->dst = it->kind == K_SEND ? it->peer : me;
+        p->side = it->kind == K_SEND ? 0 : 1;
+      } else if (it->kind == K_ALL_TO_ALL) {
+        for (size_t peer = 0; peer < it->comm->nranks; peer++) {
+          if (peer == me) { /* local part */
+            size_t sb = it->a2a_send_count[me] * dtype_size(it->a2a_send_dtype[me]);
+            size_t rb = it->a2a_recv_count[me] * dtype_size(it->a2a_recv_dtype[me]);
+            if (sb != rb) rc = -1;
+            else if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
+            continue;
+          }
+          rt_part* ps = &parts[k++];
+          ps->p2p = 1;
+          ps->args.kind = K_SEND;
+          ps->args.send = it->a2a_send[peer];
+          ps->args.count = it->a2a_send_count[peer];
+          ps->args.dtype = it->a2a_send_dtype[peer];
+          ps->seq = it->a2a_send_seq[peer];
+          ps->src = me;
+          ps->dst = peer;
+          ps->side = 0;
+          rt_part* pr = &parts[k++];
+          pr->p2p = 1;
+          pr->args.kind = K_RECV;
+          pr->args.recv = it->a2a_recv[peer];
+          pr->args.count = it->a2a_recv_count[peer];
+          pr->args.dtype = it->a2a_recv_dtype[peer];
+          pr->seq = it->a2a_recv_seq[peer];
+          pr->src = peer;
+          pr->dst = me;
+          pr->side = 1;
+        }
+      } else {
+        rt_part* p = &parts[k++];
+        p->p2p = 0;
+        p->args = it->a;
+        p->seq = it->seq;
+        p->side = (int)me;
+      }
+    }
+    if (parts && run_parts(q, parts, k) != 0) rc = -1;
+    free(parts);
+    if (rc != 0) {
+      b->status = C_ERROR;
+      for (size_t x = i; x < j; x++) {
+        rt_item* it = &b->items[x];
+        if (!atomic_exchange(&it->comm->error, 1))
+          fprintf(stderr, "rt_cpu: xccl %s on rank %zu of %zu failed (peers did not join within %llu ms, or "
+                  "their arguments differ); the communicator is now in error\n",
+                  kind_name(it->kind), it->comm->rank, it->comm->nranks, (unsigned long long)rt_cfg.ccl_timeout_ms);
+      }
+    }
+    i = j;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Groups (per thread).                                                                                           */
+
+typedef struct {
+  C_Stream stream; /* as given (validated at the call) */
+  rt_item item;
+} rt_deferred;
+
+/* A thread's open group. Kept behind a pthread key rather than __thread: LeakSanitizer (gcc 12, glibc 2.36)
+ * crashes scanning the dynamic TLS of dlopened libraries with several thread-locals. Freed at the outermost
+ * group_end (or at thread exit, releasing whatever was deferred). */
+typedef struct {
+  int depth;
+  rt_deferred* items;
+  size_t n, cap;
+} rt_group_state;
+
+static pthread_key_t g_group_key;
+static pthread_once_t g_group_once = PTHREAD_ONCE_INIT;
+
+
+static void group_state_free(void* p) {
+  rt_group_state* g = p;
+  if (!g) return;
+  for (size_t i = 0; i < g->n; i++) item_release(&g->items[i].item);
+  free(g->items);
+  free(g);
+}
+
+static void group_key_init(void) { pthread_key_create(&g_group_key, group_state_free); }
+
+static rt_group_state* group_state(int create) {
+  pthread_once(&g_group_once, group_key_init);
+  rt_group_state* g = pthread_getspecific(g_group_key);
+  if (!g && create) {
+    g = calloc(1, sizeof(*g));
+    if (g && pthread_setspecific(g_group_key, g) != 0) {
+      free(g);
+      g = NULL;
+    }
+  }
+  return g;
+}
+
+/* Runs or enqueues a batch for `stream`. Takes ownership of b. */
+static C_Status submit_batch(C_Stream stream, rt_batch* b) {
+  if (!stream) {
+    batch_run(b);
+    C_Status st = b->status;
+    batch_free(b);
+    return st;
+  }
+  rt_stream* s = rt_stream_get(stream);
+  if (!s) {
+    batch_free(b);
+    return C_ERROR;
+  }
+  C_Status st = rt_stream_enqueue_fn(s, batch_run, batch_free, b);
+  rt_stream_put(s);
+  if (st == C_FAILED) batch_free(b); /* not enqueued (out of memory) */
+  return st;
+}
+
+/* Takes ownership of *it (its comm reference). */
+static C_Status submit_item(C_Stream stream, rt_item* it) {
+  rt_group_state* gs = group_state(0);
+  if (gs && gs->depth > 0) {
+    if (gs->n == gs->cap) {
+      size_t ncap = gs->cap ? 2 * gs->cap : 16;
+      rt_deferred* g = realloc(gs->items, ncap * sizeof(*g));
+      if (!g) {
+        item_release(it);
+        return C_FAILED;
+      }
+      gs->items = g;
+      gs->cap = ncap;
+    }
+    gs->items[gs->n].stream = stream;
+    gs->items[gs->n].item = *it;
+    gs->n++;
+    return C_SUCCESS;
+  }
+  rt_batch* b = calloc(1, sizeof(*b));
+  rt_item* items = calloc(1, sizeof(*items));
+  if (!b || !items) {
+    free(b);
+    free(items);
+    item_release(it);
+    return C_FAILED;
+  }
+  items[0] = *it;
+  b->items = items;
+  b->n = 1;
+  return submit_batch(stream, b);
+}
+
+static C_Status h_group_start(void) {
+  rt_group_state* gs = group_state(1);
+  if (!gs) return C_FAILED;
+  gs->depth++;
+  return C_SUCCESS;
+}
+
+static C_Status h_group_end(void) {
+  rt_group_state* gs = group_state(0);
+  if (!gs || gs->depth <= 0) return C_ERROR;
+  if (--gs->depth > 0) return C_SUCCESS;
+  rt_deferred* g = gs->items;
+  size_t n = gs->n;
+  pthread_setspecific(g_group_key, NULL);
+  free(gs);
+  C_Status result = C_SUCCESS;
+  /* one batch per stream, items in call order; NULL-stream work runs last, in this thread, after every stream's
+   * share has been enqueued (so that this thread's synchronous ranks can meet the asynchronous ones) */
+  unsigned char* used = calloc(n ? n : 1, 1);
+  if (!used) {
+    for (size_t i = 0; i < n; i++) item_release(&g[i].item);
+    free(g);
+    return C_FAILED;
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      if (used[i] || (pass == 0) != (g[i].stream != NULL)) continue;
+      size_t m = 0;
+      for (size_t j = i; j < n; j++) m += !used[j] && g[j].stream == g[i].stream;
+      rt_batch* b = calloc(1, sizeof(*b));
+      rt_item* items = calloc(m, sizeof(*items));
+      if (!b || !items) {
+        free(b);
+        free(items);
+        result = C_FAILED;
+        for (size_t j = i; j < n; j++)
+          if (!used[j] && g[j].stream == g[i].stream) {
+            item_release(&g[j].item);
+            used[j] = 1;
+          }
+        continue;
+      }
+      C_Stream st = g[i].stream;
+      size_t k = 0;
+      for (size_t j = i; j < n; j++)
+        if (!used[j] && g[j].stream == st) {
+          items[k++] = g[j].item;
+          used[j] = 1;
+        }
+      b->items = items;
+      b->n = k;
+      C_Status r = submit_batch(st, b);
+      if (r != C_SUCCESS && result == C_SUCCESS) result = r;
+    }
+  }
+  free(used);
+  free(g);
+  return result;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Hooks.                                                                                                         */
+
+static C_Status h_get_unique_id_size(size_t* size) {
+  if (!size) return C_ERROR;
+  *size = RT_CCL_ID_SIZE;
+  return C_SUCCESS;
+}
+
+static C_Status h_get_unique_id(C_CCLRootId* id) {
+  if (!id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
+  rt_ccl_id v;
+  memset(&v, 0, sizeof(v));
+  v.magic = k_id_magic;
+  pthread_mutex_lock(&g_ccl_mu);
+  v.serial = g_next_serial++;
+  pthread_mutex_unlock(&g_ccl_mu);
+  v.pid = (uint64_t)getpid();
+  memset(id->data, 0, id->sz);
+  memcpy(id->data, &v, sizeof(v));
+  return C_SUCCESS;
+}
+
+static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out) {
+  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
+  if (!rt_is_initialized()) return C_ERROR;
+  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
+  rt_ccl_id v;
+  memcpy(&v, id->data, sizeof(v));
+  if (v.magic != k_id_magic || v.pid != (uint64_t)getpid() || v.serial == 0) return C_ERROR;
+  rt_comm* c = calloc(1, sizeof(*c));
+  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
+  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
+  if (!c || !ss || !rs) {
+    free(c);
+    free(ss);
+    free(rs);
+    return C_FAILED;
+  }
+  pthread_mutex_lock(&g_ccl_mu);
+  rt_clique* q = g_cliques;
+  while (q && q->serial != v.serial) q = q->next;
+  if (q && (q->nranks != nranks || q->taken[rank])) {
+    pthread_mutex_unlock(&g_ccl_mu);
+    free(c);
+    free(ss);
+    free(rs);
+    return C_ERROR;
+  }
+  if (!q) {
+    q = calloc(1, sizeof(*q));
+    unsigned char* taken = calloc(nranks, 1);
+    if (!q || !taken) {
+      pthread_mutex_unlock(&g_ccl_mu);
+      free(q);
+      free(taken);
+      free(c);
+      free(ss);
+      free(rs);
+      return C_FAILED;
+    }
+    q->serial = v.serial;
+    q->nranks = nranks;
+    q->taken = taken;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    q->next = g_cliques;
+    g_cliques = q;
+  }
+  q->taken[rank] = 1;
+  q->joined++;
+  q->refs++;
+  c->magic = RT_COMM_MAGIC;
+  c->clique = q;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = rt_current_device();
+  atomic_init(&c->refs, 1);
+  atomic_init(&c->error, 0);
+  pthread_mutex_init(&c->mu, NULL);
+  c->send_seq = ss;
+  c->recv_seq = rs;
+  if (ptrmap_put(&g_comms, c, 0) != 0) {
+    q->taken[rank] = 0;
+    clique_unref_locked(q);
+    pthread_mutex_unlock(&g_ccl_mu);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    free(ss);
+    free(rs);
+    return C_FAILED;
+  }
+  pthread_mutex_unlock(&g_ccl_mu);
+  *out = (C_CCLComm)c;
+  return C_SUCCESS;
+}
+
+static C_Status h_destroy_comm(C_CCLComm comm) {
+  rt_comm* c = (rt_comm*)comm;
+  if (!c) return C_ERROR;
+  pthread_mutex_lock(&g_ccl_mu);
+  int found = ptrmap_remove(&g_comms, c);
+  pthread_mutex_unlock(&g_ccl_mu);
+  if (!found) return C_ERROR;
+  comm_put(c); /* queued collectives keep it alive until they have run */
+  return C_SUCCESS;
+}
+
+static C_Status h_get_comm_name(C_CCLComm comm, char* name) {
+  if (!name) return C_ERROR;
+  rt_comm* c = comm_get(comm);
+  if (!c) return C_ERROR;
+  /* short: hosts hand in small buffers */
+  snprintf(name, 32, "rt_cpu_ccl_%llu_%zu", (unsigned long long)c->clique->serial, c->rank);
+  comm_put(c);
+  return C_SUCCESS;
+}
+
+/* Common validation: a live communicator without a recorded error, and a stream of its device (or NULL). */
+static C_Status begin_call(C_CCLComm comm, C_Stream stream, rt_comm** out) {
+  rt_comm* c = comm_get(comm);
+  if (!c) return C_ERROR;
+  if (atomic_load(&c->error)) {
+    comm_put(c);
+    return C_ERROR;
+  }
+  if (stream) {
+    rt_stream* s = rt_stream_get(stream);
+    if (!s) {
+      comm_put(c);
+      return C_ERROR;
+    }
+    int dev = rt_stream_device(s);
+    rt_stream_put(s);
+    if (dev != c->device) {
+      comm_put(c);
+      return C_ERROR;
+    }
+  }
+  *out = c;
+  return C_SUCCESS;
+}
+
+static C_Status collective(int kind, const void* send, void* recv, size_t count, C_DataType dtype, C_CCLReduceOp op,
+                           size_t root, C_CCLComm comm, C_Stream stream) {
+  int reducing = kind == K_ALL_REDUCE || kind == K_REDUCE || kind == K_REDUCE_SCATTER;
+  if (reducing ? !dtype_reducible(dtype) : dtype_size(dtype) == 0) return C_ERROR;
+  if (reducing && (op < SUM || op > PRODUCT)) return C_ERROR;
+  rt_comm* c;
+  if (begin_call(comm, stream, &c) != C_SUCCESS) return C_ERROR;
+  if ((kind == K_BROADCAST || kind == K_REDUCE) && root >= c->nranks) goto bad;
+  if (count) {
+    int need_send = kind != K_BROADCAST || c->rank == root;
+    int need_recv = kind != K_REDUCE || c->rank == root;
+    if (kind == K_BROADCAST) need_recv = c->rank != root;
+    if ((need_send && !send) || (need_recv && !recv)) goto bad;
+  }
+  rt_item it;
+  memset(&it, 0, sizeof(it));
+  it.comm = c;
+  it.kind = kind;
+  it.a.kind = kind;
+  it.a.send = send;
+  it.a.recv = recv;
+  it.a.count = count;
+  it.a.dtype = dtype;
+  it.a.op = op;
+  it.a.root = root;
+  pthread_mutex_lock(&c->mu);
+  it.seq = c->coll_seq++;
+  pthread_mutex_unlock(&c->mu);
+  return submit_item(stream, &it);
+bad:
+  comm_put(c);
+  return C_ERROR;
+}
+
+static C_Status h_all_reduce(void* send, void* recv, size_t count, C_DataType dtype, C_CCLReduceOp op, C_CCLComm comm,
+                             C_Stream stream) {
+  return collective(K_ALL_REDUCE, send, recv, count, dtype, op, 0, comm, stream);
+}
+
+static C_Status h_broadcast(void* buf, size_t count, C_DataType dtype, size_t root, C_CCLComm comm, C_Stream stream) {
+  return collective(K_BROADCAST, buf, buf, count, dtype, SUM, root, comm, stream);
+}
+
+static C_Status h_reduce(void* send, void* recv, size_t count, C_DataType dtype, C_CCLReduceOp op, size_t root,
+                         C_CCLComm comm, C_Stream stream) {
+  return collective(K_REDUCE, send, recv, count, dtype, op, root, comm, stream);
+}
+
+static C_Status h_all_gather(void* send, void* recv, size_t count, C_DataType dtype, C_CCLComm comm,
+                             C_Stream stream) {
+  return collective(K_ALL_GATHER, send, recv, count, dtype, SUM, 0, comm, stream);
+}
+
+static C_Status h_reduce_scatter(void* send, void* recv, size_t count, C_DataType dtype, C_CCLReduceOp op,
+                                 C_CCLComm comm, C_Stream stream) {
+  return collective(K_REDUCE_SCATTER, send, recv, count, dtype, op, 0, comm, stream);
+}
+
+static C_Status p2p(int kind, void* buf, size_t count, C_DataType dtype, size_t peer, C_CCLComm comm,
+                    C_Stream stream) {
+  if (dtype_size(dtype) == 0) return C_ERROR;
+  rt_comm* c;
+  if (begin_call(comm, stream, &c) != C_SUCCESS) return C_ERROR;
+  if (peer >= c->nranks || (count && !buf)) {
+    comm_put(c);
+    return C_ERROR;
+  }
+  rt_item it;
+  memset(&it, 0, sizeof(it));
+  it.comm = c;
+  it.kind = kind;
+  it.a.kind = kind;
+  it.a.send = kind == K_SEND ? buf : NULL;
+  it.a.recv = kind == K_RECV ? buf : NULL;
+  it.a.count = count;
+  it.a.dtype = dtype;
+  it.peer = peer;
+  pthread_mutex_lock(&c->mu);
+  it.seq = kind == K_SEND ? c->send_seq[peer]++ : c->recv_seq[peer]++;
+  pthread_mutex_unlock(&c->mu);
+  return submit_item(stream, &it);
+}
+
+static C_Status h_send(void* send, size_t count, C_DataType dtype, size_t dest, C_CCLComm comm, C_Stream stream) {
+  return p2p(K_SEND, send, count, dtype, dest, comm, stream);
+}
+
+static C_Status h_recv(void* recv, size_t count, C_DataType dtype, size_t src, C_CCLComm comm, C_Stream stream) {
+  return p2p(K_RECV, recv, count, dtype, src, comm, stream);
+}
+
+static C_Status h_all_to_all(const void** send, const size_t* send_count, const C_DataType* send_dtype, void** recv,
+                             const size_t* recv_count, const C_DataType* recv_dtype, size_t rank, size_t nranks,
+                             C_CCLComm comm, C_Stream stream) {
+  if (!send || !send_count || !send_dtype || !recv || !recv_count || !recv_dtype) return C_ERROR;
+  rt_comm* c;
+  if (begin_call(comm, stream, &c) != C_SUCCESS) return C_ERROR;
+  if (rank != c->rank || nranks != c->nranks) goto bad;
+  for (size_t k = 0; k < nranks; k++) {
+    if (dtype_size(send_dtype[k]) == 0 || dtype_size(recv_dtype[k]) == 0) goto bad;
+    if ((send_count[k] && !send[k]) || (recv_count[k] && !recv[k])) goto bad;
+  }
+  rt_item it;
+  memset(&it, 0, sizeof(it));
+  it.comm = c;
+  it.kind = K_ALL_TO_ALL;
+  it.a.kind = K_ALL_TO_ALL;
+  it.a2a_send = malloc(nranks * sizeof(void*));
+  it.a2a_send_count = malloc(nranks * sizeof(size_t));
+  it.a2a_send_dtype = malloc(nranks * sizeof(C_DataType));
+  it.a2a_recv = malloc(nranks * sizeof(void*));
+  it.a2a_recv_count = malloc(nranks * sizeof(size_t));
+  it.a2a_recv_dtype = malloc(nranks * sizeof(C_DataType));
+  it.a2a_send_seq = malloc(nranks * sizeof(uint64_t));
+  it.a2a_recv_seq = malloc(nranks * sizeof(uint64_t));
+  if (!it.a2a_send || !it.a2a_send_count || !it.a2a_send_dtype || !it.a2a_recv || !it.a2a_recv_count ||
+      !it.a2a_recv_dtype || !it.a2a_send_seq || !it.a2a_recv_seq) {
+    item_release(&it);
+    return C_FAILED;
+  }
+  memcpy(it.a2a_send, send, nranks * sizeof(void*));
+  memcpy(it.a2a_send_count, send_count, nranks * sizeof(size_t));
+  memcpy(it.a2a_send_dtype, send_dtype, nranks * sizeof(C_DataType));
+  memcpy(it.a2a_recv, recv, nranks * sizeof(void*));
+  memcpy(it.a2a_recv_count, recv_count, nranks * sizeof(size_t));
+  memcpy(it.a2a_recv_dtype, recv_dtype, nranks * sizeof(C_DataType));
+  pthread_mutex_lock(&c->mu);
+  for (size_t k = 0; k < nranks; k++) {
+    if (k == rank) {
+      it.a2a_send_seq[k] = it.a2a_recv_seq[k] = 0;
+      continue;
+    }
+    it.a2a_send_seq[k] = c->send_seq[k]++;
+    it.a2a_recv_seq[k] = c->recv_seq[k]++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return submit_item(stream, &it);
+bad:
+  comm_put(c);
+  return C_ERROR;
+}
+
+void rt_ccl_fill(C_DeviceInterface* f) {
+  f->xccl_get_comm_name = h_get_comm_name;
+  f->xccl_get_unique_id_size = h_get_unique_id_size;
+  f->xccl_get_unique_id = h_get_unique_id;
+  f->xccl_comm_init_rank = h_comm_init_rank;
+  f->xccl_destroy_comm = h_destroy_comm;
+  f->xccl_all_reduce = h_all_reduce;
+  f->xccl_broadcast = h_broadcast;
+  f->xccl_reduce = h_reduce;
+  f->xccl_all_gather = h_all_gather;
+  f->xccl_reduce_scatter = h_reduce_scatter;
+  f->xccl_group_start = h_group_start;
+  f->xccl_group_end = h_group_end;
+  f->xccl_send = h_send;
+  f->xccl_recv = h_recv;
+  f->xccl_all_to_all = h_all_to_all;
+}
+
+void rt_ccl_teardown(void) {
+  pthread_mutex_lock(&g_ccl_mu);
+  ptrmap comms = g_comms;
+  memset(&g_comms, 0, sizeof(g_comms));
+  pthread_mutex_unlock(&g_ccl_mu);
+  for (size_t i = 0; i < comms.cap; i++)
+    if (comms.keys[i]) comm_put((rt_comm*)comms.keys[i]);
+  ptrmap_free(&comms);
+}
+
+/* Exported for tests: 1 when an asynchronous collective on this communicator failed, 0 if not, -1 unknown. */
+RT_EXPORT int rt_cpu_ccl_comm_error(void* comm) {
+  rt_comm* c = comm_get((C_CCLComm)comm);
+  if (!c) return -1;
+  int e = atomic_load(&c->error);
+  comm_put(c);
+  return e;
+}
