@@ -90,7 +90,7 @@ def test_default_configuration_all_hooks(driver, plugin_path):
     res = run_driver(driver, plugin_path, ["all"])
     names = [ln.split(":")[0] for ln in res.stdout.splitlines()]
     for expected in ("handshake", "devices", "memory", "handles", "refcount", "stream_order", "events", "blas",
-                     "profiler", "threads", "ccl_reductions", "ccl_data_movement", "ccl_threads"):
+                     "profiler", "threads", "ccl_reductions", "ccl_data_movement", "ccl_threads", "ccl_two_comms"):
         assert expected in names
 
 
@@ -184,8 +184,8 @@ def test_collectives(driver, plugin_path, ranks):
     """all_reduce/reduce/reduce_scatter for every reducible type and op (in place too), broadcast, all_gather,
     send/recv rings in groups, all_to_all with uneven counts, ranks as threads on streams or synchronous; one rank
     per rt_cpu device."""
-    run_driver(driver, plugin_path, ["ccl_reductions", "ccl_data_movement", "ccl_threads"],
-               {"RT_CPU_DEVICE_COUNT": ranks})
+    run_driver(driver, plugin_path, ["ccl_reductions", "ccl_data_movement", "ccl_threads", "ccl_two_comms"],
+               {"RT_CPU_DEVICE_COUNT": ranks, "RT_CPU_CCL_TIMEOUT_MS": 20000})
 
 
 def test_collectives_with_slow_streams(driver, plugin_path):

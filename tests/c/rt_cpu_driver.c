@@ -1353,6 +1353,66 @@ static void test_ccl_threads(void) {
   end();
 }
 
+
+/* two communicators over the same devices, each rank a thread issuing its two collectives in opposite order inside
+ * a group on the NULL stream: everything in a group is posted before anything is waited for, so no deadlock */
+typedef struct {
+  ccl_world* x;
+  ccl_world* y;
+  int rank;
+  float vx[8], vy[8];
+  C_Status st;
+} two_comm_arg;
+
+static void* two_comm_thread(void* p) {
+  two_comm_arg* a = p;
+  int r = a->rank;
+  g_if.set_device(&a->x->dev[r]);
+  C_Status st = g_if.xccl_group_start();
+  if (r % 2 == 0) {
+    if (st == C_SUCCESS) st = g_if.xccl_all_reduce(a->vx, a->vx, 8, FLOAT32, SUM, a->x->comm[r], NULL);
+    if (st == C_SUCCESS) st = g_if.xccl_all_reduce(a->vy, a->vy, 8, FLOAT32, MAX, a->y->comm[r], NULL);
+  } else {
+    if (st == C_SUCCESS) st = g_if.xccl_all_reduce(a->vy, a->vy, 8, FLOAT32, MAX, a->y->comm[r], NULL);
+    if (st == C_SUCCESS) st = g_if.xccl_all_reduce(a->vx, a->vx, 8, FLOAT32, SUM, a->x->comm[r], NULL);
+  }
+  C_Status end_st = g_if.xccl_group_end();
+  a->st = st != C_SUCCESS ? st : end_st;
+  return NULL;
+}
+
+static void test_ccl_two_comms(void) {
+  begin();
+  int n = g_nranks;
+  ccl_world x, y;
+  ccl_init_world(&x, 0);
+  ccl_init_world(&y, 0);
+  pthread_t th[64];
+  two_comm_arg* args = calloc((size_t)n, sizeof(*args));
+  for (int r = 0; r < n; r++) {
+    args[r].x = &x;
+    args[r].y = &y;
+    args[r].rank = r;
+    for (int i = 0; i < 8; i++) {
+      args[r].vx[i] = (float)(r + i);
+      args[r].vy[i] = (float)(r * i);
+    }
+    pthread_create(&th[r], NULL, two_comm_thread, &args[r]);
+  }
+  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < n; r++) {
+    CHECK_EQ(args[r].st, C_SUCCESS);
+    for (int i = 0; i < 8; i++) {
+      CHECK(args[r].vx[i] == (float)(n * (n - 1) / 2 + n * i));
+      CHECK(args[r].vy[i] == (float)((n - 1) * i));
+    }
+  }
+  free(args);
+  ccl_free_world(&x);
+  ccl_free_world(&y);
+  end();
+}
+
 /* expects RT_CPU_CCL_TIMEOUT_MS small (e.g. 200) */
 static void test_ccl_timeout(void) {
   begin();
@@ -1425,7 +1485,8 @@ static const test_entry TESTS[] = {
     {"threads", test_threads, 1},     {"capacity", test_capacity, 0}, {"fail_every", test_fail_every, 0},
     {"fail_after", test_fail_after, 0}, {"max_streams", test_max_streams, 0},
     {"ccl_reductions", test_ccl_reductions, 1}, {"ccl_data_movement", test_ccl_data_movement, 1},
-    {"ccl_threads", test_ccl_threads, 1}, {"ccl_timeout", test_ccl_timeout, 0},
+    {"ccl_threads", test_ccl_threads, 1}, {"ccl_two_comms", test_ccl_two_comms, 1},
+    {"ccl_timeout", test_ccl_timeout, 0},
 };
 
 int main(int argc, char** argv) {

@@ -403,17 +403,21 @@ static int slot_execute(rt_clique* q, rt_slot* s) {
 
 /* One participation of a rank in a slot. */
 typedef struct {
+  rt_clique* q;
   rt_slot* slot;
   part_args args;
   int p2p;
   uint64_t seq;
   size_t src, dst;
-  int side; /* collectives: rank; p2p: 0 = send, 1 = recv */
+  int side;    /* collectives: rank; p2p: 0 = send, 1 = recv */
+  size_t item; /* index of the item it belongs to */
+  int failed;
 } rt_part;
 
-/* Arrive at every part's slot, then wait (bounded) until all are done. Returns 0 or -1. */
-static int run_parts(rt_clique* q, rt_part* parts, size_t np) {
-  int rc = 0;
+/* Arrive at every part's slot (clique by clique, each under its own lock), then wait, bounded by one deadline, until
+ * all are done, then depart. Nothing is waited for before everything is posted, so a batch that spans several
+ * communicators or pairs send and recv cannot deadlock against another rank's batch. */
+static void run_parts(rt_part* parts, size_t np) {
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   uint64_t ms = rt_cfg.ccl_timeout_ms;
@@ -423,31 +427,32 @@ static int run_parts(rt_clique* q, rt_part* parts, size_t np) {
     deadline.tv_sec++;
     deadline.tv_nsec -= 1000000000L;
   }
-  pthread_mutex_lock(&q->mu);
   for (size_t i = 0; i < np; i++) {
     rt_part* p = &parts[i];
+    rt_clique* q = p->q;
+    pthread_mutex_lock(&q->mu);
     rt_slot* s = slot_find_or_create(q, p->p2p, p->seq, p->src, p->dst);
-    p->slot = s;
-    if (!s) {
-      rc = -1;
-      continue;
-    }
-    if (s->args[p->side]) { /* the same rank twice in one slot: a usage error */
+    if (!s || s->args[p->side]) { /* out of memory, or the same rank twice in one slot (a usage error) */
       p->slot = NULL;
-      rc = -1;
-      continue;
+      p->failed = 1;
+    } else {
+      p->slot = s;
+      s->args[p->side] = &p->args;
+      s->arrived++;
+      if (s->arrived == s->expect) {
+        if (slot_execute(q, s) != 0) s->failed = 1;
+        s->done = 1;
+        pthread_cond_broadcast(&q->cv);
+      }
     }
-    s->args[p->side] = &p->args;
-    s->arrived++;
-    if (s->arrived == s->expect) {
-      if (slot_execute(q, s) != 0) s->failed = 1;
-      s->done = 1;
-      pthread_cond_broadcast(&q->cv);
-    }
+    pthread_mutex_unlock(&q->mu);
   }
   for (size_t i = 0; i < np; i++) {
-    rt_slot* s = parts[i].slot;
+    rt_part* p = &parts[i];
+    rt_slot* s = p->slot;
     if (!s) continue;
+    rt_clique* q = p->q;
+    pthread_mutex_lock(&q->mu);
     while (!s->done && !s->abandoned) {
       int w = pthread_cond_timedwait(&q->cv, &q->mu, &deadline);
       if (w == ETIMEDOUT && !s->done) {
@@ -455,16 +460,18 @@ static int run_parts(rt_clique* q, rt_part* parts, size_t np) {
         pthread_cond_broadcast(&q->cv);
       }
     }
-    if (s->failed || s->abandoned) rc = -1;
+    if (s->failed || s->abandoned) p->failed = 1;
+    pthread_mutex_unlock(&q->mu);
   }
   for (size_t i = 0; i < np; i++) {
-    rt_slot* s = parts[i].slot;
-    if (!s) continue;
-    s->args[parts[i].side] = NULL;
-    slot_depart(q, s);
+    rt_part* p = &parts[i];
+    if (!p->slot) continue;
+    pthread_mutex_lock(&p->q->mu);
+    p->slot->args[p->side] = NULL;
+    slot_depart(p->q, p->slot);
+    pthread_mutex_unlock(&p->q->mu);
+    p->slot = NULL;
   }
-  pthread_mutex_unlock(&q->mu);
-  return rc;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -518,86 +525,97 @@ static const char* kind_name(int k) {
   return (k >= 0 && k <= K_ALL_TO_ALL) ? names[k] : "?";
 }
 
-/* Expand the batch's items into participations; items of different cliques are run clique by clique. */
+static void item_failed(rt_item* it) {
+  if (!atomic_exchange(&it->comm->error, 1))
+    fprintf(stderr, "rt_cpu: xccl %s on rank %zu of %zu failed (peers did not join within %llu ms, or their "
+            "arguments differ); the communicator is now in error\n",
+            kind_name(it->kind), it->comm->rank, it->comm->nranks, (unsigned long long)rt_cfg.ccl_timeout_ms);
+}
+
+/* Expand the batch's items into participations, run them all together, report failures per item. */
 static void batch_run(void* arg) {
   rt_batch* b = arg;
   b->status = C_SUCCESS;
-  size_t i = 0;
-  while (i < b->n) {
-    rt_clique* q = b->items[i].comm->clique;
-    size_t j = i;
-    size_t np = 0;
-    while (j < b->n && b->items[j].comm->clique == q) {
-      rt_item* it = &b->items[j];
-      np += it->kind == K_ALL_TO_ALL ? 2 * it->comm->nranks : 1;
-      j++;
-    }
-    rt_part* parts = calloc(np ? np : 1, sizeof(rt_part));
-    int rc = parts ? 0 : -1;
-    size_t k = 0;
-    for (size_t x = i; parts && x < j; x++) {
-      rt_item* it = &b->items[x];
-      size_t me = it->comm->rank;
-      if (it->kind == K_SEND || it->kind == K_RECV) {
-        rt_part* p = &parts[k++];
-        p->p2p = 1;
-        p->args = it->a;
-        p->seq = it->seq;
-        p->src = it->kind == K_SEND ? me : it->peer;
-        p->dst = it->kind == K_SEND ? it->peer : me;
-        p->side = it->kind == K_SEND ? 0 : 1;
-      } else if (it->kind == K_ALL_TO_ALL) {
-        for (size_t peer = 0; peer < it->comm->nranks; peer++) {
-          if (peer == me) { /* local part */
-            size_t sb = it->a2a_send_count[me] * dtype_size(it->a2a_send_dtype[me]);
-            size_t rb = it->a2a_recv_count[me] * dtype_size(it->a2a_recv_dtype[me]);
-            if (sb != rb) rc = -1;
-            else if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
-            continue;
-          }
-          rt_part* ps = &parts[k++];
-          ps->p2p = 1;
-          ps->args.kind = K_SEND;
-          ps->args.send = it->a2a_send[peer];
-          ps->args.count = it->a2a_send_count[peer];
-          ps->args.dtype = it->a2a_send_dtype[peer];
-          ps->seq = it->a2a_send_seq[peer];
-          ps->src = me;
-          ps->dst = peer;
-          ps->side = 0;
-          rt_part* pr = &parts[k++];
-          pr->p2p = 1;
-          pr->args.kind = K_RECV;
-          pr->args.recv = it->a2a_recv[peer];
-          pr->args.count = it->a2a_recv_count[peer];
-          pr->args.dtype = it->a2a_recv_dtype[peer];
-          pr->seq = it->a2a_recv_seq[peer];
-          pr->src = peer;
-          pr->dst = me;
-          pr->side = 1;
-        }
-      } else {
-        rt_part* p = &parts[k++];
-        p->p2p = 0;
-        p->args = it->a;
-        p->seq = it->seq;
-        p->side = (int)me;
-      }
-    }
-    if (parts && run_parts(q, parts, k) != 0) rc = -1;
+  size_t np = 0;
+  for (size_t i = 0; i < b->n; i++) np += b->items[i].kind == K_ALL_TO_ALL ? 2 * b->items[i].comm->nranks : 1;
+  rt_part* parts = calloc(np ? np : 1, sizeof(rt_part));
+  unsigned char* bad = calloc(b->n ? b->n : 1, 1);
+  if (!parts || !bad) {
     free(parts);
-    if (rc != 0) {
-      b->status = C_ERROR;
-      for (size_t x = i; x < j; x++) {
-        rt_item* it = &b->items[x];
-        if (!atomic_exchange(&it->comm->error, 1))
-          fprintf(stderr, "rt_cpu: xccl %s on rank %zu of %zu failed (peers did not join within %llu ms, or "
-                  "their arguments differ); the communicator is now in error\n",
-                  kind_name(it->kind), it->comm->rank, it->comm->nranks, (unsigned long long)rt_cfg.ccl_timeout_ms);
-      }
-    }
-    i = j;
+    free(bad);
+    b->status = C_FAILED;
+    for (size_t i = 0; i < b->n; i++) item_failed(&b->items[i]);
+    return;
   }
+  size_t k = 0;
+  for (size_t x = 0; x < b->n; x++) {
+    rt_item* it = &b->items[x];
+    rt_clique* q = it->comm->clique;
+    size_t me = it->comm->rank;
+    if (it->kind == K_SEND || it->kind == K_RECV) {
+      rt_part* p = &parts[k++];
+      p->q = q;
+      p->item = x;
+      p->p2p = 1;
+      p->args = it->a;
+      p->seq = it->seq;
+      p->src = it->kind == K_SEND ? me : it->peer;
+      p->dst = it->kind == K_SEND ? it->peer : me;
+      p->side = it->kind == K_SEND ? 0 : 1;
+    } else if (it->kind == K_ALL_TO_ALL) {
+      for (size_t peer = 0; peer < it->comm->nranks; peer++) {
+        if (peer == me) { /* the local block */
+          size_t sb = it->a2a_send_count[me] * dtype_size(it->a2a_send_dtype[me]);
+          size_t rb = it->a2a_recv_count[me] * dtype_size(it->a2a_recv_dtype[me]);
+          if (sb != rb) bad[x] = 1;
+          else if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
+          continue;
+        }
+        rt_part* ps = &parts[k++];
+        ps->q = q;
+        ps->item = x;
+        ps->p2p = 1;
+        ps->args.kind = K_SEND;
+        ps->args.send = it->a2a_send[peer];
+        ps->args.count = it->a2a_send_count[peer];
+        ps->args.dtype = it->a2a_send_dtype[peer];
+        ps->seq = it->a2a_send_seq[peer];
+        ps->src = me;
+        ps->dst = peer;
+        ps->side = 0;
+        rt_part* pr = &parts[k++];
+        pr->q = q;
+        pr->item = x;
+        pr->p2p = 1;
+        pr->args.kind = K_RECV;
+        pr->args.recv = it->a2a_recv[peer];
+        pr->args.count = it->a2a_recv_count[peer];
+        pr->args.dtype = it->a2a_recv_dtype[peer];
+        pr->seq = it->a2a_recv_seq[peer];
+        pr->src = peer;
+        pr->dst = me;
+        pr->side = 1;
+      }
+    } else {
+      rt_part* p = &parts[k++];
+      p->q = q;
+      p->item = x;
+      p->p2p = 0;
+      p->args = it->a;
+      p->seq = it->seq;
+      p->side = (int)me;
+    }
+  }
+  run_parts(parts, k);
+  for (size_t i = 0; i < k; i++)
+    if (parts[i].failed) bad[parts[i].item] = 1;
+  for (size_t x = 0; x < b->n; x++) {
+    if (!bad[x]) continue;
+    b->status = C_ERROR;
+    item_failed(&b->items[x]);
+  }
+  free(parts);
+  free(bad);
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
