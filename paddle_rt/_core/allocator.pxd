@@ -62,8 +62,9 @@ cdef struct Block:
     Block* prev            # neighbours inside the chunk, by address
     Block* next
     Chunk* chunk
-    int allocated
+    int allocated          # 0 free (in the best-fit index), 1 allocated, 2 free in a quick-reuse slot (unmerged)
     int counted_split      # 1 while counted in inactive_split_*
+    Block* qnext           # next block in its quick-reuse slot (while cached there)
 
 cdef struct AllocConfig:
     int paddle_compat
@@ -100,6 +101,15 @@ cdef struct AllocatorCore:
     int64_t num_device_free
     int64_t num_cache_hits
     Block* spare_blocks    # free list of Block structs
+    # Quick reuse (default mode): a freed block waits unmerged in a small slot keyed by (size, stream) for the next
+    # request of exactly its size; slots are merged back into the best-fit index before any growth, release,
+    # snapshot or configuration change.
+    Block* q_head[64]
+    size_t q_size[64]
+    uintptr_t q_stream[64]
+    int q_count[64]
+    int64_t q_blocks
+    int quick              # quick reuse enabled (not in paddle_compat, not with release on free)
     size_t capacity        # device total memory at creation (0: unknown)
 
 # With the GIL: the allocator of `device` (None: current device) for KIND_DEVICE or KIND_HOST, created on first use.

@@ -54,7 +54,9 @@ import weakref
 cimport cython
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
-from libc.stdint cimport uintptr_t, int64_t, SIZE_MAX, INT64_MAX
+from cpython.long cimport PyLong_AsSsize_t
+from cpython.exc cimport PyErr_Occurred, PyErr_Clear
+from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX, INT64_MAX
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
 from libcpp.vector cimport vector
@@ -237,15 +239,145 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
             b.next = r
         b.size = size
         _free_insert(c, r)
+    _count_alloc(c, b, requested)
+    return b
+
+
+cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noexcept nogil:
+    cdef int pool = b.chunk.pool
     b.allocated = 1
     b.requested = requested
-    c.cx.live[b.addr] = <void*>b
+    c.cx.live.insert(b.addr, <void*>b)
     _stat(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
     _stat(c, pool, ST_ACTIVE_BYTES, <int64_t>b.size)
     _stat(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
     _stat(c, pool, ST_ALLOCATION, 1)
     _stat(c, pool, ST_ACTIVE, 1)
+
+
+cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
+    cdef uint64_t h = (<uint64_t>size ^ (<uint64_t>stream * 0x9E3779B97F4A7C15ULL)) * 0x9E3779B97F4A7C15ULL
+    return <int>(h >> 58)
+
+
+cdef inline Block* _q_pop(AllocatorCore* c, size_t size, uintptr_t stream) noexcept nogil:
+    cdef int i = _q_slot(size, stream)
+    cdef Block* b = c.q_head[i]
+    if b == NULL or c.q_size[i] != size or c.q_stream[i] != stream:
+        return NULL
+    c.q_head[i] = b.qnext
+    c.q_count[i] -= 1
+    c.q_blocks -= 1
+    b.qnext = NULL
+    if b.counted_split:
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
+        b.counted_split = 0
     return b
+
+
+# Park a freed block (already uncounted as allocated) in its quick slot; 0 when the slot is full or taken.
+cdef inline int _q_push(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef int i = _q_slot(b.size, b.stream)
+    if c.q_count[i] != 0 and (c.q_size[i] != b.size or c.q_stream[i] != b.stream):
+        return 0
+    if c.q_count[i] >= 8:
+        return 0
+    c.q_size[i] = b.size
+    c.q_stream[i] = b.stream
+    b.qnext = c.q_head[i]
+    c.q_head[i] = b
+    c.q_count[i] += 1
+    c.q_blocks += 1
+    b.allocated = 2
+    if b.prev != NULL or b.next != NULL:
+        b.counted_split = 1
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
+    return 1
+
+
+# A free block (allocated == 0, not indexed): merge with free neighbours, index it.
+cdef Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef Block* n = b.prev
+    if n != NULL and n.allocated == 0:
+        _free_remove(c, n)
+        n.size += b.size
+        n.next = b.next
+        if b.next != NULL:
+            b.next.prev = n
+        _drop_block(c, b)
+        b = n
+    n = b.next
+    if n != NULL and n.allocated == 0:
+        _free_remove(c, n)
+        b.size += n.size
+        b.next = n.next
+        if n.next != NULL:
+            n.next.prev = b
+        _drop_block(c, n)
+    _free_insert(c, b)
+    return b
+
+
+# Merge every parked block back into the best-fit index.
+cdef void _q_flush(AllocatorCore* c) noexcept nogil:
+    cdef int i
+    cdef Block* b
+    if c.q_blocks == 0:
+        return
+    for i in range(64):
+        while c.q_head[i] != NULL:
+            b = c.q_head[i]
+            c.q_head[i] = b.qnext
+            b.qnext = NULL
+            if b.counted_split:
+                _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
+                _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
+                b.counted_split = 0
+            b.allocated = 0
+            _merge_insert(c, b)
+        c.q_count[i] = 0
+    c.q_blocks = 0
+
+
+# Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
+cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail) noexcept nogil:
+    cdef Block* b
+    if c.q_blocks:
+        b = _q_pop(c, size, stream)
+        if b != NULL:
+            _count_alloc(c, b, nbytes)
+            c.num_cache_hits += 1
+            return b
+    b = _best_fit(c, _pool_of(c, size), stream, size)
+    if b == NULL:
+        return NULL
+    c.num_cache_hits += 1
+    return _take(c, b, size, nbytes, fail)
+
+
+# Free a live pointer (lock held). Returns 1 when a plugin call is needed afterwards (release on free), 0 done,
+# -1 when the pointer is not live here.
+cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    cdef Block* b = <Block*>c.cx.live.erase(ptr)
+    cdef int pool
+    if b == NULL:
+        return -1
+    pool = b.chunk.pool
+    _stat(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
+    _stat(c, pool, ST_ACTIVE_BYTES, -<int64_t>b.size)
+    _stat(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
+    _stat(c, pool, ST_ALLOCATION, -1)
+    _stat(c, pool, ST_ACTIVE, -1)
+    b.requested = 0
+    if c.quick and pool == POOL_SMALL and _q_push(c, b):
+        return 0
+    b.allocated = 0
+    b = _merge_insert(c, b)
+    if c.cfg.release == RELEASE_ON_FREE and b.prev == NULL and b.next == NULL:
+        _release_chunk(c, b)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -332,6 +464,7 @@ cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t
     cdef Block* b
     cdef size_t total = 0
     cdef int p
+    _q_flush(c)
     for p in range(2):
         if pool != -1 and p != pool:
             continue
@@ -450,7 +583,7 @@ cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef prt_chunk_map.iterator it
     cdef Chunk* ch
     cdef Block* b
-    if c.cx.live.find(ptr) != c.cx.live.end():
+    if c.cx.live.find(ptr) != NULL:
         return 1
     it = c.cx.chunks.upper_bound(ptr)
     if it == c.cx.chunks.begin():
@@ -502,10 +635,11 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         c.cx.mu.unlock()
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
-    b = _best_fit(c, pool, stream, size)
-    if b != NULL:
-        c.num_cache_hits += 1
-    else:
+    b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+    if b == NULL and err.kind == ERR_NONE and c.q_blocks:
+        _q_flush(c)
+        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+    if b == NULL and err.kind == ERR_NONE:
         chunk = _growth(c, pool, stream, size)
         b = _new_chunk(c, pool, stream, chunk, &err)
         if b == NULL and err.kind == ERR_OOM and chunk > size:
@@ -518,8 +652,8 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
             b = _new_chunk(c, pool, stream, size, &err)
             if b == NULL and err.kind == ERR_OOM:
                 c.num_ooms += 1
-    if b != NULL:
-        b = _take(c, b, size, nbytes, &err.kind)
+        if b != NULL:
+            b = _take(c, b, size, nbytes, &err.kind)
     c.cx.mu.unlock()
     if b == NULL:
         return _raise(c, &err)
@@ -529,7 +663,6 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
 
 cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     cdef AllocError err
-    cdef prt_ptr_table.iterator it
     cdef Block* b
     cdef Block* n
     cdef int pool, owns
@@ -539,52 +672,21 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     if c.torn_down:
         c.cx.mu.unlock()
         return 0
-    it = c.cx.live.find(<uintptr_t>ptr)
-    if it == c.cx.live.end():
-        owns = _core_owns(c, <uintptr_t>ptr)
-        if owns == 2:
-            # the start of a free block is a double free; anything else inside a chunk is an interior pointer
-            err.kind = ERR_INTERIOR
-            if _is_free_block_start(c, <uintptr_t>ptr):
-                err.kind = ERR_DOUBLE_FREE
-        else:
-            err.kind = ERR_FOREIGN
+    if _free_locked(c, <uintptr_t>ptr) >= 0:
         c.cx.mu.unlock()
-        err.ptr = <uintptr_t>ptr
-        err.requested = 0
-        return _raise(c, &err)
-    b = <Block*>(deref(it).second)
-    c.cx.live.erase(it)
-    pool = b.chunk.pool
-    _stat(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
-    _stat(c, pool, ST_ACTIVE_BYTES, -<int64_t>b.size)
-    _stat(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
-    _stat(c, pool, ST_ALLOCATION, -1)
-    _stat(c, pool, ST_ACTIVE, -1)
-    b.allocated = 0
-    b.requested = 0
-    n = b.prev
-    if n != NULL and not n.allocated:
-        _free_remove(c, n)
-        n.size += b.size
-        n.next = b.next
-        if b.next != NULL:
-            b.next.prev = n
-        _drop_block(c, b)
-        b = n
-    n = b.next
-    if n != NULL and not n.allocated:
-        _free_remove(c, n)
-        b.size += n.size
-        b.next = n.next
-        if n.next != NULL:
-            n.next.prev = b
-        _drop_block(c, n)
-    _free_insert(c, b)
-    if c.cfg.release == RELEASE_ON_FREE and b.prev == NULL and b.next == NULL:
-        _release_chunk(c, b)
+        return 0
+    owns = _core_owns(c, <uintptr_t>ptr)
+    if owns == 2:
+        # the start of a free block is a double free; anything else inside a chunk is an interior pointer
+        err.kind = ERR_INTERIOR
+        if _is_free_block_start(c, <uintptr_t>ptr):
+            err.kind = ERR_DOUBLE_FREE
+    else:
+        err.kind = ERR_FOREIGN
     c.cx.mu.unlock()
-    return 0
+    err.ptr = <uintptr_t>ptr
+    err.requested = 0
+    return _raise(c, &err)
 
 
 cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
@@ -593,8 +695,15 @@ cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef prt_free_key k
     cdef prt_free_set.iterator fi
     cdef int p
+    cdef Block* q
     if it == c.cx.chunks.begin():
         return 0
+    for p in range(64):
+        q = c.q_head[p]
+        while q != NULL:
+            if q.addr == ptr:
+                return 1
+            q = q.qnext
     dec(it)
     ch = <Chunk*>(deref(it).second)
     # walk the pool's free index for a free block starting at ptr (error path only)
@@ -608,11 +717,11 @@ cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
 
 cdef size_t core_block_size(AllocatorCore* c, void* ptr) noexcept nogil:
     cdef size_t r = 0
-    cdef prt_ptr_table.iterator it
+    cdef Block* b
     c.cx.mu.lock()
-    it = c.cx.live.find(<uintptr_t>ptr)
-    if it != c.cx.live.end():
-        r = (<Block*>(deref(it).second)).size
+    b = <Block*>c.cx.live.find(<uintptr_t>ptr)
+    if b != NULL:
+        r = b.size
     c.cx.mu.unlock()
     return r
 
@@ -851,7 +960,9 @@ cdef class DeviceAllocator:
             raise errors.InvalidArgument(
                 f"{self.device}: paddle_compat and small_size can only change while the allocator holds no memory "
                 f"(free everything and call empty_cache() first)")
+        _q_flush(c)
         c.cfg = cfg
+        c.quick = not cfg.paddle_compat and cfg.release != RELEASE_ON_FREE
         c.cx.mu.unlock()
 
     def configure(self, **kw):
@@ -931,6 +1042,7 @@ cdef class DeviceAllocator:
         cdef AllocatorCore* c = self.core
         with nogil:
             c.cx.mu.lock()
+            _q_flush(c)            # parked blocks are shown merged, as the snapshot shows them
             memcpy(st, c.stats, sizeof(st))
             extra[0] = c.num_alloc_retries
             extra[1] = c.num_ooms
@@ -991,6 +1103,7 @@ cdef class DeviceAllocator:
         cdef size_t i
         with nogil:
             c.cx.mu.lock()
+            _q_flush(c)
             it = c.cx.chunks.begin()
             while it != c.cx.chunks.end():
                 ch = <Chunk*>(deref(it).second)
@@ -1033,13 +1146,11 @@ cdef class DeviceAllocator:
 # The lowest block of a chunk (lock held): any block of the chunk leads there through prev links.
 cdef Block* _first_block(AllocatorCore* c, Chunk* ch) noexcept nogil:
     cdef prt_free_set.iterator fi
-    cdef prt_ptr_table.iterator li
-    cdef Block* b = NULL
+    cdef Block* b = <Block*>c.cx.live.find(ch.base)
     cdef int p
     # the chunk's base block is either live (key = base) or free
-    li = c.cx.live.find(ch.base)
-    if li != c.cx.live.end():
-        return <Block*>(deref(li).second)
+    if b != NULL:
+        return b
     for p in range(2):
         fi = c.cx.free_blocks[p].begin()
         while fi != c.cx.free_blocks[p].end():
@@ -1101,16 +1212,18 @@ def get_allocator(device=None, kind="device"):
 
 
 cdef inline size_t _check_nbytes(object nbytes) except? 0:
-    if not isinstance(nbytes, int) or isinstance(nbytes, bool):
-        try:
-            nbytes = nbytes.__index__()
-        except AttributeError:
-            raise TypeError(f"malloc: nbytes must be an int, got {type(nbytes).__name__}") from None
-    if nbytes < 0:
-        raise errors.InvalidArgument(f"malloc: nbytes must not be negative, got {nbytes}")
-    if nbytes > <object>(SIZE_MAX // 2):
-        raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large")
-    return nbytes
+    cdef Py_ssize_t v
+    if type(nbytes) is int:
+        v = PyLong_AsSsize_t(nbytes)
+        if v == -1 and PyErr_Occurred():
+            PyErr_Clear()
+            raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large")
+        if v < 0:
+            raise errors.InvalidArgument(f"malloc: nbytes must not be negative, got {nbytes}")
+        return <size_t>v
+    if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
+        raise TypeError(f"malloc: nbytes must be an int, got {type(nbytes).__name__}")
+    return _check_nbytes(int(nbytes.__index__()))
 
 
 cdef inline uintptr_t _check_ptr(object ptr) except? 0:
@@ -1122,6 +1235,7 @@ cdef inline uintptr_t _check_ptr(object ptr) except? 0:
 
 
 @cython.freelist(64)
+@cython.no_gc
 cdef class Allocation:
     """Memory from :func:`malloc`: ``ptr`` (int), ``size`` (the requested bytes), ``device``. Freed by
     :meth:`free`, by leaving a ``with`` block, or when garbage-collected. On host-addressable devices it exports the
@@ -1150,8 +1264,9 @@ cdef class Allocation:
         cdef AllocatorCore* c = self.core
         cdef void* p = <void*>self.ptr
         self._freed = 1
-        with nogil:
-            core_free(c, p)
+        if not _fast_free(c, self.ptr):
+            with nogil:
+                core_free(c, p)
         return 0
 
     def free(self):
@@ -1274,13 +1389,45 @@ cdef void _dl_capsule_destructor(object capsule) noexcept:
             m.deleter(m)
 
 
+# With the GIL held: serve from the cache without releasing the GIL when the lock is free (never blocks, never calls
+# the plugin). NULL: take the slow path (nogil core_malloc).
+cdef inline void* _fast_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
+    cdef Block* b = NULL
+    cdef int fail = 0
+    if c.torn_down or n > SIZE_MAX // 2:
+        return NULL
+    if not c.cx.mu.try_lock():
+        return NULL
+    if not c.torn_down:
+        b = _alloc_cached(c, _round(c, n), n, stream, &fail)
+    c.cx.mu.unlock()
+    if b == NULL:
+        return NULL
+    return <void*>b.addr
+
+
+# With the GIL held: 1 when freed (or torn down), 0 when the slow path must run (lock busy, unknown pointer, or a
+# plugin call may follow).
+cdef inline int _fast_free(AllocatorCore* c, uintptr_t p) noexcept:
+    cdef int r = -1
+    if c.torn_down:
+        return 1
+    if c.cfg.release == RELEASE_ON_FREE or not c.cx.mu.try_lock():
+        return 0
+    if not c.torn_down:
+        r = _free_locked(c, p)
+    c.cx.mu.unlock()
+    return r >= 0
+
+
 cdef Allocation _make_allocation(DeviceAllocator a, object nbytes, object stream):
     cdef size_t n = _check_nbytes(nbytes)
     cdef uintptr_t s = 0 if stream is None else stream
-    cdef void* p = NULL
     cdef AllocatorCore* c = a.core
-    with nogil:
-        core_malloc(c, n, s, &p)
+    cdef void* p = _fast_malloc(c, n, s)
+    if p == NULL:
+        with nogil:
+            core_malloc(c, n, s, &p)
     cdef Allocation r = Allocation.__new__(Allocation)
     r.core = c
     r.ptr = <uintptr_t>p
@@ -1309,9 +1456,10 @@ def raw_malloc(nbytes, device=None, stream=0):
     cdef DeviceAllocator a = _dev_alloc(device)
     cdef size_t n = _check_nbytes(nbytes)
     cdef uintptr_t s = stream
-    cdef void* p = NULL
-    with nogil:
-        core_malloc(a.core, n, s, &p)
+    cdef void* p = _fast_malloc(a.core, n, s)
+    if p == NULL:
+        with nogil:
+            core_malloc(a.core, n, s, &p)
     return <uintptr_t>p
 
 
@@ -1324,10 +1472,13 @@ def raw_free(ptr, device=None):
     cdef int r
     if device is not None:
         a = _dev_alloc(device)
-        with nogil:
-            core_free(a.core, <void*>p)
+        if not _fast_free(a.core, p):
+            with nogil:
+                core_free(a.core, <void*>p)
         return
     a = _dev_alloc(None)
+    if _fast_free(a.core, p):
+        return
     with nogil:
         a.core.cx.mu.lock()
         r = _core_owns(a.core, p)

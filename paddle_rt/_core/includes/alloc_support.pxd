@@ -11,6 +11,7 @@ cdef extern from * nogil:
     #include <set>
     #include <map>
     #include <unordered_map>
+    #include <cstdlib>
 
     /* A free block in the best-fit index: ordered by (stream, pool, size, address); `block` is the payload. */
     struct prt_free_key {
@@ -24,16 +25,143 @@ cdef extern from * nogil:
         if (a.size != b.size) return a.size < b.size;
         return a.addr < b.addr;
     }
-    typedef std::set<prt_free_key> prt_free_set;
-    typedef std::unordered_map<uintptr_t, void*> prt_ptr_table;
+    /* Node recycling for the containers below: every container op happens under the allocator's mutex, so a
+       plain free list per node size (owned by the allocator) replaces malloc/free on the hot path. */
+    struct prt_node_pool {
+        enum { N = 6 };
+        size_t sizes[N];
+        void* heads[N];
+        prt_node_pool() { for (int i = 0; i < N; ++i) { sizes[i] = 0; heads[i] = nullptr; } }
+        ~prt_node_pool() {
+            for (int i = 0; i < N; ++i) {
+                void* h = heads[i];
+                while (h) { void* n = *(void**)h; ::operator delete(h); h = n; }
+            }
+        }
+        void* get(size_t size) {
+            for (int i = 0; i < N; ++i) {
+                if (sizes[i] == size) {
+                    void* h = heads[i];
+                    if (h) { heads[i] = *(void**)h; return h; }
+                    break;
+                }
+            }
+            return ::operator new(size < sizeof(void*) ? sizeof(void*) : size);
+        }
+        void put(void* p, size_t size) {
+            for (int i = 0; i < N; ++i) {
+                if (sizes[i] == size || sizes[i] == 0) {
+                    sizes[i] = size;
+                    *(void**)p = heads[i];
+                    heads[i] = p;
+                    return;
+                }
+            }
+            ::operator delete(p);
+        }
+    };
+    template <class T>
+    struct prt_pool_alloc {
+        typedef T value_type;
+        prt_node_pool* pool;
+        explicit prt_pool_alloc(prt_node_pool* p) noexcept : pool(p) {}
+        template <class U> prt_pool_alloc(const prt_pool_alloc<U>& o) noexcept : pool(o.pool) {}
+        T* allocate(size_t n) {
+            if (n == 1) return static_cast<T*>(pool->get(sizeof(T)));
+            return static_cast<T*>(::operator new(n * sizeof(T)));
+        }
+        void deallocate(T* p, size_t n) noexcept {
+            if (n == 1) pool->put(p, sizeof(T)); else ::operator delete(p);
+        }
+        template <class U> bool operator==(const prt_pool_alloc<U>& o) const noexcept { return pool == o.pool; }
+        template <class U> bool operator!=(const prt_pool_alloc<U>& o) const noexcept { return pool != o.pool; }
+    };
+    typedef std::set<prt_free_key, std::less<prt_free_key>, prt_pool_alloc<prt_free_key> > prt_free_set;
+
+    /* Address -> block: open addressing with linear probing and backward-shift deletion (no tombstones), a
+       power-of-two table kept at most 3/4 full, Fibonacci hashing of the address. Key 0 marks an empty slot
+       (a live block never starts at address 0). */
+    struct prt_ptr_table {
+        uintptr_t* keys;
+        void** vals;
+        size_t mask;
+        unsigned shift;
+        size_t n;
+        prt_ptr_table() : keys(nullptr), vals(nullptr), mask(0), shift(0), n(0) { rebuild(1024); }
+        ~prt_ptr_table() { std::free(keys); std::free(vals); }
+        inline size_t slot(uintptr_t k) const { return (size_t)(((uint64_t)k * 0x9E3779B97F4A7C15ULL) >> shift); }
+        void rebuild(size_t cap) {
+            uintptr_t* ok = keys; void** ov = vals; size_t ocap = keys ? mask + 1 : 0;
+            uintptr_t* nk = (uintptr_t*)std::calloc(cap, sizeof(uintptr_t));
+            void** nv = (void**)std::calloc(cap, sizeof(void*));
+            if (nk == nullptr || nv == nullptr) {
+                std::free(nk); std::free(nv);
+                if (ok == nullptr || n + 1 > ocap - 1) std::abort();   /* out of host memory with a full table */
+                return;                                                 /* keep the fuller table */
+            }
+            keys = nk; vals = nv; mask = cap - 1;
+            unsigned bits = 0; while (((size_t)1 << bits) < cap) ++bits;
+            shift = 64 - bits;
+            for (size_t i = 0; i < ocap; ++i) if (ok[i]) place(ok[i], ov[i]);
+            std::free(ok); std::free(ov);
+        }
+        inline void place(uintptr_t k, void* v) {
+            size_t i = slot(k);
+            while (keys[i] != 0) i = (i + 1) & mask;
+            keys[i] = k; vals[i] = v;
+        }
+        inline void insert(uintptr_t k, void* v) {
+            if ((n + 1) * 4 > (mask + 1) * 3) rebuild((mask + 1) * 2);
+            place(k, v);
+            ++n;
+        }
+        inline void* find(uintptr_t k) const {
+            size_t i = slot(k);
+            while (true) {
+                uintptr_t x = keys[i];
+                if (x == k) return vals[i];
+                if (x == 0) return nullptr;
+                i = (i + 1) & mask;
+            }
+        }
+        /* Remove k; returns its value or NULL when absent. */
+        inline void* erase(uintptr_t k) {
+            size_t i = slot(k);
+            while (true) {
+                uintptr_t x = keys[i];
+                if (x == 0) return nullptr;
+                if (x == k) break;
+                i = (i + 1) & mask;
+            }
+            void* v = vals[i];
+            size_t j = i;
+            while (true) {
+                j = (j + 1) & mask;
+                if (keys[j] == 0) break;
+                size_t h = slot(keys[j]);
+                /* move j into the hole i unless its home h lies cyclically in (i, j] */
+                bool stay = (i <= j) ? (i < h && h <= j) : (i < h || h <= j);
+                if (!stay) { keys[i] = keys[j]; vals[i] = vals[j]; i = j; }
+            }
+            keys[i] = 0; vals[i] = nullptr;
+            --n;
+            return v;
+        }
+        inline size_t size() const { return n; }
+    };
     typedef std::map<uintptr_t, void*> prt_chunk_map;
 
     /* The C++ half of one allocator: its lock and its containers (the plain counters live in a Cython struct). */
     struct prt_alloc_containers {
         std::mutex mu;
+        prt_node_pool pool;              /* declared first: destroyed after the containers */
         prt_free_set free_blocks[2];     /* [0] small pool, [1] large pool */
         prt_ptr_table live;              /* address -> allocated block */
         prt_chunk_map chunks;            /* base address -> chunk */
+        prt_alloc_containers()
+            : free_blocks{prt_free_set(std::less<prt_free_key>(), prt_pool_alloc<prt_free_key>(&pool)),
+                          prt_free_set(std::less<prt_free_key>(), prt_pool_alloc<prt_free_key>(&pool))},
+              live() {}
     };
     """
     ctypedef struct prt_free_key:
@@ -60,20 +188,10 @@ cdef extern from * nogil:
         bint empty()
 
     cdef cppclass prt_ptr_table:
-        cppclass iterator:
-            pair[uintptr_t, void*]& operator*()
-            iterator operator++()
-            iterator operator--()
-            bint operator==(iterator)
-            bint operator!=(iterator)
-        iterator begin()
-        iterator end()
-        iterator find(uintptr_t)
-        void* & operator[](uintptr_t)
-        size_t erase(uintptr_t)
-        void erase(iterator)
+        void insert(uintptr_t, void*)
+        void* find(uintptr_t)
+        void* erase(uintptr_t)
         size_t size()
-        void reserve(size_t)
 
     cdef cppclass prt_chunk_map:
         cppclass iterator:
