@@ -1214,10 +1214,10 @@ def get_allocator(device=None, kind="device"):
 cdef inline size_t _check_nbytes(object nbytes) except? 0:
     cdef Py_ssize_t v
     if type(nbytes) is int:
-        v = PyLong_AsSsize_t(nbytes)
-        if v == -1 and PyErr_Occurred():
-            PyErr_Clear()
-            raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large")
+        try:
+            v = PyLong_AsSsize_t(nbytes)
+        except OverflowError:
+            raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large") from None
         if v < 0:
             raise errors.InvalidArgument(f"malloc: nbytes must not be negative, got {nbytes}")
         return <size_t>v
