@@ -90,7 +90,7 @@ def test_default_configuration_all_hooks(driver, plugin_path):
     res = run_driver(driver, plugin_path, ["all"])
     names = [ln.split(":")[0] for ln in res.stdout.splitlines()]
     for expected in ("handshake", "devices", "memory", "handles", "refcount", "stream_order", "events", "blas",
-                     "profiler", "threads", "ccl_reductions", "ccl_data_movement", "ccl_threads", "ccl_two_comms"):
+                     "profiler", "threads", "ccl_reductions", "ccl_data_movement", "ccl_threads", "ccl_two_comms", "ccl_group_exit"):
         assert expected in names
 
 

@@ -1413,6 +1413,31 @@ static void test_ccl_two_comms(void) {
   end();
 }
 
+
+/* a thread that exits inside an open group: what it deferred is released (its communicator references too) */
+static void* group_exit_thread(void* p) {
+  ccl_world* w = p;
+  static float v[4];
+  g_if.xccl_group_start();
+  g_if.xccl_group_start(); /* nested */
+  g_if.xccl_all_reduce(v, v, 4, FLOAT32, SUM, w->comm[0], NULL);
+  g_if.xccl_send(v, 4, FLOAT32, 0, w->comm[0], NULL);
+  g_if.xccl_group_end();
+  return NULL; /* still one level open */
+}
+
+static void test_ccl_group_exit(void) {
+  begin();
+  ccl_world w;
+  ccl_init_world(&w, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, group_exit_thread, &w);
+  pthread_join(t, NULL);
+  ccl_free_world(&w); /* the communicators really die (valgrind: no leak) */
+  CHECK_EQ(g_if.xccl_group_end(), C_ERROR); /* this thread has no open group */
+  end();
+}
+
 /* expects RT_CPU_CCL_TIMEOUT_MS small (e.g. 200) */
 static void test_ccl_timeout(void) {
   begin();
@@ -1486,6 +1511,7 @@ static const test_entry TESTS[] = {
     {"fail_after", test_fail_after, 0}, {"max_streams", test_max_streams, 0},
     {"ccl_reductions", test_ccl_reductions, 1}, {"ccl_data_movement", test_ccl_data_movement, 1},
     {"ccl_threads", test_ccl_threads, 1}, {"ccl_two_comms", test_ccl_two_comms, 1},
+    {"ccl_group_exit", test_ccl_group_exit, 1},
     {"ccl_timeout", test_ccl_timeout, 0},
 };
 

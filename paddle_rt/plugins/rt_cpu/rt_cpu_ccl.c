@@ -131,69 +131,87 @@ static uint16_t float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-/* dst[i] = op over k of srcs[k][i], i < count; n = number of sources. */
-#define REDUCE_INT(T, UT)                                                                 \
+/* dst[i] = op over k of srcs[k][i], i < count; n = number of sources. Sources are combined in rank order; the op
+ * switch is outside the element loops so that they vectorise. dst may alias no source. */
+#define REDUCE_NATIVE(T, ACC_ADD, ACC_MUL)                                                \
   do {                                                                                    \
     T* d = (T*)dst;                                                                       \
-    for (size_t i = 0; i < count; i++) {                                                  \
-      T acc = ((const T*)srcs[0])[i];                                                     \
-      for (size_t k = 1; k < n; k++) {                                                    \
-        T v = ((const T*)srcs[k])[i];                                                     \
-        switch (op) {                                                                     \
-          case SUM: case AVG: acc = (T)((UT)acc + (UT)v); break;                          \
-          case PRODUCT: acc = (T)((UT)acc * (UT)v); break;                                \
-          case MAX: if (v > acc) acc = v; break;                                          \
-          case MIN: if (v < acc) acc = v; break;                                          \
-        }                                                                                 \
+    memcpy(d, srcs[0], count * sizeof(T));                                                \
+    for (size_t k = 1; k < n; k++) {                                                      \
+      const T* v = (const T*)srcs[k];                                                     \
+      switch (op) {                                                                       \
+        case SUM: case AVG: for (size_t i = 0; i < count; i++) d[i] = ACC_ADD(d[i], v[i]); break; \
+        case PRODUCT: for (size_t i = 0; i < count; i++) d[i] = ACC_MUL(d[i], v[i]); break;       \
+        case MAX: for (size_t i = 0; i < count; i++) d[i] = MAX_OF(d[i], v[i]); break;            \
+        case MIN: for (size_t i = 0; i < count; i++) d[i] = MIN_OF(d[i], v[i]); break;            \
       }                                                                                   \
-      if (op == AVG) acc = (T)(acc / (T)n);                                               \
-      d[i] = acc;                                                                         \
     }                                                                                     \
+    if (op == AVG)                                                                        \
+      for (size_t i = 0; i < count; i++) d[i] = (T)(d[i] / (T)n);                         \
   } while (0)
 
-#define REDUCE_FLOAT(T, LOAD, STORE)                                                      \
-  do {                                                                                    \
-    for (size_t i = 0; i < count; i++) {                                                  \
-      T acc = LOAD(srcs[0], i);                                                           \
-      for (size_t k = 1; k < n; k++) {                                                    \
-        T v = LOAD(srcs[k], i);                                                           \
-        switch (op) {                                                                     \
-          case SUM: case AVG: acc = acc + v; break;                                       \
-          case PRODUCT: acc = acc * v; break;                                             \
-          case MAX: acc = (v > acc || isnan(v)) ? v : acc; break;                         \
-          case MIN: acc = (v < acc || isnan(v)) ? v : acc; break;                         \
-        }                                                                                 \
-      }                                                                                   \
-      if (op == AVG) acc = acc / (T)n;                                                    \
-      STORE(dst, i, acc);                                                                 \
-    }                                                                                     \
-  } while (0)
+/* integers wrap around (through the unsigned type, no undefined overflow); floats propagate NaN in MAX/MIN */
+#define MAX_OF(a, b) ((b) > (a) || (b) != (b) ? (b) : (a))
+#define MIN_OF(a, b) ((b) < (a) || (b) != (b) ? (b) : (a))
+#define PLAIN_ADD(a, b) ((a) + (b))
+#define PLAIN_MUL(a, b) ((a) * (b))
+#define WRAP_ADD_8(a, b) ((int8_t)(uint8_t)((uint8_t)(a) + (uint8_t)(b)))
+#define WRAP_MUL_8(a, b) ((int8_t)(uint8_t)((unsigned)(uint8_t)(a) * (unsigned)(uint8_t)(b)))
+#define WRAP_ADD_16(a, b) ((int16_t)(uint16_t)((uint16_t)(a) + (uint16_t)(b)))
+#define WRAP_MUL_16(a, b) ((int16_t)(uint16_t)((unsigned)(uint16_t)(a) * (unsigned)(uint16_t)(b)))
+#define WRAP_ADD_32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define WRAP_MUL_32(a, b) ((int32_t)((uint32_t)(a) * (uint32_t)(b)))
+#define WRAP_ADD_64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
+#define WRAP_MUL_64(a, b) ((int64_t)((uint64_t)(a) * (uint64_t)(b)))
+#define UADD_8(a, b) ((uint8_t)((a) + (b)))
+#define UMUL_8(a, b) ((uint8_t)((unsigned)(a) * (unsigned)(b)))
+#define UADD_16(a, b) ((uint16_t)((a) + (b)))
+#define UMUL_16(a, b) ((uint16_t)((unsigned)(a) * (unsigned)(b)))
 
-#define LOAD_F32(p, i) (((const float*)(p))[i])
-#define STORE_F32(p, i, v) (((float*)(p))[i] = (v))
-#define LOAD_F64(p, i) (((const double*)(p))[i])
-#define STORE_F64(p, i, v) (((double*)(p))[i] = (v))
-#define LOAD_F16(p, i) half_to_float(((const uint16_t*)(p))[i])
-#define STORE_F16(p, i, v) (((uint16_t*)(p))[i] = float_to_half(v))
-#define LOAD_BF16(p, i) bf16_to_float(((const uint16_t*)(p))[i])
-#define STORE_BF16(p, i, v) (((uint16_t*)(p))[i] = float_to_bf16(v))
-
-static void reduce(void* dst, const void* const* srcs, size_t n, size_t count, C_DataType t, C_CCLReduceOp op) {
-  switch (t) {
-    case UINT8: REDUCE_INT(uint8_t, uint8_t); break;
-    case INT8: REDUCE_INT(int8_t, uint8_t); break;
-    case UINT16: REDUCE_INT(uint16_t, uint16_t); break;
-    case INT16: REDUCE_INT(int16_t, uint16_t); break;
-    case UINT32: REDUCE_INT(uint32_t, uint32_t); break;
-    case INT32: REDUCE_INT(int32_t, uint32_t); break;
-    case UINT64: REDUCE_INT(uint64_t, uint64_t); break;
-    case INT64: REDUCE_INT(int64_t, uint64_t); break;
-    case FLOAT32: REDUCE_FLOAT(float, LOAD_F32, STORE_F32); break;
-    case FLOAT64: REDUCE_FLOAT(double, LOAD_F64, STORE_F64); break;
-    case FLOAT16: REDUCE_FLOAT(float, LOAD_F16, STORE_F16); break;
-    case BFLOAT16: REDUCE_FLOAT(float, LOAD_BF16, STORE_BF16); break;
-    default: break;
+/* float16 / bfloat16: accumulate in float, convert once at the end */
+static int reduce_half(void* dst, const void* const* srcs, size_t n, size_t count, int bf16, C_CCLReduceOp op) {
+  float* acc = malloc((count ? count : 1) * sizeof(float));
+  if (!acc) return -1;
+  const uint16_t* s0 = srcs[0];
+  for (size_t i = 0; i < count; i++) acc[i] = bf16 ? bf16_to_float(s0[i]) : half_to_float(s0[i]);
+  for (size_t k = 1; k < n; k++) {
+    const uint16_t* sk = srcs[k];
+    for (size_t i = 0; i < count; i++) {
+      float v = bf16 ? bf16_to_float(sk[i]) : half_to_float(sk[i]);
+      switch (op) {
+        case SUM: case AVG: acc[i] += v; break;
+        case PRODUCT: acc[i] *= v; break;
+        case MAX: acc[i] = MAX_OF(acc[i], v); break;
+        case MIN: acc[i] = MIN_OF(acc[i], v); break;
+      }
+    }
   }
+  uint16_t* d = dst;
+  for (size_t i = 0; i < count; i++) {
+    float v = op == AVG ? acc[i] / (float)n : acc[i];
+    d[i] = bf16 ? float_to_bf16(v) : float_to_half(v);
+  }
+  free(acc);
+  return 0;
+}
+
+static int reduce(void* dst, const void* const* srcs, size_t n, size_t count, C_DataType t, C_CCLReduceOp op) {
+  switch (t) {
+    case UINT8: REDUCE_NATIVE(uint8_t, UADD_8, UMUL_8); break;
+    case INT8: REDUCE_NATIVE(int8_t, WRAP_ADD_8, WRAP_MUL_8); break;
+    case UINT16: REDUCE_NATIVE(uint16_t, UADD_16, UMUL_16); break;
+    case INT16: REDUCE_NATIVE(int16_t, WRAP_ADD_16, WRAP_MUL_16); break;
+    case UINT32: REDUCE_NATIVE(uint32_t, PLAIN_ADD, PLAIN_MUL); break;
+    case INT32: REDUCE_NATIVE(int32_t, WRAP_ADD_32, WRAP_MUL_32); break;
+    case UINT64: REDUCE_NATIVE(uint64_t, PLAIN_ADD, PLAIN_MUL); break;
+    case INT64: REDUCE_NATIVE(int64_t, WRAP_ADD_64, WRAP_MUL_64); break;
+    case FLOAT32: REDUCE_NATIVE(float, PLAIN_ADD, PLAIN_MUL); break;
+    case FLOAT64: REDUCE_NATIVE(double, PLAIN_ADD, PLAIN_MUL); break;
+    case FLOAT16: return reduce_half(dst, srcs, n, count, 0, op);
+    case BFLOAT16: return reduce_half(dst, srcs, n, count, 1, op);
+    default: return -1;
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -232,6 +250,8 @@ typedef struct rt_clique {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC */
   rt_slot* slots;
+  void* scratch;     /* reused by slot_execute (q->mu held): no page faults on every large collective */
+  size_t scratch_size;
 } rt_clique;
 
 typedef struct rt_comm {
@@ -269,6 +289,7 @@ static void clique_unref_locked(rt_clique* c) {
   }
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
+  free(c->scratch);
   free(c->taken);
   free(c);
 }
@@ -333,6 +354,16 @@ static void slot_depart(rt_clique* q, rt_slot* s) {
   free(s);
 }
 
+/* The clique's scratch buffer of at least `bytes` (q->mu held), NULL when out of memory. */
+static void* scratch(rt_clique* q, size_t bytes) {
+  if (bytes > q->scratch_size) {
+    free(q->scratch);
+    q->scratch = malloc(bytes);
+    q->scratch_size = q->scratch ? bytes : 0;
+  }
+  return q->scratch;
+}
+
 /* The last participant runs the operation for everyone (q->mu held). Returns 0, or -1 on mismatched arguments. */
 static int slot_execute(rt_clique* q, rt_slot* s) {
   if (s->p2p) {
@@ -361,10 +392,13 @@ static int slot_execute(rt_clique* q, rt_slot* s) {
   switch (a0->kind) {
     case K_ALL_REDUCE:
     case K_REDUCE:
-      tmp = malloc(bytes);
+      tmp = scratch(q, bytes);
       if (!tmp) { rc = -1; break; }
       for (size_t r = 0; r < n; r++) srcs[r] = s->args[r]->send;
-      reduce(tmp, srcs, n, count, a0->dtype, a0->op);
+      if (reduce(tmp, srcs, n, count, a0->dtype, a0->op) != 0) {
+        rc = -1;
+        break;
+      }
       if (a0->kind == K_ALL_REDUCE) {
         for (size_t r = 0; r < n; r++) memmove(s->args[r]->recv, tmp, bytes);
       } else {
@@ -372,31 +406,31 @@ static int slot_execute(rt_clique* q, rt_slot* s) {
       }
       break;
     case K_BROADCAST:
-      tmp = malloc(bytes);
+      tmp = scratch(q, bytes);
       if (!tmp) { rc = -1; break; }
       memcpy(tmp, s->args[a0->root]->send, bytes);
       for (size_t r = 0; r < n; r++)
         if (r != a0->root) memmove(s->args[r]->recv, tmp, bytes);
       break;
     case K_ALL_GATHER:
-      tmp = malloc(bytes * n);
+      tmp = scratch(q, bytes * n);
       if (!tmp) { rc = -1; break; }
       for (size_t r = 0; r < n; r++) memcpy((char*)tmp + r * bytes, s->args[r]->send, bytes);
       for (size_t r = 0; r < n; r++) memmove(s->args[r]->recv, tmp, bytes * n);
       break;
     case K_REDUCE_SCATTER:
-      tmp = malloc(bytes * n);
+      tmp = scratch(q, bytes * n);
       if (!tmp) { rc = -1; break; }
       for (size_t seg = 0; seg < n; seg++) {
         for (size_t r = 0; r < n; r++) srcs[r] = (const char*)s->args[r]->send + seg * bytes;
-        reduce((char*)tmp + seg * bytes, srcs, n, count, a0->dtype, a0->op);
+        if (reduce((char*)tmp + seg * bytes, srcs, n, count, a0->dtype, a0->op) != 0) rc = -1;
       }
-      for (size_t r = 0; r < n; r++) memmove(s->args[r]->recv, (char*)tmp + r * bytes, bytes);
+      if (rc == 0)
+        for (size_t r = 0; r < n; r++) memmove(s->args[r]->recv, (char*)tmp + r * bytes, bytes);
       break;
     default:
       rc = -1;
   }
-  free(tmp);
   free(srcs);
   return rc;
 }
