@@ -221,7 +221,9 @@ static void test_devices(void) {
 
   /* before initialize: resource creation refused */
   void* p = (void*)1;
+  size_t calls_before = alloc_calls(0);
   CHECK_EQ(g_if.device_memory_allocate(&D0, &p, 64), C_ERROR);
+  CHECK_EQ(alloc_calls(0), calls_before + 1); /* counted whatever the outcome */
   C_Stream s = NULL;
   CHECK_EQ(g_if.create_stream(&D0, &s), C_ERROR);
   CHECK_EQ(g_if.finalize(), C_ERROR);

@@ -991,10 +991,10 @@ static C_Status oom(void** ptr) {
 
 static C_Status h_device_memory_allocate(const C_Device device, void** ptr, size_t size) {
   DEV_OR_ERROR(device, id);
+  rt_device_state* ds = &g_dev[id];
+  atomic_fetch_add(&ds->alloc_calls, 1); /* every call naming a valid device, whatever its outcome */
   if (!ptr) return C_ERROR;
   if (!rt_is_initialized()) return C_ERROR;
-  rt_device_state* ds = &g_dev[id];
-  atomic_fetch_add(&ds->alloc_calls, 1);
   if (size == 0) return C_ERROR;
   size_t seq = atomic_fetch_add(&g_alloc_seq, 1) + 1;
   if (rt_cfg.fail_alloc_every && seq % rt_cfg.fail_alloc_every == 0) return oom(ptr);
