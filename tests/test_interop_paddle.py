@@ -163,3 +163,22 @@ def test_paddle_and_paddle_rt_share_one_instance(tmp_path, paddle_available):
         paddle_rt.free(a)
         print("INTEROP-OK")
     """)
+
+
+def test_paddle_profiler_drives_the_profiler_hooks(device_root):
+    """Paddle's profiler with the CUSTOM_DEVICE target calls rt_cpu's profiler hooks; Paddle exports no
+    profiler_add_* symbols, so rt_cpu (weak references) reports nothing and nothing crashes."""
+    run_paddle(device_root, """
+        import numpy as np
+        import paddle
+        import paddle.profiler as profiler
+        place = paddle.CustomPlace("rt_cpu", 0)
+        p = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU, profiler.ProfilerTarget.CUSTOM_DEVICE])
+        p.start()
+        x = paddle.to_tensor(np.ones(100, dtype="float32"), place=place)
+        y = (x + x).numpy()
+        p.step()
+        p.stop()
+        assert float(y.sum()) == 200.0
+        print("INTEROP-OK")
+    """)
