@@ -169,6 +169,7 @@ def test_paddle_profiler_drives_the_profiler_hooks(device_root):
     """Paddle's profiler with the CUSTOM_DEVICE target calls rt_cpu's profiler hooks; Paddle exports no
     profiler_add_* symbols, so rt_cpu (weak references) reports nothing and nothing crashes."""
     run_paddle(device_root, """
+        import ctypes, sys
         import numpy as np
         import paddle
         import paddle.profiler as profiler
@@ -180,5 +181,9 @@ def test_paddle_profiler_drives_the_profiler_hooks(device_root):
         p.step()
         p.stop()
         assert float(y.sum()) == 200.0
+        lib = ctypes.CDLL(sys.argv[1])  # the instance Paddle loaded
+        lib.rt_cpu_profiler_count.restype = ctypes.c_size_t
+        assert lib.rt_cpu_profiler_count(0) >= 1, "Paddle's profiler did not call profiler_initialize"
+        print("collects", lib.rt_cpu_profiler_count(1))
         print("INTEROP-OK")
     """)

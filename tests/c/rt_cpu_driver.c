@@ -844,6 +844,8 @@ static void test_profiler(void) {
   CHECK_EQ(g_if.profiler_stop_tracing(prof, ud), C_SUCCESS);
   CHECK_EQ(g_if.profiler_collect_trace_data(prof, 1, ud), C_SUCCESS);
   CHECK_EQ(atomic_load(&g_trace_events), before + 1);
+  size_t (*prof_count)(int) = (size_t(*)(int))dlsym(g_lib, "rt_cpu_profiler_count");
+  CHECK(prof_count && prof_count(0) >= 1 && prof_count(1) >= 2);
   CHECK(strcmp(g_trace_name, "rt_cpu::tracing") == 0);
   int garbage[8];
   CHECK_EQ(g_if.profiler_start_tracing(prof, garbage), C_ERROR);

@@ -59,6 +59,7 @@
  *   int    rt_cpu_initialize_refcount(void)   initialize calls not yet matched by finalize
  *   size_t rt_cpu_live_streams(void), rt_cpu_live_events(void)
  *   int    rt_cpu_async_memset(int device, void* stream, void* ptr, int value, size_t size)   (C_Status)
+ *   size_t rt_cpu_profiler_count(int which)   profiler sessions initialised (0) / collect calls served (1)
  *   int    rt_cpu_ccl_comm_error(void* comm)  1 if an asynchronous collective failed on comm, 0 if not, -1 unknown
  */
 #define _GNU_SOURCE
@@ -316,6 +317,8 @@ static ptrmap g_events;   /* rt_event* -> device */
 static ptrmap g_sessions; /* rt_prof_session* -> 0 */
 
 static atomic_uint_fast64_t g_ops_done; /* stream operations completed (for the profiler record) */
+static atomic_size_t g_prof_sessions;   /* profiler sessions ever initialised */
+static atomic_size_t g_prof_collects;   /* collect_trace_data calls on a live session */
 
 static void init_state(void) {
   for (int i = 0; i < RT_CPU_MAX_DEVICES; i++) pthread_mutex_init(&g_dev[i].mu, NULL);
@@ -1316,6 +1319,7 @@ static C_Status h_profiler_initialize(C_Profiler prof, void** user_data) {
     return C_FAILED;
   }
   *user_data = p;
+  atomic_fetch_add(&g_prof_sessions, 1);
   return C_SUCCESS;
 }
 
@@ -1401,6 +1405,7 @@ static C_Status h_profiler_collect_trace_data(C_Profiler prof, uint64_t start_ns
   rec.collect_start_ns = start_ns;
   p->collected++;
   pthread_mutex_unlock(&g_reg_mu);
+  atomic_fetch_add(&g_prof_collects, 1);
   void (*add)(C_Profiler, void*) = profiler_add_runtime_trace_event;
   if (have_span && add) add(prof, &rec);
   return C_SUCCESS;
@@ -1534,6 +1539,11 @@ RT_EXPORT size_t rt_cpu_live_events(void) {
   size_t n = g_events.count;
   pthread_mutex_unlock(&g_reg_mu);
   return n;
+}
+
+/* Profiler sessions ever initialised (which = 0) or collect_trace_data calls served (which = 1). */
+RT_EXPORT size_t rt_cpu_profiler_count(int which) {
+  return which ? atomic_load(&g_prof_collects) : atomic_load(&g_prof_sessions);
 }
 
 /* Enqueue a memset on a stream (NULL: synchronous). Returns a C_Status. */
