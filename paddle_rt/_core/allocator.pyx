@@ -54,8 +54,12 @@ import weakref
 cimport cython
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
-from cpython.long cimport PyLong_AsSsize_t
-from cpython.exc cimport PyErr_Occurred, PyErr_Clear
+from cpython.exc cimport PyErr_Clear
+
+cdef extern from "Python.h":
+    # declared without an exception clause: _check_nbytes turns the overflow into InvalidArgument itself
+    Py_ssize_t _long_as_ssize "PyLong_AsSsize_t"(object o) noexcept
+    void* PyErr_Occurred() noexcept
 from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX, INT64_MAX
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
@@ -66,7 +70,7 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.includes.alloc_support cimport (
-    prt_alloc_containers, prt_free_set, prt_free_key, prt_ptr_table, prt_chunk_map,
+    prt_alloc_containers, prt_free_set, prt_free_key, prt_ptr_table, prt_chunk_map, prt_free_rekey,
 )
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU, kDLUInt
 
@@ -173,6 +177,40 @@ cdef inline void _free_remove(AllocatorCore* c, Block* b) noexcept nogil:
         b.counted_split = 0
 
 
+cdef inline void _split_uncount(AllocatorCore* c, Block* b) noexcept nogil:
+    if b.counted_split:
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
+        b.counted_split = 0
+
+
+cdef inline void _split_count(AllocatorCore* c, Block* b) noexcept nogil:
+    if b.prev != NULL or b.next != NULL:
+        b.counted_split = 1
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
+        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
+
+
+# The index entry of free block b (b's fields must still hold the key it was indexed with).
+cdef inline prt_free_set.iterator _free_find(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef prt_free_key k
+    k.stream = b.stream
+    k.size = b.size
+    k.addr = b.addr
+    k.block = NULL
+    return c.cx.free_blocks[b.chunk.pool].find(k)
+
+
+# Point the index entry `it` at block nb with nb's current size and address.
+cdef inline void _free_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* nb) noexcept nogil:
+    cdef prt_free_key k
+    k.stream = nb.stream
+    k.size = nb.size
+    k.addr = nb.addr
+    k.block = <void*>nb
+    prt_free_rekey(c.cx.free_blocks[nb.chunk.pool], it, k)
+
+
 cdef inline int _pool_of(AllocatorCore* c, size_t size) noexcept nogil:
     if c.cfg.small_size != 0 and size <= c.cfg.small_size:
         return POOL_SMALL
@@ -210,14 +248,16 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
     cdef Block* r
     cdef size_t rest
     cdef int pool = b.chunk.pool
-    _free_remove(c, b)
+    cdef prt_free_set.iterator it
     rest = b.size - size
     if rest > 0 and (c.cfg.max_split_size == SIZE_MAX or b.size <= c.cfg.max_split_size):
         r = _new_block(c)
         if r == NULL:
-            _free_insert(c, b)
             fail[0] = ERR_HOST_OOM
             return NULL
+        # b's index entry becomes the remainder's (re-keyed in place when the order allows)
+        it = _free_find(c, b)
+        _split_uncount(c, b)
         r.chunk = b.chunk
         r.stream = b.stream
         r.size = rest
@@ -238,7 +278,10 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
                 b.next.prev = r
             b.next = r
         b.size = size
-        _free_insert(c, r)
+        _free_rekey(c, it, r)
+        _split_count(c, r)
+    else:
+        _free_remove(c, b)
     _count_alloc(c, b, requested)
     return b
 
@@ -249,10 +292,8 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
     b.requested = requested
     c.cx.live.insert(b.addr, <void*>b)
     _stat(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
-    _stat(c, pool, ST_ACTIVE_BYTES, <int64_t>b.size)
     _stat(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
     _stat(c, pool, ST_ALLOCATION, 1)
-    _stat(c, pool, ST_ACTIVE, 1)
 
 
 cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
@@ -297,25 +338,44 @@ cdef inline int _q_push(AllocatorCore* c, Block* b) noexcept nogil:
     return 1
 
 
-# A free block (allocated == 0, not indexed): merge with free neighbours, index it.
+# A free block (allocated == 0, not indexed): merge with free neighbours, index it. A neighbour's index entry is
+# re-keyed (in place when the order allows) instead of being removed and inserted again.
 cdef Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef Block* n = b.prev
-    if n != NULL and n.allocated == 0:
-        _free_remove(c, n)
-        n.size += b.size
-        n.next = b.next
-        if b.next != NULL:
-            b.next.prev = n
+    cdef Block* p = b.prev
+    cdef Block* n = b.next
+    cdef prt_free_set.iterator it
+    cdef bint pf = p != NULL and p.allocated == 0
+    cdef bint nf = n != NULL and n.allocated == 0
+    if pf:
+        it = _free_find(c, p)
+        _split_uncount(c, p)
+        if nf:
+            _free_remove(c, n)
+            p.size += n.size
+            p.next = n.next
+            if n.next != NULL:
+                n.next.prev = p
+            _drop_block(c, n)
+        p.size += b.size
+        if p.next == b:
+            p.next = b.next
+            if b.next != NULL:
+                b.next.prev = p
         _drop_block(c, b)
-        b = n
-    n = b.next
-    if n != NULL and n.allocated == 0:
-        _free_remove(c, n)
+        _free_rekey(c, it, p)
+        _split_count(c, p)
+        return p
+    if nf:
+        it = _free_find(c, n)
+        _split_uncount(c, n)
         b.size += n.size
         b.next = n.next
         if n.next != NULL:
             n.next.prev = b
         _drop_block(c, n)
+        _free_rekey(c, it, b)
+        _split_count(c, b)
+        return b
     _free_insert(c, b)
     return b
 
@@ -366,10 +426,8 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
         return -1
     pool = b.chunk.pool
     _stat(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
-    _stat(c, pool, ST_ACTIVE_BYTES, -<int64_t>b.size)
     _stat(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
     _stat(c, pool, ST_ALLOCATION, -1)
-    _stat(c, pool, ST_ACTIVE, -1)
     b.requested = 0
     if c.quick and pool == POOL_SMALL and _q_push(c, b):
         return 0
@@ -1040,10 +1098,15 @@ cdef class DeviceAllocator:
         cdef Stat st[3][9]
         cdef int64_t extra[5]
         cdef AllocatorCore* c = self.core
+        cdef int p
         with nogil:
             c.cx.mu.lock()
             _q_flush(c)            # parked blocks are shown merged, as the snapshot shows them
             memcpy(st, c.stats, sizeof(st))
+            # no block is pending a stream-ordered free yet: active == allocated (not counted twice on the hot path)
+            for p in range(3):
+                st[p][ST_ACTIVE_BYTES] = st[p][ST_ALLOCATED_BYTES]
+                st[p][ST_ACTIVE] = st[p][ST_ALLOCATION]
             extra[0] = c.num_alloc_retries
             extra[1] = c.num_ooms
             extra[2] = c.num_device_alloc
@@ -1214,10 +1277,10 @@ def get_allocator(device=None, kind="device"):
 cdef inline size_t _check_nbytes(object nbytes) except? 0:
     cdef Py_ssize_t v
     if type(nbytes) is int:
-        try:
-            v = PyLong_AsSsize_t(nbytes)
-        except OverflowError:
-            raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large") from None
+        v = _long_as_ssize(nbytes)
+        if v == -1 and PyErr_Occurred() != NULL:
+            PyErr_Clear()
+            raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large")
         if v < 0:
             raise errors.InvalidArgument(f"malloc: nbytes must not be negative, got {nbytes}")
         return <size_t>v

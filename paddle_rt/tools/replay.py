@@ -24,6 +24,7 @@ MiB = 1 << 20
 
 def load_trace(path):
     """(is_alloc int8 array, sizes int64, slots int64, number of slots, peak live requested bytes)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # idle BLAS threads would disturb the timing
     import numpy as np
 
     opener = gzip.open if path.endswith(".gz") else open

@@ -8,6 +8,9 @@ cdef extern from * nogil:
     #include <stdint.h>
     #include <stddef.h>
     #include <mutex>
+    #include <atomic>
+    #include <sched.h>
+    #include <time.h>
     #include <set>
     #include <map>
     #include <unordered_map>
@@ -16,9 +19,9 @@ cdef extern from * nogil:
     /* A free block in the best-fit index: ordered by (stream, pool, size, address); `block` is the payload. */
     struct prt_free_key {
         uintptr_t stream;
-        size_t size;
-        uintptr_t addr;
-        void* block;
+        mutable size_t size;       /* mutable: prt_free_rekey changes them in place when the order is kept */
+        mutable uintptr_t addr;
+        mutable void* block;
     };
     static inline bool operator<(const prt_free_key& a, const prt_free_key& b) {
         if (a.stream != b.stream) return a.stream < b.stream;
@@ -81,34 +84,32 @@ cdef extern from * nogil:
     /* Address -> block: open addressing with linear probing and backward-shift deletion (no tombstones), a
        power-of-two table kept at most 3/4 full, Fibonacci hashing of the address. Key 0 marks an empty slot
        (a live block never starts at address 0). */
+    struct prt_ptr_entry { uintptr_t key; void* val; };
     struct prt_ptr_table {
-        uintptr_t* keys;
-        void** vals;
+        prt_ptr_entry* e;
         size_t mask;
         unsigned shift;
         size_t n;
-        prt_ptr_table() : keys(nullptr), vals(nullptr), mask(0), shift(0), n(0) { rebuild(1024); }
-        ~prt_ptr_table() { std::free(keys); std::free(vals); }
+        prt_ptr_table() : e(nullptr), mask(0), shift(0), n(0) { rebuild(1024); }
+        ~prt_ptr_table() { std::free(e); }
         inline size_t slot(uintptr_t k) const { return (size_t)(((uint64_t)k * 0x9E3779B97F4A7C15ULL) >> shift); }
         void rebuild(size_t cap) {
-            uintptr_t* ok = keys; void** ov = vals; size_t ocap = keys ? mask + 1 : 0;
-            uintptr_t* nk = (uintptr_t*)std::calloc(cap, sizeof(uintptr_t));
-            void** nv = (void**)std::calloc(cap, sizeof(void*));
-            if (nk == nullptr || nv == nullptr) {
-                std::free(nk); std::free(nv);
-                if (ok == nullptr || n + 1 > ocap - 1) std::abort();   /* out of host memory with a full table */
+            prt_ptr_entry* old = e; size_t ocap = e ? mask + 1 : 0;
+            prt_ptr_entry* ne = (prt_ptr_entry*)std::calloc(cap, sizeof(prt_ptr_entry));
+            if (ne == nullptr) {
+                if (old == nullptr || n + 1 > ocap - 1) std::abort();   /* out of host memory with a full table */
                 return;                                                 /* keep the fuller table */
             }
-            keys = nk; vals = nv; mask = cap - 1;
+            e = ne; mask = cap - 1;
             unsigned bits = 0; while (((size_t)1 << bits) < cap) ++bits;
             shift = 64 - bits;
-            for (size_t i = 0; i < ocap; ++i) if (ok[i]) place(ok[i], ov[i]);
-            std::free(ok); std::free(ov);
+            for (size_t i = 0; i < ocap; ++i) if (old[i].key) place(old[i].key, old[i].val);
+            std::free(old);
         }
         inline void place(uintptr_t k, void* v) {
             size_t i = slot(k);
-            while (keys[i] != 0) i = (i + 1) & mask;
-            keys[i] = k; vals[i] = v;
+            while (e[i].key != 0) i = (i + 1) & mask;
+            e[i].key = k; e[i].val = v;
         }
         inline void insert(uintptr_t k, void* v) {
             if ((n + 1) * 4 > (mask + 1) * 3) rebuild((mask + 1) * 2);
@@ -118,8 +119,8 @@ cdef extern from * nogil:
         inline void* find(uintptr_t k) const {
             size_t i = slot(k);
             while (true) {
-                uintptr_t x = keys[i];
-                if (x == k) return vals[i];
+                uintptr_t x = e[i].key;
+                if (x == k) return e[i].val;
                 if (x == 0) return nullptr;
                 i = (i + 1) & mask;
             }
@@ -128,22 +129,22 @@ cdef extern from * nogil:
         inline void* erase(uintptr_t k) {
             size_t i = slot(k);
             while (true) {
-                uintptr_t x = keys[i];
+                uintptr_t x = e[i].key;
                 if (x == 0) return nullptr;
                 if (x == k) break;
                 i = (i + 1) & mask;
             }
-            void* v = vals[i];
+            void* v = e[i].val;
             size_t j = i;
             while (true) {
                 j = (j + 1) & mask;
-                if (keys[j] == 0) break;
-                size_t h = slot(keys[j]);
+                if (e[j].key == 0) break;
+                size_t h = slot(e[j].key);
                 /* move j into the hole i unless its home h lies cyclically in (i, j] */
                 bool stay = (i <= j) ? (i < h && h <= j) : (i < h || h <= j);
-                if (!stay) { keys[i] = keys[j]; vals[i] = vals[j]; i = j; }
+                if (!stay) { e[i] = e[j]; i = j; }
             }
-            keys[i] = 0; vals[i] = nullptr;
+            e[i].key = 0; e[i].val = nullptr;
             --n;
             return v;
         }
@@ -151,9 +152,50 @@ cdef extern from * nogil:
     };
     typedef std::map<uintptr_t, void*> prt_chunk_map;
 
+    /* Give the entry at `it` the key k (same stream): in place when k still sorts between the entry's neighbours
+       (the common case of a big free block shrinking on a split or growing on a merge), else by moving the node. */
+    static inline void prt_free_rekey(prt_free_set& s, prt_free_set::iterator it, const prt_free_key& k) {
+        prt_free_set::iterator nx = std::next(it);
+        if ((it == s.begin() || *std::prev(it) < k) && (nx == s.end() || k < *nx)) {
+            it->size = k.size; it->addr = k.addr; it->block = k.block;
+            return;
+        }
+        auto nh = s.extract(it);
+        nh.value().size = k.size; nh.value().addr = k.addr; nh.value().block = k.block;
+        s.insert(std::move(nh));
+    }
+
+    /* The allocator's lock: one atomic exchange to take it, a release store to give it back (cheaper than a
+       pthread mutex on the hot path). A waiter spins briefly, then yields, then sleeps in short steps, so a holder
+       that is inside a slow plugin call does not burn a core. */
+    struct prt_lock {
+        std::atomic<int> state;
+        prt_lock() : state(0) {}
+        inline bool try_lock() {
+            return state.load(std::memory_order_relaxed) == 0 && state.exchange(1, std::memory_order_acquire) == 0;
+        }
+        void lock() {
+            unsigned spins = 0;
+            while (!try_lock()) {
+                ++spins;
+                if (spins < 64) {
+    #if defined(__x86_64__) || defined(__i386__)
+                    __builtin_ia32_pause();
+    #endif
+                } else if (spins < 128) {
+                    sched_yield();
+                } else {
+                    struct timespec ts = {0, 20000};   /* 20 us */
+                    nanosleep(&ts, nullptr);
+                }
+            }
+        }
+        inline void unlock() { state.store(0, std::memory_order_release); }
+    };
+
     /* The C++ half of one allocator: its lock and its containers (the plain counters live in a Cython struct). */
     struct prt_alloc_containers {
-        std::mutex mu;
+        prt_lock mu;
         prt_node_pool pool;              /* declared first: destroyed after the containers */
         prt_free_set free_blocks[2];     /* [0] small pool, [1] large pool */
         prt_ptr_table live;              /* address -> allocated block */
@@ -187,6 +229,8 @@ cdef extern from * nogil:
         size_t size()
         bint empty()
 
+    void prt_free_rekey(prt_free_set& s, prt_free_set.iterator it, const prt_free_key& k)
+
     cdef cppclass prt_ptr_table:
         void insert(uintptr_t, void*)
         void* find(uintptr_t)
@@ -208,13 +252,13 @@ cdef extern from * nogil:
         size_t erase(uintptr_t)
         size_t size()
 
-    cdef cppclass std_mutex "std::mutex":
+    cdef cppclass prt_lock:
         void lock()
         void unlock()
         bint try_lock()
 
     cdef cppclass prt_alloc_containers:
-        std_mutex mu
+        prt_lock mu
         prt_free_set free_blocks[2]
         prt_ptr_table live
         prt_chunk_map chunks
