@@ -27,11 +27,31 @@ from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core import errors
 
 __all__ = ["RawDevice", "CallbackTicket", "read_host", "write_host", "host_addressable_types", "SIZE_HINTS",
-           "get_device_count", "get_device_list"]
+           "HOOK_OF", "get_device_count", "get_device_list"]
 
 #: The size hooks ``RawDevice.size_hint`` knows, by short name.
 SIZE_HINTS = ("min_chunk_size", "max_chunk_size", "max_alloc_size", "extra_padding_size", "init_alloc_size",
               "realloc_size")
+
+#: The hook each RawDevice method calls, by method name (size_hint calls device_<name>).
+HOOK_OF = {
+    "set_device": "set_device", "get_device": "get_device", "get_device_count": "get_device_count",
+    "get_device_list": "get_device_list", "synchronize_device": "synchronize_device",
+    "allocate": "device_memory_allocate", "deallocate": "device_memory_deallocate", "memset": "device_memory_set",
+    "host_allocate": "host_memory_allocate", "host_deallocate": "host_memory_deallocate",
+    "unified_allocate": "unified_memory_allocate", "unified_deallocate": "unified_memory_deallocate",
+    "memory_stats": "device_memory_stats", "size_hint": "device_<name>_size",
+    "copy_h2d": "memory_copy_h2d", "copy_d2h": "memory_copy_d2h", "copy_d2d": "memory_copy_d2d",
+    "copy_p2p": "memory_copy_p2p", "async_copy_h2d": "async_memory_copy_h2d",
+    "async_copy_d2h": "async_memory_copy_d2h", "async_copy_d2d": "async_memory_copy_d2d",
+    "async_copy_p2p": "async_memory_copy_p2p", "create_stream": "create_stream", "destroy_stream": "destroy_stream",
+    "query_stream": "query_stream", "synchronize_stream": "synchronize_stream",
+    "stream_wait_event": "stream_wait_event", "add_callback": "stream_add_callback", "create_event": "create_event",
+    "record_event": "record_event", "query_event": "query_event", "synchronize_event": "synchronize_event",
+    "destroy_event": "destroy_event", "xccl_get_unique_id_size": "xccl_get_unique_id_size",
+    "xccl_get_unique_id": "xccl_get_unique_id", "xccl_comm_init_rank": "xccl_comm_init_rank",
+    "xccl_destroy_comm": "xccl_destroy_comm", "xccl_all_reduce": "xccl_all_reduce",
+}
 
 _callback_counter = itertools.count(1)
 

@@ -1,0 +1,999 @@
+"""``python -m paddle_rt check PLUGIN.so [--json] [--timeout S] [--only NAME,...]``: a conformance suite for plugins
+written against the custom-device C ABI.
+
+Every check runs in its own child process (``sys.executable -m paddle_rt.tools.check --child NAME PLUGIN``) that
+loads the plugin with :func:`paddle_rt.load_plugin` (the bundled rt_cpu is kept out with ``PADDLE_RT_NO_RT_CPU=1``
+unless it is the plugin under test), so a plugin that crashes (the signal is reported, with the hook it crashed in)
+or hangs (a timeout, default 20 s per check) fails that check and the suite goes on. The checks call the hooks
+directly through :mod:`paddle_rt._core.rawabi` and judge the raw statuses.
+
+Results: ``pass``, ``warn`` (passes, but something is worth knowing, e.g. a double free that reports success),
+``skip`` (with the reason, e.g. the hooks the plugin lacks) and ``fail``. The exit status is 1 when any check
+failed, 0 otherwise (2 for bad arguments).
+
+Device memory is read or written at its address only for device types the host may address (rt_cpu, and those
+listed in ``PADDLE_RT_HOST_ADDRESSABLE``); otherwise contents are checked by round trips h2d -> d2d -> d2h.
+"""
+import argparse
+import json
+import linecache
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+__all__ = ["CHECKS", "run_checks", "format_table", "main"]
+
+_MARK = "@@paddle_rt-check-result@@ "
+MiB = 1 << 20
+C_SUCCESS, C_WARNING, C_FAILED, C_ERROR, C_INTERNAL_ERROR = range(5)
+_STATUS_NAMES = {0: "C_SUCCESS", 1: "C_WARNING", 2: "C_FAILED", 3: "C_ERROR", 4: "C_INTERNAL_ERROR"}
+FLOAT32, SUM = 11, 0
+
+
+def _sname(st):
+    return _STATUS_NAMES.get(st, f"status {st}")
+
+
+def _ok(st):
+    return st in (C_SUCCESS, C_WARNING)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Outcomes raised by checks (in the child)
+
+class Skip(Exception):
+    pass
+
+
+class Fail(Exception):
+    pass
+
+
+class Ctx:
+    """What a check works with: the plugin, RawDevice of device 0 (``raw``), the other devices, host buffers kept
+    alive, cleanups run at the end, warnings and notes collected for the detail."""
+
+    def __init__(self, plugin):
+        import paddle_rt
+        from paddle_rt._core import rawabi
+
+        self.rawabi = rawabi
+        self.plugin = plugin
+        self.type = plugin.device_type
+        self.ndev = plugin.device_count()
+        self._raws = {}
+        self._buffers = []
+        self._cleanups = []
+        self.warnings = []
+        self.notes = []
+        self.paddle_rt = paddle_rt
+        # PADDLE_RT_CHECK_ROUND_TRIPS=1: never touch device memory at its address, even where allowed (tests the
+        # path taken for device types that are not host-addressable).
+        self.direct_ok = os.environ.get("PADDLE_RT_CHECK_ROUND_TRIPS", "") in ("", "0")
+
+    # -- devices --
+    def dev(self, index=0):
+        if index >= self.ndev:
+            raise Skip(f"the plugin reports {self.ndev} device(s)")
+        if index not in self._raws:
+            self._raws[index] = self.rawabi.RawDevice(self.paddle_rt.device(f"{self.type}:{index}"))
+        return self._raws[index]
+
+    @property
+    def raw(self):
+        return self.dev(0)
+
+    def need(self, *hooks):
+        missing = [h for h in hooks if not self.plugin.has_hook(h)]
+        if missing:
+            raise Skip("plugin lacks " + ", ".join(missing))
+
+    def has(self, hook):
+        return self.plugin.has_hook(hook)
+
+    # -- bookkeeping --
+    def defer(self, fn, *args):
+        self._cleanups.append((fn, args))
+
+    def cleanup(self):
+        while self._cleanups:
+            fn, args = self._cleanups.pop()
+            try:
+                fn(*args)
+            except Exception:
+                pass
+
+    def warn(self, msg):
+        self.warnings.append(msg)
+
+    def note(self, msg):
+        self.notes.append(msg)
+
+    def expect(self, cond, msg):
+        if not cond:
+            raise Fail(msg)
+
+    def status(self, st, call):
+        """Fail unless ``st`` is C_SUCCESS or C_WARNING."""
+        if not _ok(st):
+            raise Fail(f"{call} returned {_sname(st)}")
+
+    # -- memory --
+    def host(self, size):
+        """A plain (pageable) host buffer of ``size`` bytes, kept alive for the check -> address."""
+        import ctypes
+
+        buf = ctypes.create_string_buffer(max(size, 1))
+        self._buffers.append(buf)
+        return ctypes.addressof(buf)
+
+    def host_with(self, data):
+        addr = self.host(len(data))
+        self.rawabi.write_host(addr, data)
+        return addr
+
+    def alloc(self, size, raw=None):
+        """Device memory that must succeed (non-NULL), freed at the end of the check."""
+        raw = raw or self.raw
+        st, ptr = raw.allocate(size)
+        self.status(st, f"device_memory_allocate({size})")
+        self.expect(ptr != 0, f"device_memory_allocate({size}) returned success with a NULL pointer")
+        self.defer(raw.deallocate, ptr, size)
+        return ptr
+
+    def direct(self, raw=None):
+        """Whether device memory of ``raw`` may be touched at its address."""
+        raw = raw or self.raw
+        return raw.host_addressable and self.direct_ok
+
+    def can_read(self, raw=None):
+        return self.direct(raw) or self.has("memory_copy_d2h")
+
+    def can_write(self, raw=None):
+        return self.direct(raw) or self.has("memory_copy_h2d")
+
+    def read(self, ptr, size, raw=None):
+        """Device memory contents: at its address when host-addressable, else through memory_copy_d2h."""
+        raw = raw or self.raw
+        if self.direct(raw):
+            return raw.read_device(ptr, size)
+        if not self.has("memory_copy_d2h"):
+            raise Skip("cannot read device memory: plugin lacks memory_copy_d2h and the device type is not "
+                       "host-addressable")
+        h = self.host(size)
+        self.status(raw.copy_d2h(h, ptr, size), "memory_copy_d2h")
+        return self.rawabi.read_host(h, size)
+
+    def write(self, ptr, data, raw=None):
+        raw = raw or self.raw
+        if self.direct(raw):
+            raw.write_device(ptr, data)
+            return
+        if not self.has("memory_copy_h2d"):
+            raise Skip("cannot write device memory: plugin lacks memory_copy_h2d and the device type is not "
+                       "host-addressable")
+        self.status(raw.copy_h2d(ptr, self.host_with(data), len(data)), "memory_copy_h2d")
+
+    def stream(self, raw=None):
+        raw = raw or self.raw
+        st, s = raw.create_stream()
+        self.status(st, "create_stream")
+        self.defer(raw.destroy_stream, s)
+        return s
+
+    def event(self, raw=None):
+        raw = raw or self.raw
+        st, e = raw.create_event()
+        self.status(st, "create_event")
+        self.defer(raw.destroy_event, e)
+        return e
+
+    def sync(self, s, raw=None):
+        raw = raw or self.raw
+        self.status(raw.synchronize_stream(s), "synchronize_stream")
+
+
+def pattern(size, seed):
+    """Deterministic bytes that differ for different seeds and offsets."""
+    base = bytes(((i * 131 + seed * 17 + (i >> 8)) & 0xFF) for i in range(min(size, 4096)))
+    reps, rest = divmod(size, len(base)) if base else (0, 0)
+    return base * reps + base[:rest]
+
+
+def _first_diff(got, want):
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return f"first difference at byte {i}: got {a:#04x}, expected {b:#04x}"
+    return f"length {len(got)} != {len(want)}"
+
+
+def _same(ctx, got, want, what):
+    ctx.expect(got == want, f"{what}: contents differ ({_first_diff(got, want)})")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The checks (each runs in a child process; returns a detail string on success)
+
+def check_required_hooks(ctx):
+    import paddle_rt
+
+    p = ctx.plugin
+    missing = [h for h in paddle_rt.REQUIRED_HOOKS if not p.has_hook(h)]
+    ctx.expect(not missing, "missing required hooks: " + ", ".join(missing))
+    optional = [h for h in paddle_rt.ALL_HOOKS if h not in paddle_rt.REQUIRED_HOOKS]
+    have = [h for h in optional if p.has_hook(h)]
+    return f"all {len(paddle_rt.REQUIRED_HOOKS)} required hooks; {len(have)}/{len(optional)} optional hooks"
+
+
+def check_device_enumeration(ctx):
+    from paddle_rt._core.rawabi import RawDevice
+
+    r = ctx.raw  # device 0 made ready and current (initialize, init_device, set_device)
+    st, n = r.get_device_count()
+    ctx.status(st, "get_device_count")
+    ctx.expect(1 <= n <= 65536, f"get_device_count reported {n} devices")
+    st, ids = r.get_device_list(n)
+    ctx.status(st, "get_device_list")
+    ctx.expect(len(set(ids)) == n, f"get_device_list gave duplicate ids: {ids}")
+    ctx.expect(all(i < (1 << 31) for i in ids), f"get_device_list gave ids that are not valid C ints: {ids}")
+    for index, pid in enumerate(ids):
+        d = RawDevice(ctx.paddle_rt.device(f"{ctx.type}:{index}"))
+        ctx.status(d.set_device(pid), f"set_device({pid})")
+        st, got = d.get_device()
+        ctx.status(st, "get_device")
+        ctx.expect(got == pid, f"set_device({pid}) then get_device gave {got}")
+    ctx.status(r.set_device(ids[0]), f"set_device({ids[0]})")
+    bogus = max(ids) + 1000
+    st = r.set_device(bogus)
+    if _ok(st):
+        ctx.warn(f"set_device({bogus}) (no such device) returned {_sname(st)}")
+    ctx.status(r.set_device(ids[0]), f"set_device({ids[0]})")
+    return f"{n} device(s), ids {ids}; set/get round trip on each"
+
+
+def check_allocate_free(ctx):
+    r = ctx.raw
+    parts = []
+    # size 0: either an error status or a valid pointer that can be freed
+    st, p = r.allocate(0)
+    if _ok(st) and p:
+        ctx.status(r.deallocate(p, 0), "device_memory_deallocate(size 0 block)")
+        parts.append("size 0 -> valid pointer")
+    elif _ok(st):
+        parts.append("size 0 -> NULL")
+    else:
+        parts.append(f"size 0 -> {_sname(st)}")
+    for size in (1, 256, 4096 + 3):
+        st, p = r.allocate(size)
+        ctx.status(st, f"device_memory_allocate({size})")
+        ctx.expect(p != 0, f"device_memory_allocate({size}) gave success with NULL")
+        if ctx.can_write() and ctx.can_read():
+            data = pattern(size, size)
+            ctx.write(p, data)
+            _same(ctx, ctx.read(p, size), data, f"block of {size} bytes")
+        ctx.status(r.deallocate(p, size), f"device_memory_deallocate({size})")
+        if p % 8:
+            ctx.warn(f"allocation of {size} bytes is only {p & -p}-byte aligned")
+    # two live blocks must not overlap
+    a, b = ctx.alloc(4096), ctx.alloc(4096)
+    ctx.expect(a + 4096 <= b or b + 4096 <= a, "two live 4096-byte blocks overlap")
+    # large
+    size = 64 * MiB
+    st, p = r.allocate(size)
+    ctx.status(st, "device_memory_allocate(64 MiB)")
+    ctx.expect(p != 0, "device_memory_allocate(64 MiB) gave success with NULL")
+    if ctx.can_write() and ctx.can_read():
+        tail = pattern(4096, 7)
+        ctx.write(p + size - 4096, tail)
+        ctx.write(p, tail[::-1])
+        _same(ctx, ctx.read(p + size - 4096, 4096), tail, "last page of a 64 MiB block")
+        _same(ctx, ctx.read(p, 4096), tail[::-1], "first page of a 64 MiB block")
+    ctx.status(r.deallocate(p, size), "device_memory_deallocate(64 MiB)")
+    parts.append("1 B, 256 B, 4099 B, 64 MiB")
+    # double free
+    st, p = r.allocate(4096)
+    ctx.status(st, "device_memory_allocate(4096)")
+    ctx.status(r.deallocate(p, 4096), "device_memory_deallocate(4096)")
+    st = r.deallocate(p, 4096)
+    if _ok(st):
+        ctx.warn(f"double free returned {_sname(st)} (an error status is expected)")
+    else:
+        parts.append(f"double free -> {_sname(st)}")
+    return "; ".join(parts)
+
+
+def check_allocate_beyond_capacity(ctx):
+    r = ctx.raw
+    ctx.need("device_memory_stats")
+    st, total, free = r.memory_stats()
+    ctx.status(st, "device_memory_stats")
+    if total == 0:
+        raise Skip("device_memory_stats reports total = 0 (no capacity to exceed)")
+    size = total + MiB
+    st, p = r.allocate(size)
+    if _ok(st) and p:
+        r.deallocate(p, size)
+        raise Fail(f"device_memory_allocate({size}) beyond the capacity of {total} bytes succeeded "
+                   f"with a non-NULL pointer")
+    how = "success with NULL" if _ok(st) else _sname(st)
+    # the device must still work afterwards
+    st2, p2 = r.allocate(4096)
+    ctx.status(st2, "device_memory_allocate(4096) after a refused allocation")
+    ctx.status(r.deallocate(p2, 4096), "device_memory_deallocate(4096)")
+    return f"{size} bytes (capacity {total}) refused with {how}"
+
+
+def check_memory_stats(ctx):
+    r = ctx.raw
+    ctx.need("device_memory_stats")
+    st, total, free = r.memory_stats()
+    ctx.status(st, "device_memory_stats")
+    ctx.expect(free <= total, f"free ({free}) > total ({total})")
+    if total == 0:
+        return "total = free = 0 (no stats, as Paddle's default)"
+    size = min(64 * MiB, max(free // 4, 4096))
+    p = ctx.alloc(size)
+    st, total2, free2 = r.memory_stats()
+    ctx.status(st, "device_memory_stats")
+    ctx.expect(free2 <= total2, f"free ({free2}) > total ({total2}) after an allocation")
+    ctx.expect(free2 < free, f"free did not decrease after allocating {size} bytes ({free} -> {free2})")
+    if total2 != total:
+        ctx.warn(f"total changed after an allocation ({total} -> {total2})")
+    ctx.cleanup()
+    st, total3, free3 = r.memory_stats()
+    ctx.status(st, "device_memory_stats")
+    if free3 < free2:
+        ctx.warn(f"free did not increase after freeing {size} bytes ({free2} -> {free3})")
+    return f"total {total}, free {free} -> {free2} after {size} bytes -> {free3} after the free"
+
+
+def check_copy_h2d(ctx):
+    r = ctx.raw
+    ctx.need("memory_copy_h2d")
+    n = 65536 + 13
+    d = ctx.alloc(n)
+    data = pattern(n, 1)
+    ctx.status(r.copy_h2d(d, ctx.host_with(data), n), "memory_copy_h2d")
+    _same(ctx, ctx.read(d, n), data, "h2d")
+    # a partial copy into the middle leaves the rest alone
+    part = pattern(100, 2)
+    ctx.status(r.copy_h2d(d + 7, ctx.host_with(part), 100), "memory_copy_h2d (offset 7, 100 bytes)")
+    _same(ctx, ctx.read(d, n), data[:7] + part + data[107:], "partial h2d")
+    ctx.status(r.copy_h2d(d, ctx.host(1), 0), "memory_copy_h2d of 0 bytes")
+    return f"{n} bytes and a partial copy verified " + ("at the device address" if ctx.direct() else "by d2h")
+
+
+def check_copy_d2h(ctx):
+    r = ctx.raw
+    ctx.need("memory_copy_d2h")
+    n = 65536 + 13
+    d = ctx.alloc(n)
+    data = pattern(n, 3)
+    ctx.write(d, data)
+    h = ctx.host(n)
+    ctx.status(r.copy_d2h(h, d, n), "memory_copy_d2h")
+    _same(ctx, ctx.rawabi.read_host(h, n), data, "d2h")
+    h2 = ctx.host_with(b"\x5a" * 200)
+    ctx.status(r.copy_d2h(h2 + 50, d + 10, 100), "memory_copy_d2h (offset 10, 100 bytes)")
+    _same(ctx, ctx.rawabi.read_host(h2, 200), b"\x5a" * 50 + data[10:110] + b"\x5a" * 50, "partial d2h")
+    return f"{n} bytes and a partial copy"
+
+
+def check_copy_d2d(ctx):
+    r = ctx.raw
+    ctx.need("memory_copy_d2d")
+    n = 65536 + 13
+    a, b = ctx.alloc(n), ctx.alloc(n)
+    data, other = pattern(n, 4), pattern(n, 5)
+    ctx.write(a, data)
+    ctx.write(b, other)
+    ctx.status(r.copy_d2d(b, a, n), "memory_copy_d2d")
+    _same(ctx, ctx.read(b, n), data, "d2d")
+    ctx.write(b, other)
+    ctx.status(r.copy_d2d(b + 1000, a + 3, 500), "memory_copy_d2d (500 bytes at offsets)")
+    _same(ctx, ctx.read(b, n), other[:1000] + data[3:503] + other[1500:], "partial d2d")
+    how = "at the device addresses" if ctx.direct() else "by h2d -> d2d -> d2h round trips"
+    return f"{n} bytes and a partial copy, verified {how}"
+
+
+def check_copy_p2p(ctx):
+    ctx.need("memory_copy_p2p")
+    if ctx.ndev < 2:
+        raise Skip(f"needs 2 devices, the plugin reports {ctx.ndev}")
+    r0, r1 = ctx.dev(0), ctx.dev(1)
+    n = 65536 + 13
+    r1.activate()
+    b = ctx.alloc(n, r1)
+    ctx.write(b, pattern(n, 9), r1)
+    r0.activate()
+    a = ctx.alloc(n, r0)
+    data = pattern(n, 6)
+    ctx.write(a, data, r0)
+    ctx.status(r0.copy_p2p(r1, b, a, n), "memory_copy_p2p (device 0 -> 1)")
+    r1.activate()
+    _same(ctx, ctx.read(b, n, r1), data, "p2p")
+    r0.activate()
+    return f"{n} bytes device 0 -> device 1"
+
+
+def check_memset(ctx):
+    r = ctx.raw
+    ctx.need("device_memory_set")
+    n = 65536 + 13
+    d = ctx.alloc(n)
+    ctx.status(r.memset(d, 0xAB, n), "device_memory_set")
+    _same(ctx, ctx.read(d, n), b"\xab" * n, "memset 0xAB")
+    ctx.status(r.memset(d + 5, 0, 100), "device_memory_set (offset 5, 100 bytes)")
+    _same(ctx, ctx.read(d, n), b"\xab" * 5 + b"\0" * 100 + b"\xab" * (n - 105), "partial memset")
+    return f"{n} bytes and a partial memset"
+
+
+def check_host_memory(ctx):
+    r = ctx.raw
+    parts = []
+    kinds = [("host_memory_allocate", "host_memory_deallocate", r.host_allocate, r.host_deallocate, "pinned"),
+             ("unified_memory_allocate", "unified_memory_deallocate", r.unified_allocate, r.unified_deallocate,
+              "unified")]
+    present = [k for k in kinds if ctx.has(k[0]) and ctx.has(k[1])]
+    if not present:
+        raise Skip("plugin lacks host_memory_allocate/deallocate and unified_memory_allocate/deallocate")
+    for alloc_name, free_name, alloc, free, label in present:
+        n = 1 << 20
+        st, h = alloc(n)
+        ctx.status(st, alloc_name)
+        ctx.expect(h != 0, f"{alloc_name} gave success with NULL")
+        data = pattern(n, 11)
+        ctx.rawabi.write_host(h, data)  # pinned/unified memory is host memory
+        _same(ctx, ctx.rawabi.read_host(h, n), data, f"{label} host memory")
+        if ctx.has("memory_copy_h2d") and ctx.has("memory_copy_d2h"):
+            d = ctx.alloc(n)
+            ctx.status(r.copy_h2d(d, h, n), f"memory_copy_h2d from {label} memory")
+            ctx.rawabi.write_host(h, b"\0" * n)
+            ctx.status(r.copy_d2h(h, d, n), f"memory_copy_d2h to {label} memory")
+            _same(ctx, ctx.rawabi.read_host(h, n), data, f"round trip through {label} memory")
+        ctx.status(free(h, n), free_name)
+        st = free(h, n)
+        if _ok(st):
+            ctx.warn(f"double {free_name} returned {_sname(st)}")
+        parts.append(label)
+    missing = [k[0] for k in kinds if k not in present]
+    return "; ".join(parts) + (f" (plugin lacks {', '.join(missing)})" if missing else "")
+
+
+def check_size_hints(ctx):
+    r = ctx.raw
+    got = {}
+    for name in ctx.rawabi.SIZE_HINTS:
+        if not ctx.has("device_" + name):
+            continue
+        st, v = r.size_hint(name)
+        ctx.status(st, "device_" + name)
+        got[name] = v
+    if not got:
+        raise Skip("plugin lacks every device_*_size hook (Paddle uses min chunk 1, padding 0)")
+    if "min_chunk_size" in got:
+        ctx.expect(got["min_chunk_size"] > 0, "device_min_chunk_size reported 0 (Paddle rounds to multiples of it)")
+    if "max_alloc_size" in got and got["max_alloc_size"] == 0:
+        ctx.warn("device_max_alloc_size reported 0")
+    return ", ".join(f"{k} {v}" for k, v in got.items())
+
+
+def _async_hooks(ctx):
+    return [h for h in ("async_memory_copy_h2d", "async_memory_copy_d2h", "async_memory_copy_d2d")
+            if ctx.has(h)]
+
+
+def check_stream_lifecycle(ctx):
+    r = ctx.raw
+    ctx.need("create_stream", "destroy_stream")
+    st, s = r.create_stream()
+    ctx.status(st, "create_stream")
+    parts = ["handle not written (NULL)" if s == 0 else "created"]
+    if ctx.has("query_stream"):
+        st = r.query_stream(s)
+        ctx.expect(st == C_SUCCESS, f"query_stream on an idle stream returned {_sname(st)} (C_SUCCESS expected)")
+        parts.append("idle query C_SUCCESS")
+    if ctx.has("synchronize_stream"):
+        ctx.status(r.synchronize_stream(s), "synchronize_stream (idle)")
+        parts.append("synchronize")
+    ctx.status(r.destroy_stream(s), "destroy_stream")
+    streams = []
+    for _ in range(8):
+        st, s2 = r.create_stream()
+        ctx.status(st, "create_stream (8 streams)")
+        streams.append(s2)
+    for s2 in streams:
+        ctx.status(r.destroy_stream(s2), "destroy_stream (8 streams)")
+    parts.append("8 more created and destroyed")
+    return "; ".join(parts)
+
+
+def check_async_copies(ctx):
+    ctx.need("create_stream", "synchronize_stream")
+    hooks = _async_hooks(ctx)
+    if not hooks:
+        raise Skip("plugin lacks async_memory_copy_h2d, _d2h and _d2d")
+    r = ctx.raw
+    s = ctx.stream()
+    n = 65536 + 13
+    a, b = ctx.alloc(n), ctx.alloc(n)
+    data = pattern(n, 21)
+    done = []
+    if ctx.has("async_memory_copy_h2d"):
+        ctx.status(r.async_copy_h2d(s, a, ctx.host_with(data), n), "async_memory_copy_h2d")
+        ctx.sync(s)
+        _same(ctx, ctx.read(a, n), data, "async h2d")
+        done.append("h2d")
+    else:
+        ctx.write(a, data)
+    if ctx.has("async_memory_copy_d2d"):
+        ctx.write(b, pattern(n, 22))
+        ctx.status(r.async_copy_d2d(s, b, a, n), "async_memory_copy_d2d")
+        ctx.sync(s)
+        _same(ctx, ctx.read(b, n), data, "async d2d")
+        done.append("d2d")
+    if ctx.has("async_memory_copy_d2h"):
+        h = ctx.host(n)
+        ctx.status(r.async_copy_d2h(s, h, a, n), "async_memory_copy_d2h")
+        ctx.sync(s)
+        _same(ctx, ctx.rawabi.read_host(h, n), data, "async d2h")
+        done.append("d2h")
+    if ctx.has("async_memory_copy_p2p") and ctx.ndev >= 2:
+        r1 = ctx.dev(1)
+        r1.activate()
+        c = ctx.alloc(n, r1)
+        ctx.write(c, pattern(n, 23), r1)
+        r.activate()
+        ctx.status(r.async_copy_p2p(r1, s, c, a, n), "async_memory_copy_p2p (device 0 -> 1)")
+        ctx.sync(s)
+        r1.activate()
+        _same(ctx, ctx.read(c, n, r1), data, "async p2p")
+        r.activate()
+        done.append("p2p")
+    missing = [h for h in ("async_memory_copy_h2d", "async_memory_copy_d2h", "async_memory_copy_d2d")
+               if h not in hooks]
+    return ", ".join(done) + (f" (plugin lacks {', '.join(missing)})" if missing else "")
+
+
+def check_stream_ordering(ctx):
+    ctx.need("create_stream", "synchronize_stream", "async_memory_copy_h2d", "async_memory_copy_d2d",
+             "async_memory_copy_d2h")
+    r = ctx.raw
+    s = ctx.stream()
+    n = 1 << 20
+    steps = 16
+    a, b = ctx.alloc(n), ctx.alloc(n)
+    sources = [ctx.host_with(pattern(n, 100 + i)) for i in range(steps)]
+    out = ctx.host(n)
+    for i in range(steps):
+        ctx.status(r.async_copy_h2d(s, a, sources[i], n), f"async_memory_copy_h2d #{i}")
+        ctx.status(r.async_copy_d2d(s, b, a, n), f"async_memory_copy_d2d #{i}")
+    ctx.status(r.async_copy_d2h(s, out, b, n), "async_memory_copy_d2h")
+    ctx.sync(s)
+    _same(ctx, ctx.rawabi.read_host(out, n), pattern(n, 100 + steps - 1),
+          f"a chain of {steps} h2d+d2d copies then d2h (the last value is expected)")
+    if ctx.has("query_stream"):
+        st = r.query_stream(s)
+        ctx.expect(st == C_SUCCESS, f"query_stream after synchronize_stream returned {_sname(st)}")
+    return f"{2 * steps + 1} async copies of 1 MiB in order"
+
+
+def check_events(ctx):
+    r = ctx.raw
+    s = 0
+    where = "NULL stream"
+    if ctx.has("create_stream"):
+        s = ctx.stream()
+        where = "a stream"
+    st, e = r.create_event()
+    ctx.status(st, "create_event")
+    ctx.status(r.record_event(s, e), f"record_event on {where}")
+    ctx.status(r.synchronize_event(e), "synchronize_event")
+    parts = [f"record on {where}, synchronize"]
+    if ctx.has("query_event"):
+        st = r.query_event(e)
+        ctx.expect(st == C_SUCCESS, f"query_event after synchronize_event returned {_sname(st)}")
+        parts.append("query C_SUCCESS")
+    # re-record after work
+    if s and ctx.has("async_memory_copy_h2d"):
+        n = 1 << 20
+        d = ctx.alloc(n)
+        ctx.status(r.async_copy_h2d(s, d, ctx.host_with(pattern(n, 31)), n), "async_memory_copy_h2d")
+        ctx.status(r.record_event(s, e), "record_event (again, after work)")
+        ctx.status(r.synchronize_event(e), "synchronize_event")
+        if ctx.has("query_event"):
+            st = r.query_event(e)
+            ctx.expect(st == C_SUCCESS, f"query_event after the second synchronize_event returned {_sname(st)}")
+        _same(ctx, ctx.read(d, n), pattern(n, 31), "work before a synchronised event")
+        parts.append("work before the event is done after synchronize_event")
+    ctx.status(r.destroy_event(e), "destroy_event")
+    events = []
+    for _ in range(16):
+        st, e2 = r.create_event()
+        ctx.status(st, "create_event (16 events)")
+        events.append(e2)
+    for e2 in events:
+        ctx.status(r.destroy_event(e2), "destroy_event (16 events)")
+    parts.append("16 created and destroyed")
+    return "; ".join(parts)
+
+
+def check_stream_wait_event(ctx):
+    ctx.need("create_stream", "stream_wait_event", "synchronize_stream", "async_memory_copy_h2d",
+             "async_memory_copy_d2h")
+    r = ctx.raw
+    s1, s2 = ctx.stream(), ctx.stream()
+    e = ctx.event()
+    n = 4 * MiB
+    d = ctx.alloc(n)
+    steps = 8
+    sources = [ctx.host_with(pattern(n, 40 + i)) for i in range(steps)]
+    for i in range(steps):
+        ctx.status(r.async_copy_h2d(s1, d, sources[i], n), f"async_memory_copy_h2d #{i} on stream 1")
+    ctx.status(r.record_event(s1, e), "record_event on stream 1")
+    ctx.status(r.stream_wait_event(s2, e), "stream_wait_event (stream 2 waits for stream 1)")
+    out = ctx.host(n)
+    ctx.status(r.async_copy_d2h(s2, out, d, n), "async_memory_copy_d2h on stream 2")
+    ctx.sync(s2)
+    _same(ctx, ctx.rawabi.read_host(out, n), pattern(n, 40 + steps - 1),
+          "stream 2 read after waiting on an event recorded after stream 1's copies")
+    ctx.sync(s1)
+    return f"d2h on stream 2 saw the last of {steps} copies on stream 1"
+
+
+def check_callbacks(ctx):
+    ctx.need("create_stream", "stream_add_callback", "synchronize_stream")
+    r = ctx.raw
+    s = ctx.stream()
+    seen = []
+    st, t1 = r.add_callback(s, lambda: seen.append(1))
+    ctx.status(st, "stream_add_callback")
+    ctx.sync(s)
+    ctx.expect(t1.wait(5.0), "a callback did not run within 5 s of synchronize_stream")
+    ctx.expect(t1.exception is None, f"the callback raised {t1.exception!r}")
+    ctx.expect(seen == [1], f"the callback's effect is missing ({seen})")
+    parts = ["runs"]
+    if ctx.has("async_memory_copy_h2d") and ctx.has("async_memory_copy_d2h"):
+        n = 4 * MiB
+        d = ctx.alloc(n)
+        want = pattern(n, 51)
+        h = ctx.host(n)
+        later = ctx.host_with(pattern(n, 52))
+        observed = {}
+        ctx.status(r.async_copy_h2d(s, d, ctx.host_with(want), n), "async_memory_copy_h2d")
+        ctx.status(r.async_copy_d2h(s, h, d, n), "async_memory_copy_d2h")
+        st, t2 = r.add_callback(s, lambda: observed.setdefault("data", ctx.rawabi.read_host(h, n)))
+        ctx.status(st, "stream_add_callback (after copies)")
+        ctx.status(r.async_copy_h2d(s, d, later, n), "async_memory_copy_h2d (after the callback)")
+        ctx.status(r.async_copy_d2h(s, h, d, n), "async_memory_copy_d2h (after the callback)")
+        st, t3 = r.add_callback(s, lambda: seen.append(3))
+        ctx.status(st, "stream_add_callback (third)")
+        ctx.sync(s)
+        ctx.expect(t2.wait(5.0) and t3.wait(5.0), "callbacks did not run within 5 s of synchronize_stream")
+        ctx.expect(t1.order < t2.order < t3.order, f"callbacks ran out of order ({t1.order}, {t2.order}, {t3.order})")
+        _same(ctx, observed.get("data", b""), want,
+              "host data seen by a callback queued after an async d2h (it must run after prior work and "
+              "before later work)")
+        parts.append("in order after prior work and before later work")
+    else:
+        st, t2 = r.add_callback(s, lambda: seen.append(2))
+        ctx.status(st, "stream_add_callback")
+        ctx.sync(s)
+        ctx.expect(t2.wait(5.0) and t1.order < t2.order, "two callbacks ran out of order or not at all")
+        parts.append("two in order (no async copies to order against)")
+    # an exception in the callable must not break the stream
+    st, t4 = r.add_callback(s, lambda: 1 / 0)
+    ctx.status(st, "stream_add_callback")
+    ctx.sync(s)
+    ctx.expect(t4.wait(5.0), "the raising callback did not run")
+    return "; ".join(parts)
+
+
+def check_synchronize_device(ctx):
+    ctx.need("synchronize_device")
+    r = ctx.raw
+    ctx.status(r.synchronize_device(), "synchronize_device (idle)")
+    if ctx.has("create_stream") and ctx.has("async_memory_copy_h2d"):
+        s = ctx.stream()
+        n = 4 * MiB
+        d = ctx.alloc(n)
+        ctx.status(r.async_copy_h2d(s, d, ctx.host_with(pattern(n, 61)), n), "async_memory_copy_h2d")
+        ctx.status(r.synchronize_device(), "synchronize_device")
+        _same(ctx, ctx.read(d, n), pattern(n, 61), "stream work after synchronize_device")
+        return "idle; waits for stream work"
+    return "idle"
+
+
+def check_xccl(ctx):
+    ctx.need("xccl_get_unique_id_size", "xccl_get_unique_id", "xccl_comm_init_rank", "xccl_destroy_comm",
+             "xccl_all_reduce")
+    import struct
+
+    r = ctx.raw
+    st, idsz = r.xccl_get_unique_id_size()
+    ctx.status(st, "xccl_get_unique_id_size")
+    ctx.expect(0 < idsz <= (1 << 20), f"xccl_get_unique_id_size reported {idsz}")
+    st, uid = r.xccl_get_unique_id(idsz)
+    ctx.status(st, "xccl_get_unique_id")
+    st, comm = r.xccl_comm_init_rank(1, uid, 0)
+    ctx.status(st, "xccl_comm_init_rank(nranks=1, rank=0)")
+    values = [1.5, -2.0, 3.25, 1e6, 0.0]
+    data = struct.pack(f"{len(values)}f", *values)
+    n = len(data)
+    send, recv = ctx.alloc(n), ctx.alloc(n)
+    ctx.write(send, data)
+    ctx.write(recv, b"\0" * n)
+    s = ctx.stream() if ctx.has("create_stream") else 0
+    ctx.status(r.xccl_all_reduce(send, recv, len(values), FLOAT32, SUM, comm, s), "xccl_all_reduce(SUM, 1 rank)")
+    if s and ctx.has("synchronize_stream"):
+        ctx.sync(s)
+    got = ctx.read(recv, n)
+    ctx.expect(got == data, f"all_reduce on 1 rank gave {struct.unpack(f'{len(values)}f', got)}, expected {values}")
+    ctx.status(r.xccl_destroy_comm(comm), "xccl_destroy_comm")
+    return f"1-rank communicator; all_reduce SUM of {len(values)} floats"
+
+
+#: (name, function, one-line description), in the order they run.
+CHECKS = [
+    ("handshake", None, "dlopen, InitPlugin, version and validation (paddle_rt.load_plugin)"),
+    ("required_hooks", check_required_hooks, "the ten hooks Paddle requires"),
+    ("device_enumeration", check_device_enumeration, "count, list, set/get device round trip"),
+    ("allocate_free", check_allocate_free, "sizes 0, small, 64 MiB; no overlap; double free"),
+    ("allocate_beyond_capacity", check_allocate_beyond_capacity, "more than the capacity is refused"),
+    ("memory_stats", check_memory_stats, "free <= total; free falls after an allocation"),
+    ("copy_h2d", check_copy_h2d, "memory_copy_h2d with content checks"),
+    ("copy_d2h", check_copy_d2h, "memory_copy_d2h with content checks"),
+    ("copy_d2d", check_copy_d2d, "memory_copy_d2d with content checks"),
+    ("copy_p2p", check_copy_p2p, "memory_copy_p2p between devices 0 and 1"),
+    ("memset", check_memset, "device_memory_set"),
+    ("host_memory", check_host_memory, "pinned and unified host memory"),
+    ("size_hints", check_size_hints, "device_*_size hooks"),
+    ("stream_lifecycle", check_stream_lifecycle, "create, idle query, synchronize, destroy"),
+    ("async_copies", check_async_copies, "async_memory_copy_* with content checks"),
+    ("stream_ordering", check_stream_ordering, "a chain of async copies gives the last value"),
+    ("events", check_events, "record, synchronize, query, destroy"),
+    ("stream_wait_event", check_stream_wait_event, "cross-stream ordering through an event"),
+    ("callbacks", check_callbacks, "stream_add_callback runs, in order"),
+    ("synchronize_device", check_synchronize_device, "synchronize_device waits for stream work"),
+    ("xccl", check_xccl, "1-rank communicator and all_reduce"),
+]
+_BY_NAME = {name: fn for name, fn, _ in CHECKS}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Child side
+
+def _emit(result):
+    sys.stdout.write("\n" + _MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def _child(name, path, timeout):
+    import faulthandler
+
+    # A hang inside a hook: dump where we are (the parent names the hook from it) and leave.
+    faulthandler.enable()
+    if timeout > 0:
+        faulthandler.dump_traceback_later(timeout, exit=True)
+    import paddle_rt
+
+    try:
+        plugin = paddle_rt.load_plugin(path)
+    except paddle_rt.PluginLoadError as exc:
+        _emit({"result": "fail", "detail": str(exc.reason)})
+        return 0
+    except Exception as exc:
+        _emit({"result": "fail", "detail": f"{type(exc).__name__}: {exc}"})
+        return 0
+    if name == "handshake":
+        _emit({"result": "pass", "detail": f"{plugin.device_type} ({plugin.sub_device_type}) "
+                                           f"v{'.'.join(map(str, plugin.version))}"})
+        return 0
+    fn = _BY_NAME[name]
+    ctx = None
+    try:
+        ctx = Ctx(plugin)
+        if ctx.ndev == 0 and name != "required_hooks":
+            raise Skip("the plugin reports no devices")
+        detail = fn(ctx) or ""
+        result = "warn" if ctx.warnings else "pass"
+        if ctx.warnings:
+            detail = "; ".join(["warning: " + w for w in ctx.warnings] + ([detail] if detail else []))
+    except Skip as exc:
+        result, detail = "skip", str(exc)
+    except Fail as exc:
+        result, detail = "fail", str(exc)
+    except Exception as exc:
+        result, detail = "fail", f"{type(exc).__name__}: {exc}"
+    finally:
+        if ctx is not None:
+            ctx.cleanup()
+    _emit({"result": result, "detail": detail})
+    if timeout > 0:
+        faulthandler.cancel_dump_traceback_later()
+        faulthandler.dump_traceback_later(timeout, exit=True)  # a fresh budget for teardown at exit
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Parent side
+
+def _package_parent():
+    here = os.path.dirname(os.path.abspath(__file__))          # .../paddle_rt/tools
+    return os.path.dirname(os.path.dirname(here))
+
+
+def _bundled_path():
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins", "librt_cpu.so")
+
+
+def _child_env(path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), env.get("PYTHONPATH", "")) if p)
+    for var in ("CUSTOM_DEVICE_ROOT", "PADDLE_RT_PLUGIN_PATH"):
+        env.pop(var, None)
+    if os.path.realpath(path) == os.path.realpath(_bundled_path()):
+        env.pop("PADDLE_RT_NO_RT_CPU", None)
+    else:
+        env["PADDLE_RT_NO_RT_CPU"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"
+    return env
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def _where(stderr):
+    """From a faulthandler dump: the innermost frame in this file, with its source line (names the hook)."""
+    here = os.path.abspath(__file__)
+    for line in stderr.splitlines():
+        m = _FRAME.search(line)
+        if not m:
+            continue
+        fname, lineno, func = m.group(1), int(m.group(2)), m.group(3)
+        if os.path.abspath(fname) == here and func != "_child":
+            src = linecache.getline(here, lineno).strip()
+            hook = re.search(r"\b(?:r|r0|r1|raw|ctx\.raw)\.(\w+)\(", src)
+            if hook:
+                from paddle_rt._core.rawabi import HOOK_OF
+
+                return f"in {HOOK_OF.get(hook.group(1), hook.group(1))} ({func}, line {lineno})"
+            return f"in {func}, line {lineno}: {src}"
+    return ""
+
+
+def _tail(text, n=3):
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return " | ".join(lines[-n:])
+
+
+def _run_one(name, path, timeout):
+    cmd = [sys.executable, "-m", "paddle_rt.tools.check", "--child", name, "--timeout", str(timeout), path]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(path),
+                            cwd=_package_parent(), start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout + 10)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
+        out, err = proc.communicate()
+    seconds = round(time.monotonic() - t0, 2)
+    rc = proc.returncode
+    reported = None
+    for line in out.splitlines():
+        if line.startswith(_MARK):
+            try:
+                reported = json.loads(line[len(_MARK):])
+            except ValueError:
+                pass
+    hung = timed_out or "Timeout (" in err
+    if reported is not None and rc == 0 and not timed_out:
+        return dict(name=name, result=reported["result"], detail=reported["detail"], seconds=seconds)
+    if hung:
+        what = f"hung: no result within {timeout:g} s"
+        if reported is not None:
+            what = f"{reported['result']} ({reported['detail']}), then hung at exit (deinit_device/finalize)"
+    elif rc < 0:
+        try:
+            signame = signal.Signals(-rc).name
+        except ValueError:
+            signame = f"signal {-rc}"
+        what = f"crashed with {signame}"
+        if reported is not None:
+            what = f"{reported['result']} ({reported['detail']}), then crashed with {signame} at exit"
+    else:
+        what = f"the check process exited with status {rc}"
+        if reported is not None:
+            what = f"{reported['result']} ({reported['detail']}), then exited with status {rc}"
+        elif err.strip():
+            what += f": {_tail(err)}"
+    where = _where(err)
+    if where:
+        what += f" {where}"
+    return dict(name=name, result="fail", detail=what, seconds=seconds)
+
+
+def run_checks(path, timeout=20.0, only=None, progress=None):
+    """Run the suite on the plugin at ``path``; returns a list of dicts (name, result, detail, seconds)."""
+    path = os.path.abspath(path)
+    results = []
+    names = [n for n, _, _ in CHECKS if only is None or n in only or n == "handshake"]
+    loaded = True
+    for name in names:
+        if not loaded:
+            res = dict(name=name, result="skip", detail="the plugin did not load", seconds=0.0)
+        else:
+            res = _run_one(name, path, timeout)
+            if name == "handshake" and res["result"] == "fail":
+                loaded = False
+        results.append(res)
+        if progress:
+            progress(res)
+    return results
+
+
+def format_table(results):
+    w = max([len(r["name"]) for r in results] + [5])
+    lines = [f"{'check':{w}}  {'result':6}  detail", f"{'-' * w}  ------  ------"]
+    for r in results:
+        lines.append(f"{r['name']:{w}}  {r['result']:6}  {r['detail']}")
+    counts = {k: sum(1 for r in results if r["result"] == k) for k in ("pass", "warn", "skip", "fail")}
+    lines.append("")
+    lines.append(", ".join(f"{v} {k}" for k, v in counts.items()))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m paddle_rt check",
+                                 description="Conformance checks for a custom-device plugin (each in a child process).")
+    ap.add_argument("plugin", help="path of the plugin shared library")
+    ap.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds allowed per check (default 20)")
+    ap.add_argument("--only", default=None, help="comma-separated check names (handshake always runs)")
+    ap.add_argument("--list", action="store_true", help="list the checks and exit")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.child:
+        if args.child not in _BY_NAME:
+            print(f"unknown check {args.child!r}", file=sys.stderr)
+            return 2
+        return _child(args.child, args.plugin, args.timeout)
+    if args.list:
+        for name, _, text in CHECKS:
+            print(f"{name:26s} {text}")
+        return 0
+    if args.timeout <= 0:
+        print("--timeout must be positive", file=sys.stderr)
+        return 2
+    only = None
+    if args.only:
+        only = {n.strip() for n in args.only.split(",") if n.strip()}
+        unknown = only - set(_BY_NAME)
+        if unknown:
+            print(f"unknown check(s): {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
+            return 2
+    if not os.path.exists(args.plugin):
+        print(f"no such file: {args.plugin}", file=sys.stderr)
+        return 2
+    results = run_checks(args.plugin, timeout=args.timeout, only=only)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(f"paddle_rt check {os.path.abspath(args.plugin)}")
+        print(format_table(results))
+    return 1 if any(r["result"] == "fail" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
