@@ -795,3 +795,25 @@ def test_eight_threads_no_overlap(d1):
     assert s["allocation.all.current"] == 0
     paddle_rt.empty_cache(d1)
     assert plugins.rt_cpu_live_bytes(1) == 0
+
+
+def test_pluggable_allocator_functions(d1):
+    """C function pointers in PyTorch's pluggable-allocator shape, called through ctypes."""
+    import ctypes
+    a, f = paddle_rt.pluggable_allocator_functions("rt_cpu")
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(a)
+    free_ = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(f)
+    p = alloc(1000, 1, None)
+    assert p and paddle_rt.get_allocator(d1).owns(p)
+    assert paddle_rt.memory_allocated(d1) == 1024
+    free_(p, 1000, 1, None)
+    assert paddle_rt.memory_allocated(d1) == 0
+    assert alloc(10, 99, None) is None                  # no such device: NULL
+    seen = []
+    old = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(u.exc_type)
+    try:
+        assert alloc(1 << 62, 1, None) is None          # OOM: NULL, the error goes to sys.unraisablehook
+    finally:
+        sys.unraisablehook = old
+    assert seen and issubclass(seen[0], paddle_rt.OutOfMemoryError)
