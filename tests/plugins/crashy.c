@@ -1,13 +1,23 @@
-/* A plugin that misbehaves, for the conformance checker's tests: the minimal plugin's ten required hooks, except
- * that device_memory_allocate calls abort() for any request above 1 MiB, and, built with -DHANG, synchronize_event
- * never returns. The checker must report the failed checks (signal / timeout) and still finish.
- * Switches: those of tp_common.h, plus -DHANG. */
+/* A plugin that misbehaves, for the conformance checker's tests (paddle_rt.tools.check). The minimal plugin's ten
+ * required hooks (tp_common.h), with these faults:
+ *   always      device_memory_allocate calls abort() for any request above ABORT_ABOVE bytes (default 1 MiB;
+ *               -DABORT_ABOVE=0 turns this off)
+ *   -DHANG      synchronize_event never returns
+ *   -DCOPIES    adds memory_copy_h2d/d2h/d2d (plain memcpy: device memory is host memory here, but the device type
+ *               is not host-addressable for paddle_rt unless listed in PADDLE_RT_HOST_ADDRESSABLE)
+ *   -DSHORT_D2D with COPIES: memory_copy_d2d copies one byte less than asked (a wrong result, no crash)
+ *   -DLAX_FREE  device_memory_deallocate reports C_SUCCESS for a pointer it does not know (a double free)
+ * Switches of tp_common.h (DEVICE_TYPE...) apply too. */
 #include <unistd.h>
 
 #include "tp_common.h"
 
+#ifndef ABORT_ABOVE
+#define ABORT_ABOVE (1 << 20)
+#endif
+
 static C_Status crashy_device_memory_allocate(const C_Device device, void** ptr, size_t size) {
-  if (size > ((size_t)1 << 20)) abort();
+  if (ABORT_ABOVE > 0 && size > (size_t)ABORT_ABOVE) abort();
   return tp_device_memory_allocate(device, ptr, size);
 }
 
@@ -20,6 +30,28 @@ static C_Status crashy_synchronize_event(const C_Device device, C_Event event) {
 }
 #endif
 
+#ifdef LAX_FREE
+static C_Status crashy_device_memory_deallocate(const C_Device device, void* ptr, size_t size) {
+  (void)tp_device_memory_deallocate(device, ptr, size);
+  return C_SUCCESS; /* whatever happened */
+}
+#endif
+
+#ifdef COPIES
+static C_Status crashy_copy(const C_Device device, void* dst, const void* src, size_t size) {
+  if (!tp_valid_device(device) || (size && (dst == NULL || src == NULL))) return C_ERROR;
+  if (size) memmove(dst, src, size);
+  return C_SUCCESS;
+}
+
+static C_Status crashy_copy_d2d(const C_Device device, void* dst, const void* src, size_t size) {
+#ifdef SHORT_D2D
+  if (size) size -= 1;
+#endif
+  return crashy_copy(device, dst, src, size);
+}
+#endif
+
 void InitPlugin(CustomRuntimeParams* params) {
   PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
   params->device_type = (char*)DEVICE_TYPE;
@@ -28,5 +60,13 @@ void InitPlugin(CustomRuntimeParams* params) {
   params->interface->device_memory_allocate = crashy_device_memory_allocate;
 #ifdef HANG
   params->interface->synchronize_event = crashy_synchronize_event;
+#endif
+#ifdef LAX_FREE
+  params->interface->device_memory_deallocate = crashy_device_memory_deallocate;
+#endif
+#ifdef COPIES
+  params->interface->memory_copy_h2d = crashy_copy;
+  params->interface->memory_copy_d2h = crashy_copy;
+  params->interface->memory_copy_d2d = crashy_copy_d2d;
 #endif
 }
