@@ -21,7 +21,9 @@ Two policies:
   current demand (doubling while small, then 16 MiB or 1/24 of what is held), so the number of device allocations
   stays small while the unused tail of the newest chunk stays small against the total; a chunk holding a whole
   number of same-sized requests leaves no useless remainder for the next one (layers repeat their sizes).
-  A split puts the allocation at the low end of the free block.
+  A split puts the allocation at the low end of the free block. A freed small-pool block waits unmerged in a
+  quick-reuse slot (by size and stream, up to 8 per slot) for the next request of exactly its size; every slot is
+  merged back before the allocator grows, releases, snapshots or reports stats, so no memory is held because of it.
 
 Out of memory (a plugin returning ``C_FAILED``, or success with a NULL pointer, or the ``limit`` reached): the ladder
 is best fit -> grow -> retry with exactly the request -> give back every idle chunk and retry -> ``OutOfMemoryError``.
@@ -55,11 +57,6 @@ cimport cython
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
 from cpython.exc cimport PyErr_Clear
-
-cdef extern from "Python.h":
-    # declared without an exception clause: _check_nbytes turns the overflow into InvalidArgument itself
-    Py_ssize_t _long_as_ssize "PyLong_AsSsize_t"(object o) noexcept
-    void* PyErr_Occurred() noexcept
 from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX, INT64_MAX
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
@@ -71,6 +68,7 @@ from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.includes.alloc_support cimport (
     prt_alloc_containers, prt_free_set, prt_free_key, prt_ptr_table, prt_chunk_map, prt_free_rekey,
+    _long_as_ssize, PyErr_Occurred,
 )
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU, kDLUInt
 

@@ -262,3 +262,9 @@ cdef extern from * nogil:
         prt_free_set free_blocks[2]
         prt_ptr_table live
         prt_chunk_map chunks
+
+
+cdef extern from "Python.h":
+    # Declared without an exception clause: the allocator turns an overflow into InvalidArgument itself.
+    Py_ssize_t _long_as_ssize "PyLong_AsSsize_t"(object o) noexcept
+    void* PyErr_Occurred() noexcept
