@@ -817,3 +817,40 @@ def test_pluggable_allocator_functions(d1):
     finally:
         sys.unraisablehook = old
     assert seen and issubclass(seen[0], paddle_rt.OutOfMemoryError)
+
+
+def test_cython_api_from_another_module(d1):
+    """paddle_rt._core._bench_alloc cimports the public .pxd and runs core_malloc/core_free in nogil loops."""
+    from paddle_rt._core import _bench_alloc as B
+    sizes = np.array([1 << k for k in range(8, 21)], dtype=np.int64)
+    ns = B.core_pairs(d1, sizes, 10)
+    assert ns > 0
+    held = B.hold_blocks(d1, 100, 4096)
+    assert len(set(held)) == 100 and paddle_rt.memory_stats(d1)["allocation.all.current"] == 100
+    B.release_blocks(d1, held)
+    check_consistent(d1)
+    with pytest.raises(paddle_rt.InvalidArgument):          # the error of a nogil core_free is not lost
+        B.release_blocks(d1, [held[0]])
+    assert paddle_rt.memory_allocated(d1) == 0
+
+
+def test_peak_and_accumulated_stats(d1):
+    a = paddle_rt.malloc(3 * MiB, d1)
+    b = paddle_rt.malloc(1000, d1)
+    peak_alloc = paddle_rt.max_memory_allocated(d1)
+    assert peak_alloc == paddle_rt.memory_allocated(d1) == 3 * MiB + 1024
+    a.free()
+    assert paddle_rt.max_memory_allocated(d1) == peak_alloc
+    assert paddle_rt.max_memory_reserved(d1) >= paddle_rt.memory_reserved(d1)
+    paddle_rt.reset_peak_memory_stats(d1)
+    assert paddle_rt.max_memory_allocated(d1) == 1024
+    assert paddle_rt.max_memory_reserved(d1) == paddle_rt.memory_reserved(d1)
+    s = paddle_rt.memory_stats("rt_cpu:1")                 # a device string works too
+    assert s["allocation.all.allocated"] == 2 and s["allocation.all.freed"] == 1
+    assert s["requested_bytes.all.current"] == 1000
+    paddle_rt.reset_accumulated_memory_stats(d1)
+    s = paddle_rt.memory_stats(d1)
+    assert s["allocation.all.allocated"] == 0 and s["allocation.all.current"] == 1
+    assert s["num_device_alloc"] == 0
+    b.free()
+    check_consistent(d1)

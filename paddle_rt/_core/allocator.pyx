@@ -1539,6 +1539,8 @@ def raw_free(ptr, device=None):
             with nogil:
                 core_free(a.core, <void*>p)
         return
+    if _last_core != NULL and _fast_free(_last_core, p):     # the most recently used allocator owns it
+        return
     a = _dev_alloc(None)
     if _fast_free(a.core, p):
         return
