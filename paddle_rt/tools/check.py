@@ -439,7 +439,7 @@ def check_host_memory(ctx):
               "unified")]
     present = [k for k in kinds if ctx.has(k[0]) and ctx.has(k[1])]
     if not present:
-        raise Skip("plugin lacks host_memory_allocate/deallocate and unified_memory_allocate/deallocate")
+        raise Skip("plugin lacks " + ", ".join(h for k in kinds for h in k[:2] if not ctx.has(h)))
     for alloc_name, free_name, alloc, free, label in present:
         n = 1 << 20
         st, h = alloc(n)
@@ -473,7 +473,8 @@ def check_size_hints(ctx):
         ctx.status(st, "device_" + name)
         got[name] = v
     if not got:
-        raise Skip("plugin lacks every device_*_size hook (Paddle uses min chunk 1, padding 0)")
+        raise Skip("plugin lacks " + ", ".join("device_" + n for n in ctx.rawabi.SIZE_HINTS)
+                   + " (Paddle then uses min chunk 1, padding 0)")
     if "min_chunk_size" in got:
         ctx.expect(got["min_chunk_size"] > 0, "device_min_chunk_size reported 0 (Paddle rounds to multiples of it)")
     if "max_alloc_size" in got and got["max_alloc_size"] == 0:
@@ -849,7 +850,16 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 def _where(stderr):
     """From a faulthandler dump: the innermost frame in this file, with its source line (names the hook)."""
     here = os.path.abspath(__file__)
+    # faulthandler dumps every thread; the check runs in the one whose stack holds _child
+    sections, current = [], []
     for line in stderr.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")) and current:
+            sections.append(current)
+            current = []
+        current.append(line)
+    sections.append(current)
+    main = [sec for sec in sections if any("in _child" in line for line in sec)]
+    for line in (main[0] if main else stderr.splitlines()):
         m = _FRAME.search(line)
         if not m:
             continue
@@ -873,7 +883,8 @@ def _tail(text, n=3):
 def _run_one(name, path, timeout):
     cmd = [sys.executable, "-m", "paddle_rt.tools.check", "--child", name, "--timeout", str(timeout), path]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(path),
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
+                            errors="replace", env=_child_env(path),
                             cwd=_package_parent(), start_new_session=True)
     timed_out = False
     try:
@@ -986,7 +997,11 @@ def main(argv=None):
     if not os.path.exists(args.plugin):
         print(f"no such file: {args.plugin}", file=sys.stderr)
         return 2
-    results = run_checks(args.plugin, timeout=args.timeout, only=only)
+    progress = None
+    if not args.json and sys.stderr.isatty():
+        def progress(res):
+            print(f"  {res['name']}: {res['result']} ({res['seconds']} s)", file=sys.stderr)
+    results = run_checks(args.plugin, timeout=args.timeout, only=only, progress=progress)
     if args.json:
         print(json.dumps(results, indent=2))
     else:

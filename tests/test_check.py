@@ -1,0 +1,163 @@
+"""paddle_rt.tools.check: the plugin conformance suite. Every check runs in a child process, so a plugin that crashes
+or hangs fails that check while the suite finishes; skipped checks name the hooks the plugin lacks."""
+import json
+import re
+
+import pytest
+
+import paddle_rt
+from paddle_rt._core.plugin import bundled_plugin_path
+from paddle_rt.tools import check
+
+CHECK_NAMES = [name for name, _, _ in check.CHECKS]
+
+
+def run(capsys, *args):
+    rc = check.main([*map(str, args), "--json"])
+    out = capsys.readouterr().out
+    results = json.loads(out)
+    return rc, {r["name"]: r for r in results}, results
+
+
+def lacked_hooks(detail):
+    """The hook names of a 'plugin lacks a, b (why)' detail."""
+    m = re.match(r"plugin lacks ([a-z0-9_, ]+)", detail)
+    assert m, detail
+    return [h.strip() for h in m.group(1).split(",") if h.strip()]
+
+
+def test_rt_cpu_passes_everything(capsys):
+    rc, by_name, results = run(capsys, bundled_plugin_path())
+    assert rc == 0
+    assert [r["name"] for r in results] == CHECK_NAMES
+    bad = {n: r for n, r in by_name.items() if r["result"] not in ("pass", "skip")}
+    assert not bad, bad
+    # rt_cpu implements every checked feature: nothing may be skipped except p2p with a single device
+    skipped = {n for n, r in by_name.items() if r["result"] == "skip"}
+    assert skipped <= {"copy_p2p"}, {n: by_name[n]["detail"] for n in skipped}
+    assert "C_FAILED" in by_name["allocate_beyond_capacity"]["detail"]
+    assert "double free -> C_ERROR" in by_name["allocate_free"]["detail"]
+    assert "at the device address" in by_name["copy_h2d"]["detail"]
+
+
+def test_rt_cpu_with_round_trips_only(capsys, monkeypatch):
+    """The path used for device types the host may not address: contents verified through copies only."""
+    monkeypatch.setenv("PADDLE_RT_CHECK_ROUND_TRIPS", "1")
+    rc, by_name, _ = run(capsys, bundled_plugin_path(), "--only", "copy_h2d,copy_d2d,memset,allocate_free,xccl")
+    assert rc == 0
+    assert all(r["result"] == "pass" for r in by_name.values()), by_name
+    assert "by d2h" in by_name["copy_h2d"]["detail"]
+    assert "round trips" in by_name["copy_d2d"]["detail"]
+
+
+def test_minimal_passes_what_applies_and_names_missing_hooks(capsys, build_plugin):
+    so = build_plugin("minimal")
+    rc, by_name, results = run(capsys, so)
+    assert rc == 0, results
+    for name in ("handshake", "required_hooks", "device_enumeration", "allocate_free", "events"):
+        assert by_name[name]["result"] == "pass", by_name[name]
+    assert "0/" in by_name["required_hooks"]["detail"]            # no optional hook
+    assert "NULL stream" in by_name["events"]["detail"]
+    skipped = [r for r in results if r["result"] == "skip"]
+    assert {r["name"] for r in skipped} == set(CHECK_NAMES) - {
+        "handshake", "required_hooks", "device_enumeration", "allocate_free", "events"}
+    for r in skipped:
+        hooks = lacked_hooks(r["detail"])
+        assert hooks, r
+        for hook in hooks:
+            assert hook in paddle_rt.ALL_HOOKS and hook not in paddle_rt.REQUIRED_HOOKS, (r, hook)
+    assert "stream_add_callback" in by_name["callbacks"]["detail"]
+    assert "memory_copy_h2d" in by_name["copy_h2d"]["detail"]
+    assert "device_memory_stats" in by_name["memory_stats"]["detail"]
+    assert "xccl_all_reduce" in by_name["xccl"]["detail"]
+
+
+def test_crash_in_a_hook_fails_that_check_only(capsys, build_plugin):
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"crashy"'})
+    rc, by_name, results = run(capsys, so)
+    assert rc == 1
+    assert [r["name"] for r in results] == CHECK_NAMES                # the suite went on after the crash
+    failed = {n for n, r in by_name.items() if r["result"] == "fail"}
+    assert failed == {"allocate_free"}
+    detail = by_name["allocate_free"]["detail"]
+    assert "SIGABRT" in detail and "device_memory_allocate" in detail
+    assert by_name["events"]["result"] == "pass"
+
+
+def test_hang_in_a_hook_is_a_timeout_failure(capsys, build_plugin):
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"crashy_hang"', "HANG": None, "ABORT_ABOVE": 0})
+    rc, by_name, results = run(capsys, so, "--timeout", "2", "--only", "events,allocate_free,device_enumeration")
+    assert rc == 1
+    assert by_name["events"]["result"] == "fail"
+    assert "hung" in by_name["events"]["detail"] and "synchronize_event" in by_name["events"]["detail"]
+    assert by_name["allocate_free"]["result"] == "pass"
+    assert by_name["device_enumeration"]["result"] == "pass"
+
+
+def test_wrong_results_and_lax_double_free(capsys, build_plugin):
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"crashy_copy"', "COPIES": None, "SHORT_D2D": None,
+                                 "LAX_FREE": None, "ABORT_ABOVE": 0})
+    rc, by_name, _ = run(capsys, so, "--only", "allocate_free,copy_h2d,copy_d2h,copy_d2d,memset")
+    assert rc == 1
+    # a short d2d is caught by the h2d -> d2d -> d2h round trip (the type is not host-addressable)
+    assert by_name["copy_d2d"]["result"] == "fail"
+    assert "byte 65548" in by_name["copy_d2d"]["detail"]
+    assert by_name["copy_h2d"]["result"] == "pass" and "by d2h" in by_name["copy_h2d"]["detail"]
+    assert by_name["copy_d2h"]["result"] == "pass"
+    # a double free reported as success: a warning-level pass
+    assert by_name["allocate_free"]["result"] == "warn"
+    assert "double free returned C_SUCCESS" in by_name["allocate_free"]["detail"]
+    assert lacked_hooks(by_name["memset"]["detail"]) == ["device_memory_set"]
+
+
+def test_host_addressable_types_use_direct_access(capsys, build_plugin, monkeypatch):
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"crashy_direct"', "COPIES": None, "ABORT_ABOVE": 0})
+    monkeypatch.setenv("PADDLE_RT_HOST_ADDRESSABLE", "crashy_direct")
+    rc, by_name, _ = run(capsys, so, "--only", "copy_h2d,copy_d2d")
+    assert rc == 0
+    assert "at the device address" in by_name["copy_h2d"]["detail"]
+
+
+def test_plugin_that_does_not_load_fails_handshake(capsys, build_plugin):
+    so = build_plugin("variant", {"DEVICE_TYPE": '"chk_old"', "VERSION_MAJOR": 0, "VERSION_MINOR": 1,
+                                  "VERSION_PATCH": 0})
+    rc, by_name, results = run(capsys, so)
+    assert rc == 1
+    assert by_name["handshake"]["result"] == "fail"
+    assert "0.1.0" in by_name["handshake"]["detail"] and "0.1.1" in by_name["handshake"]["detail"]
+    assert all(r["result"] == "skip" and "did not load" in r["detail"] for r in results[1:])
+
+
+def test_non_conformance_is_reported(capsys, build_plugin):
+    """variant WITH_INFO reports a 1 GiB capacity but does not enforce it; NULL_STREAMS never writes handles."""
+    so = build_plugin("variant", {"DEVICE_TYPE": '"chk_info"', "WITH_INFO": None, "NULL_STREAMS": None})
+    rc, by_name, _ = run(capsys, so, "--only", "allocate_beyond_capacity,memory_stats,size_hints,stream_lifecycle")
+    assert rc == 1
+    assert by_name["allocate_beyond_capacity"]["result"] == "fail"
+    assert "non-NULL" in by_name["allocate_beyond_capacity"]["detail"]
+    assert by_name["memory_stats"]["result"] == "pass"
+    assert "min_chunk_size 512" in by_name["size_hints"]["detail"]
+    assert "NULL" in by_name["stream_lifecycle"]["detail"]
+
+
+def test_table_output_and_bad_arguments(capsys, tmp_path):
+    rc = check.main([bundled_plugin_path(), "--only", "required_hooks"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert re.search(r"^required_hooks\s+pass\s+all 10 required hooks", out, re.M)
+    assert "2 pass, 0 warn, 0 skip, 0 fail" in out
+    assert check.main([str(tmp_path / "nope.so")]) == 2
+    assert check.main([bundled_plugin_path(), "--only", "no_such_check"]) == 2
+    assert check.main([bundled_plugin_path(), "--timeout", "0"]) == 2
+    assert check.main([bundled_plugin_path(), "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in CHECK_NAMES)
+
+
+def test_not_a_plugin(capsys, tmp_path):
+    bogus = tmp_path / "bogus.so"
+    bogus.write_text("not an ELF file")
+    rc, by_name, _ = run(capsys, bogus)
+    assert rc == 1
+    assert by_name["handshake"]["result"] == "fail"
+    assert "not a loadable shared library" in by_name["handshake"]["detail"]
