@@ -854,3 +854,26 @@ def test_peak_and_accumulated_stats(d1):
     assert s["num_device_alloc"] == 0
     b.free()
     assert paddle_rt.memory_allocated(d1) == 0
+
+
+@pytest.mark.parametrize("conf", [{}, {"paddle_compat": 1}, {"release": "free"}])
+def test_eight_threads_nogil_stress(d1, conf):
+    """8 threads run random alloc/fill/check/free loops through the C API without the GIL (true concurrency on the
+    allocator's lock); a block shared by two threads would show the other thread's fill byte."""
+    from paddle_rt._core import _bench_alloc as B
+    paddle_rt.set_allocator_config(d1, **conf)
+    results = [None] * 8
+
+    def run(t):
+        results[t] = B.stress_worker(d1, 3000, t + 1, 0x40 + t)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [0] * 8
+    s = check_consistent(d1)
+    assert s["allocation.all.current"] == 0
+    paddle_rt.empty_cache(d1)
+    assert plugins.rt_cpu_live_bytes(1) == 0

@@ -3,6 +3,7 @@ the public Cython API of paddle_rt._core.allocator in nogil loops, glibc malloc/
 cdef class (the floor of creating and dropping a Python object)."""
 from libc.stdint cimport uintptr_t, int64_t, uint64_t
 from libc.stdlib cimport malloc as c_malloc, free as c_free
+from libc.string cimport memset
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from paddle_rt._core.allocator cimport AllocatorCore, get_core, core_malloc, core_free, KIND_DEVICE
@@ -107,3 +108,66 @@ def replay(device, const signed char[::1] is_alloc, const int64_t[::1] sizes, co
         exc.events_done = i
         raise
     return (t1 - t0), i
+
+
+cdef inline uint64_t _xorshift(uint64_t* s) noexcept nogil:
+    cdef uint64_t x = s[0]
+    x ^= x << 13
+    x ^= x >> 7
+    x ^= x << 17
+    s[0] = x
+    return x
+
+
+def stress_worker(device, int64_t iters, uint64_t seed, int tag):
+    """A nogil loop of random core_malloc/core_free (up to 64 live blocks, sizes 1 B .. 4 MiB). Every block is
+    filled with ``tag`` and checked before it is freed: an overlap with another thread's block shows up as a wrong
+    byte. Runs without the GIL for its whole length (call it from several Python threads). Returns the number of
+    corrupted blocks found."""
+    cdef AllocatorCore* core = get_core(device, KIND_DEVICE)
+    cdef void* live[64]
+    cdef size_t sizes[64]
+    cdef int n = 0, i, k
+    cdef int64_t it
+    cdef uint64_t s = seed * 2654435761ULL + 1
+    cdef size_t sz, j
+    cdef unsigned char* b
+    cdef int64_t bad = 0
+    cdef unsigned char t = <unsigned char>tag
+    with nogil:
+        for it in range(iters):
+            if n > 0 and (n == 64 or _xorshift(&s) % 100 < 45):
+                k = <int>(_xorshift(&s) % <uint64_t>n)
+                b = <unsigned char*>live[k]
+                for j in range(0, sizes[k], 61):
+                    if b[j] != t:
+                        bad += 1
+                        break
+                if sizes[k] and b[sizes[k] - 1] != t:
+                    bad += 1
+                core_free(core, live[k])
+                n -= 1
+                live[k] = live[n]
+                sizes[k] = sizes[n]
+            else:
+                k = <int>(_xorshift(&s) % 4)
+                if k == 0:
+                    sz = 1 + _xorshift(&s) % 64
+                elif k == 1:
+                    sz = 1 + _xorshift(&s) % 70000
+                elif k == 2:
+                    sz = 1 + _xorshift(&s) % (1 << 20)
+                else:
+                    sz = 1 + _xorshift(&s) % (4 << 20)
+                core_malloc(core, sz, 0, &live[n])
+                sizes[n] = sz
+                memset(live[n], t, sz)
+                n += 1
+        for i in range(n):
+            b = <unsigned char*>live[i]
+            for j in range(0, sizes[i], 61):
+                if b[j] != t:
+                    bad += 1
+                    break
+            core_free(core, live[i])
+    return bad
