@@ -1,0 +1,218 @@
+"""Events: points in a stream that other streams and the host can wait for, with host-clock timing on every plugin."""
+import weakref
+
+from libc.stdint cimport uint64_t, uintptr_t, int64_t
+from libc.stdlib cimport calloc, free
+from cpython.exc cimport PyErr_CheckSignals
+
+from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Event, C_Status, C_SUCCESS, C_WARNING
+from paddle_rt._core.device cimport Device, check_status
+from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream
+from paddle_rt._core.includes.stream_support cimport (
+    prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_current_worker,
+)
+
+from paddle_rt._core import errors
+from paddle_rt._core import device as _device_mod
+
+cdef long POLL_US = 20000
+cdef bint _torn_down = False
+_live_events = weakref.WeakSet()
+
+
+# The plugin event lives as long as the core (queued operations hold references); freed through its device.
+cdef struct PluginEventOwner:
+    C_DeviceInterface* iface
+    C_Device cdev
+
+
+cdef void _free_plugin_event(prt_event_core* core) noexcept nogil:
+    cdef PluginEventOwner* o = <PluginEventOwner*>core.owner
+    if o == NULL:
+        return
+    if core.plugin_event != NULL and not _torn_down:
+        o.iface.set_device(o.cdev)
+        o.iface.destroy_event(o.cdev, <C_Event>core.plugin_event)
+    core.plugin_event = NULL
+    core.owner = NULL
+    free(o)
+
+
+# Runs on the stream's worker when the stream reaches the record (everything before it has completed).
+cdef int _mark(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    cdef prt_event_core* core = <prt_event_core*>arg
+    cdef C_Status st
+    if core.plugin_event != NULL and gen == core.gen_now():
+        ctx.iface.set_device(ctx.cdev)
+        st = ctx.iface.record_event(ctx.cdev, ctx.pstream, <C_Event>core.plugin_event)
+        if st != C_SUCCESS and st != C_WARNING:
+            record_plugin_error(ctx, pos, "record_event", st)
+    core.complete(gen)
+    core.decref()
+    return 0
+
+
+# Runs on the waiting stream's worker: blocks that stream until the record completes.
+cdef int _wait(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
+    cdef prt_event_core* core = <prt_event_core*>arg
+    core.wait_for(gen, -1)
+    core.decref()
+    return 0
+
+
+cdef class Event:
+    """``Event(enable_timing=False, blocking=False)``: like a CUDA event. ``record(stream)`` marks the point of the
+    stream (default: the current stream); ``query()``, ``synchronize()``, ``wait(stream)``, ``elapsed_time(end)``
+    (milliseconds between two timing events, from a nanosecond host clock stamped when the stream reached each
+    record). Waits release the GIL and poll, so Ctrl-C works whether ``blocking`` is set or not."""
+
+    def __cinit__(self, enable_timing=False, blocking=False):
+        self.core = prt_event_core_new()
+        if self.core == NULL:
+            raise MemoryError()
+        self.enable_timing = bool(enable_timing)
+        self.blocking = bool(blocking)
+        self.core.timing = 1 if self.enable_timing else 0
+        self._gen = 0
+        _live_events.add(self)
+
+    def __dealloc__(self):
+        if self.core != NULL:
+            self.core.decref()
+            self.core = NULL
+
+    def __repr__(self):
+        state = "unrecorded" if self._gen == 0 else ("complete" if self.core.is_done(self._gen) else "pending")
+        return f"<paddle_rt.Event {state}{' timing' if self.enable_timing else ''} device={self.device!r}>"
+
+    cdef int _ensure_plugin_event(self, Stream s) except -1:
+        cdef Device dev = s.device
+        cdef C_Event h = NULL
+        cdef C_Status st
+        cdef PluginEventOwner* o
+        if self.device is None:
+            dev.activate()
+            with nogil:
+                st = dev.iface.create_event(dev.cdev(), &h)
+            check_status(dev, "create_event", st)
+            o = <PluginEventOwner*>calloc(1, sizeof(PluginEventOwner))
+            if o == NULL:
+                with nogil:
+                    dev.iface.destroy_event(dev.cdev(), h)
+                raise MemoryError()
+            o.iface = dev.iface
+            o.cdev = dev.cdev()
+            self.core.plugin_event = <void*>h
+            self.core.owner = o
+            self.core.on_free = _free_plugin_event
+            self.device = dev
+        elif self.device is not dev:
+            raise errors.InvalidArgument(f"{s.device!r}: Event.record: the event belongs to {self.device!r} "
+                                         f"(it was first recorded there); record it on a stream of that device")
+        return 0
+
+    cdef int record_on(self, Stream s) except -1:
+        cdef uint64_t gen
+        cdef StreamCtx* ctx
+        cdef C_Status st
+        s._check_open()
+        self._ensure_plugin_event(s)
+        ctx = s.ctx
+        gen = self.core.gen_next(1) + 1
+        if ctx.core.idle():
+            # Everything submitted to s has completed: the record completes now (no queue round trip).
+            with nogil:
+                ctx.iface.set_device(ctx.cdev)
+                st = ctx.iface.record_event(ctx.cdev, ctx.pstream, <C_Event>self.core.plugin_event)
+            if st != C_SUCCESS and st != C_WARNING:
+                self.core.complete(gen)
+                check_status(s.device, "record_event", st)
+            self.core.complete(gen)
+        else:
+            self.core.incref()
+            try:
+                s.enqueue(_mark, <void*>self.core, gen, PRT_OP_NEEDS_IDLE)
+            except BaseException:
+                self.core.complete(gen)
+                self.core.decref()
+                raise
+        self._gen = gen
+        self._stream = s
+        self._pos = ctx.core.submitted_now()
+        return 0
+
+    def record(self, stream=None):
+        """Record the event on ``stream`` (default: the current stream of the current device)."""
+        cdef Stream s = current_stream() if stream is None else stream
+        self.record_on(s)
+
+    def query(self):
+        """True when the latest record has completed (or the event was never recorded)."""
+        return self._gen == 0 or self.core.is_done(self._gen)
+
+    def synchronize(self):
+        """Wait until the latest record completes (GIL released, Ctrl-C works). Raises :class:`StreamError` for
+        errors of the recorded stream's work before the record."""
+        cdef uint64_t gen = self._gen
+        cdef bint ok
+        if gen == 0:
+            return
+        while not self.core.is_done(gen):
+            with nogil:
+                ok = self.core.wait_for(gen, POLL_US)
+            if not ok:
+                PyErr_CheckSignals()
+        if self._stream is not None and not self._stream.closed:
+            self._stream.raise_errors(self._pos)
+
+    cdef int wait_on(self, Stream s) except -1:
+        cdef uint64_t gen = self._gen
+        s._check_open()
+        if gen == 0 or self.core.is_done(gen):
+            return 0
+        self.core.incref()
+        try:
+            s.enqueue(_wait, <void*>self.core, gen, 0)
+        except BaseException:
+            self.core.decref()
+            raise
+        return 0
+
+    def wait(self, stream=None):
+        """Make later work on ``stream`` (default: the current stream) wait for this event's latest record."""
+        cdef Stream s = current_stream() if stream is None else stream
+        self.wait_on(s)
+
+    def elapsed_time(self, Event end not None):
+        """Milliseconds from this event's record to ``end``'s (both created with ``enable_timing=True``, recorded
+        and complete)."""
+        for name, e in (("start", self), ("end", end)):
+            if not (<Event>e).enable_timing:
+                raise errors.InvalidArgument(f"elapsed_time: the {name} event was created without timing "
+                                             f"(use Event(enable_timing=True))")
+            if (<Event>e)._gen == 0:
+                raise errors.InvalidArgument(f"elapsed_time: the {name} event was never recorded")
+            if not (<Event>e).core.is_done((<Event>e)._gen):
+                raise errors.StreamError(f"elapsed_time: the {name} event's record has not completed yet "
+                                         f"(synchronize() it first)")
+        cdef int64_t a = self.core.stamp_now()
+        cdef int64_t b = end.core.stamp_now()
+        return (b - a) / 1e6
+
+    @property
+    def handle(self):
+        """The plugin's event handle as an int (0 before the first record). Opaque."""
+        return <uintptr_t>self.core.plugin_event
+
+
+def _teardown_events():
+    global _torn_down
+    cdef Event e
+    for e in list(_live_events):
+        if e.core != NULL and e.core.owner != NULL:
+            _free_plugin_event(e.core)
+    _torn_down = True
+
+
+_device_mod.register_teardown(_teardown_events, 21)

@@ -1,0 +1,262 @@
+# C++ support for streams and events: the library-side ordered queue of one stream with its worker thread, and the
+# completion state of an event. Only declarations and small inline helpers live here; the logic that talks to
+# plugins and to Python is in paddle_rt/_core/stream.pyx and event.pyx.
+from libc.stdint cimport uint64_t, int64_t
+
+cdef extern from * nogil:
+    """
+    #include <stdint.h>
+    #include <atomic>
+    #include <mutex>
+    #include <condition_variable>
+    #include <chrono>
+    #include <thread>
+    #include <time.h>
+
+    static inline int64_t prt_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+
+    /* One queued operation: fn(ctx, arg, aux, pos) runs on the stream's worker and returns 1 when it handed work to
+       the plugin's stream (it completes later: the worker synchronises the plugin stream before the next operation
+       flagged PRT_OP_NEEDS_IDLE and whenever it runs out of work), 0 when it is done, -1 after recording an error. */
+    enum { PRT_OP_PLUGIN_ASYNC = 1, PRT_OP_NEEDS_IDLE = 2 };
+    typedef int (*prt_op_fn)(void* ctx, void* arg, uint64_t aux, uint64_t pos);
+    struct prt_op {
+        prt_op* next;
+        prt_op_fn fn;
+        void* arg;
+        uint64_t aux;
+        uint64_t pos;
+        int flags;
+    };
+
+    struct prt_stream_core;
+    static thread_local prt_stream_core* prt_t_worker = nullptr;   /* the stream whose worker this thread is */
+
+    /* The ordered queue of one paddle_rt stream. Positions: the n-th operation submitted has position n (from 1);
+       `completed` is the highest position known complete (everything up to it has run, plugin work included). */
+    struct prt_stream_core {
+        std::mutex mu;
+        std::condition_variable work_cv;
+        std::condition_variable done_cv;
+        prt_op* head = nullptr;
+        prt_op* tail = nullptr;
+        prt_op* free_ops = nullptr;
+        uint64_t submitted = 0;                    /* under mu */
+        std::atomic<uint64_t> submitted_pub{0};    /* copy of submitted readable without the lock */
+        std::atomic<uint64_t> completed{0};
+        bool stopping = false;
+        bool sleeping = false;
+        int waiters = 0;
+        bool started = false;
+        /* callbacks into stream.pyx */
+        void* ctx = nullptr;
+        void (*thread_init)(void* ctx) = nullptr;          /* on the worker, once: set the device */
+        int (*plugin_sync)(void* ctx) = nullptr;           /* wait for the plugin stream; 0 ok */
+        std::thread worker;
+        bool dirty = false;                                /* worker only: plugin work handed off, not yet waited */
+
+        ~prt_stream_core() {
+            prt_op* o = free_ops;
+            while (o) { prt_op* n = o->next; delete o; o = n; }
+        }
+
+        /* Returns the position, 0 when out of memory, UINT64_MAX when the stream is stopping. */
+        uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags) {
+            std::unique_lock<std::mutex> lk(mu);
+            if (stopping) return UINT64_MAX;
+            prt_op* o = free_ops;
+            if (o) free_ops = o->next;
+            else {
+                o = new (std::nothrow) prt_op;
+                if (!o) return 0;
+            }
+            o->next = nullptr; o->fn = fn; o->arg = arg; o->aux = aux; o->flags = flags;
+            o->pos = ++submitted;
+            submitted_pub.store(submitted, std::memory_order_release);
+            if (tail) tail->next = o; else head = o;
+            tail = o;
+            if (sleeping) { sleeping = false; work_cv.notify_one(); }
+            return o->pos;
+        }
+
+        void sync_plugin() {
+            if (dirty) { if (plugin_sync) plugin_sync(ctx); dirty = false; }
+        }
+
+        void finish(uint64_t pos) {
+            completed.store(pos, std::memory_order_release);
+        }
+
+        void run() {
+            prt_t_worker = this;
+            if (thread_init) thread_init(ctx);
+            std::unique_lock<std::mutex> lk(mu);
+            uint64_t last = 0;
+            for (;;) {
+                if (!head) {
+                    if (dirty) {
+                        lk.unlock();
+                        sync_plugin();
+                        finish(last);
+                        lk.lock();
+                        continue;
+                    }
+                    if (waiters) done_cv.notify_all();
+                    if (stopping) break;
+                    sleeping = true;
+                    work_cv.wait(lk, [this] { return head != nullptr || stopping; });
+                    sleeping = false;
+                    continue;
+                }
+                prt_op* batch = head;
+                head = tail = nullptr;
+                lk.unlock();
+                prt_op* o = batch;
+                prt_op* end = nullptr;
+                while (o) {
+                    if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
+                    int r = o->fn(ctx, o->arg, o->aux, o->pos);
+                    last = o->pos;
+                    if (r == 1) dirty = true;
+                    else if (!dirty) finish(o->pos);
+                    end = o;
+                    o = o->next;
+                }
+                lk.lock();
+                end->next = free_ops;
+                free_ops = batch;
+                if (waiters && !dirty) done_cv.notify_all();
+            }
+        }
+
+        void start() {
+            worker = std::thread([this] { this->run(); });
+            started = true;
+        }
+
+        bool idle() const {
+            return completed.load(std::memory_order_acquire) >= submitted_pub.load(std::memory_order_acquire);
+        }
+        bool reached(uint64_t pos) const { return completed.load(std::memory_order_acquire) >= pos; }
+
+        /* Wait up to timeout_us for `pos` to complete; true when it did. */
+        bool wait_for(uint64_t pos, long timeout_us) {
+            if (reached(pos)) return true;
+            std::unique_lock<std::mutex> lk(mu);
+            ++waiters;
+            bool ok = done_cv.wait_for(lk, std::chrono::microseconds(timeout_us), [&] { return reached(pos); });
+            --waiters;
+            return ok;
+        }
+
+        /* Stop the worker after it drained the queue and join it (or detach when called from the worker). */
+        void stop_and_join() {
+            {
+                std::lock_guard<std::mutex> lk(mu);
+                stopping = true;
+                work_cv.notify_one();
+            }
+            if (started) {
+                if (std::this_thread::get_id() == worker.get_id()) worker.detach();
+                else worker.join();
+                started = false;
+            }
+        }
+    };
+
+    static inline prt_stream_core* prt_current_worker(void) { return prt_t_worker; }
+    /* The stream a thread selected with `with paddle_rt.stream(s)` (its core) and that stream's Device object. */
+    static thread_local void* prt_t_stream_tag = nullptr;
+    static thread_local void* prt_t_stream_dev = nullptr;
+    static inline prt_stream_core* prt_stream_core_new(void) { return new (std::nothrow) prt_stream_core(); }
+    static inline void prt_stream_core_delete(prt_stream_core* c) { delete c; }
+
+    /* The completion state of an event: records are numbered (gen); a record completes when the stream reaches it.
+       Refcounted: the Event object and every queued operation that names it hold a reference. */
+    struct prt_event_core {
+        std::atomic<int> refs{1};
+        std::atomic<uint64_t> gen{0};        /* records made */
+        std::atomic<uint64_t> done_gen{0};   /* highest record completed */
+        std::atomic<int64_t> stamp_ns{0};    /* host time the stream reached the latest record (timing events) */
+        std::mutex mu;
+        std::condition_variable cv;
+        int waiters = 0;
+        void* plugin_event = nullptr;
+        int timing = 0;
+        void* owner = nullptr;               /* the event.pyx state to release plugin resources */
+        void (*on_free)(prt_event_core*) = nullptr;
+
+        void complete(uint64_t g) {
+            if (timing && g == gen.load(std::memory_order_acquire)) stamp_ns.store(prt_now_ns(), std::memory_order_release);
+            uint64_t d = done_gen.load(std::memory_order_acquire);
+            while (d < g && !done_gen.compare_exchange_weak(d, g)) {}
+            std::lock_guard<std::mutex> lk(mu);
+            if (waiters) cv.notify_all();
+        }
+        bool is_done(uint64_t g) const { return done_gen.load(std::memory_order_acquire) >= g; }
+        bool wait_for(uint64_t g, long timeout_us) {
+            if (is_done(g)) return true;
+            std::unique_lock<std::mutex> lk(mu);
+            ++waiters;
+            bool ok;
+            if (timeout_us < 0) { cv.wait(lk, [&] { return is_done(g); }); ok = true; }
+            else ok = cv.wait_for(lk, std::chrono::microseconds(timeout_us), [&] { return is_done(g); });
+            --waiters;
+            return ok;
+        }
+        void incref() { refs.fetch_add(1); }
+        void decref() {
+            if (refs.fetch_sub(1) == 1) {
+                if (on_free) on_free(this);
+                delete this;
+            }
+        }
+    };
+    static inline prt_event_core* prt_event_core_new(void) { return new (std::nothrow) prt_event_core(); }
+    """
+    int64_t prt_now_ns()
+    enum:
+        PRT_OP_PLUGIN_ASYNC
+        PRT_OP_NEEDS_IDLE
+    ctypedef int (*prt_op_fn)(void* ctx, void* arg, uint64_t aux, uint64_t pos) noexcept nogil
+
+    cppclass prt_stream_core:
+        void* ctx
+        void (*thread_init)(void* ctx) noexcept nogil
+        int (*plugin_sync)(void* ctx) noexcept nogil
+        bint stopping
+        uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags)
+        void start() except +
+        bint idle()
+        bint reached(uint64_t pos)
+        bint wait_for(uint64_t pos, long timeout_us)
+        void stop_and_join()
+        uint64_t submitted_now "submitted_pub.load"()
+        uint64_t completed_now "completed.load"()
+
+    prt_stream_core* prt_current_worker()
+    void* prt_t_stream_tag
+    void* prt_t_stream_dev
+    prt_stream_core* prt_stream_core_new()
+    void prt_stream_core_delete(prt_stream_core* c)
+
+    cppclass prt_event_core:
+        void* plugin_event
+        int timing
+        void* owner
+        void (*on_free)(prt_event_core*) noexcept nogil
+        uint64_t gen_now "gen.load"()
+        uint64_t gen_next "gen.fetch_add"(uint64_t)
+        uint64_t done_now "done_gen.load"()
+        int64_t stamp_now "stamp_ns.load"()
+        void complete(uint64_t g)
+        bint is_done(uint64_t g)
+        bint wait_for(uint64_t g, long timeout_us)
+        void incref()
+        void decref()
+
+    prt_event_core* prt_event_core_new()

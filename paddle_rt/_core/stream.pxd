@@ -1,0 +1,53 @@
+# Streams: an ordered library-side queue per stream with its own worker thread (stream_support.pxd), driving the
+# plugin's stream when it has one. Positions are cheap: the n-th operation submitted to a stream has position n.
+#
+# C API for Cython users (cimport paddle_rt._core.stream):
+#   stream_launch_host_func(s, fn, arg)   enqueue `fn(arg)` (a `void (*)(void*) noexcept nogil`) on s; nogil; returns
+#                                         the operation's position, or 0 with an exception set (closed stream, no
+#                                         memory). fn runs on s's worker thread, after everything submitted before it.
+#   stream_position(s)                    position of the last operation submitted to s (nogil)
+#   stream_reached(s, pos)                True when everything up to `pos` has completed (nogil, never blocks)
+#   current_stream_tag(dev)               an opaque tag of the calling thread's current stream on `dev` (nogil):
+#                                         the selected stream's core address, or 0 for the device's default stream
+from libc.stdint cimport uint64_t, uintptr_t
+from cpython.ref cimport PyObject
+from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status
+from paddle_rt._core.device cimport Device
+from paddle_rt._core.includes.stream_support cimport prt_stream_core, prt_op_fn
+
+ctypedef void (*host_func_t)(void* arg) noexcept nogil
+
+# What the worker's operations need, reachable without the GIL (core.ctx points here).
+cdef struct StreamCtx:
+    C_DeviceInterface* iface
+    C_Device cdev
+    C_Stream pstream           # the plugin's stream (opaque; NULL when the plugin has no streams)
+    bint has_pstream           # created by create_stream (or wrapped) -> async hooks may be used with it
+    PyObject* errors           # list of (position, exception, what): owned reference
+    PyObject* device           # the Device (owned reference) for error messages
+    prt_stream_core* core
+
+cdef class Stream:
+    cdef StreamCtx* ctx
+    cdef readonly Device device
+    cdef readonly bint owned           # created by paddle_rt (destroyed by close); False for from_handle
+    cdef readonly bint closed
+    cdef readonly str name
+    cdef object __weakref__
+
+    cdef int _setup(self, Device dev, uintptr_t handle, bint has_pstream, bint owned) except -1
+    cdef int _free_ctx(self) except -1
+    cdef int _check_open(self) except -1
+    cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags) except 0
+    cdef int _wait_position(self, uint64_t pos) except -1
+    cdef int raise_errors(self, uint64_t upto) except -1
+    cdef uint64_t launch_host_func(self, host_func_t fn, void* arg) except 0 nogil
+
+cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) except 0 nogil
+cdef uint64_t stream_position(Stream s) noexcept nogil
+cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
+cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
+# Record a plugin error found on a worker as an error of the stream (takes the GIL).
+cdef void record_plugin_error(StreamCtx* ctx, uint64_t pos, const char* call, C_Status status) noexcept nogil
+cpdef Stream current_stream(object device=*)
+cpdef Stream default_stream(object device=*)

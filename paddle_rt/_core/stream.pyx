@@ -1,0 +1,498 @@
+"""Streams: ordered queues of work with host callbacks.
+
+Every paddle_rt :class:`Stream` has a library-side ordered queue (a C++ linked queue under a mutex) and one worker
+thread that runs it. When the plugin has streams, asynchronous plugin work (copies) is handed to the plugin's stream
+and the worker synchronises that stream before running host work (callbacks, event stamps) that comes after it, so
+the order of submission is the order of execution on every plugin; a plugin without streams, async copies,
+callbacks or query hooks gets the same asynchronous semantics from the worker alone.
+
+Errors: an exception raised by a Python callback, or a plugin error in asynchronous work, is kept with the position
+of the operation and re-raised as :class:`StreamError` (chained to the original) by the next ``synchronize()`` of the
+stream, or of an event recorded after it. Later work on the stream still runs (nothing is cancelled), so a stream
+never hangs on an error; each error is raised once.
+"""
+import threading
+import weakref
+
+from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdlib cimport calloc, free
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.exc cimport PyErr_CheckSignals
+
+from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
+from paddle_rt._core.device cimport Device, resolve_device, check_status
+from paddle_rt._core.includes.stream_support cimport (
+    prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_current_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
+    prt_t_stream_tag, prt_t_stream_dev,
+)
+
+from paddle_rt._core import errors
+from paddle_rt._core import device as _device_mod
+
+cdef long POLL_US = 20000          # waits poll every 20 ms so that Ctrl-C is seen
+_live_streams = weakref.WeakSet()  # streams paddle_rt created (closed at exit)
+_tls = threading.local()
+_default_lock = threading.Lock()
+_stream_counter = [0]
+
+
+# -- worker-side helpers (no GIL unless said) ------------------------------------------------------------------------
+cdef void _worker_init(void* p) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    ctx.iface.set_device(ctx.cdev)
+
+
+cdef int _plugin_sync(void* p) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    cdef C_Status st = C_SUCCESS
+    ctx.iface.set_device(ctx.cdev)
+    if ctx.iface.synchronize_stream != NULL:
+        st = ctx.iface.synchronize_stream(ctx.cdev, ctx.pstream)
+        if st != C_SUCCESS and st != C_WARNING:
+            record_plugin_error(ctx, ctx.core.completed_now() + 1, "synchronize_stream", st)
+            return -1
+    elif ctx.iface.synchronize_device != NULL:
+        st = ctx.iface.synchronize_device(ctx.cdev)
+        if st != C_SUCCESS and st != C_WARNING:
+            record_plugin_error(ctx, ctx.core.completed_now() + 1, "synchronize_device", st)
+            return -1
+    return 0
+
+
+cdef void record_plugin_error(StreamCtx* ctx, uint64_t pos, const char* call, C_Status status) noexcept nogil:
+    with gil:
+        try:
+            exc = errors.PluginError(repr(<object>ctx.device), call.decode(), status,
+                                     "in asynchronous work on a stream")
+            (<list>ctx.errors).append((pos, exc, call.decode()))
+        except BaseException:
+            pass
+
+
+cdef int _run_host_func(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
+    (<host_func_t><uintptr_t>aux)(arg)
+    return 0
+
+
+cdef int _run_py_callback(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    with gil:
+        item = <object>arg
+        Py_DECREF(item)          # the queue's reference; `item` keeps it alive until the end of this block
+        fn, args = item
+        try:
+            fn(*args)
+        except BaseException as exc:
+            try:
+                (<list>ctx.errors).append((pos, exc, fn))
+            except BaseException:
+                pass
+        item = None
+        fn = args = None
+    ctx.iface.set_device(ctx.cdev)   # a callback may have changed this thread's device
+    return 0
+
+
+cdef int _run_nothing(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
+    return 0
+
+
+# -- the C API ---------------------------------------------------------------------------------------------------------
+cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) except 0 nogil:
+    return s.launch_host_func(fn, arg)
+
+
+cdef uint64_t stream_position(Stream s) noexcept nogil:
+    if s.ctx == NULL:
+        return 0
+    return s.ctx.core.submitted_now()
+
+
+cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil:
+    if s.ctx == NULL:
+        return True
+    return s.ctx.core.reached(pos)
+
+
+cdef uintptr_t current_stream_tag(Device dev) noexcept nogil:
+    if prt_t_stream_dev == <void*>dev:
+        return <uintptr_t>prt_t_stream_tag
+    return 0
+
+
+cdef class Stream:
+    """An ordered queue of work on a device. ``Stream(device=None)`` creates one (with the plugin's
+    ``create_stream`` when it has it); :meth:`from_handle` wraps a plugin stream created elsewhere."""
+
+    def __cinit__(self):
+        self.ctx = NULL
+        self.closed = True
+        self.owned = False
+
+    def __init__(self, device=None):
+        cdef Device dev = resolve_device(device)
+        cdef C_Stream h = NULL
+        cdef C_Status st
+        dev.activate()
+        has = dev.iface.create_stream != NULL
+        if has:
+            with nogil:
+                st = dev.iface.create_stream(dev.cdev(), &h)
+            check_status(dev, "create_stream", st)
+        self._setup(dev, <uintptr_t>h, has, True)
+
+    @staticmethod
+    def from_handle(device, handle):
+        """Wrap the plugin stream ``handle`` (an int) of ``device`` without owning it: ``close()`` does not destroy
+        it. Work submitted here is ordered with other paddle_rt work on this object, and plugin work is handed to
+        the handle."""
+        cdef Device dev = resolve_device(device)
+        cdef Stream s = Stream.__new__(Stream)
+        if not isinstance(handle, int):
+            raise errors.InvalidArgument(f"{dev!r}: Stream.from_handle: the handle must be an int, not "
+                                         f"{type(handle).__name__}")
+        if handle < 0 or handle >= (1 << 64):
+            raise errors.InvalidArgument(f"{dev!r}: Stream.from_handle: handle {handle:#x} is out of range")
+        dev.activate()
+        s._setup(dev, <uintptr_t>handle, dev.iface.create_stream != NULL, False)
+        return s
+
+    cdef int _setup(self, Device dev, uintptr_t handle, bint has_pstream, bint owned) except -1:
+        cdef StreamCtx* ctx = <StreamCtx*>calloc(1, sizeof(StreamCtx))
+        if ctx == NULL:
+            if owned and has_pstream and dev.iface.destroy_stream != NULL:
+                dev.iface.destroy_stream(dev.cdev(), <C_Stream>handle)
+            raise MemoryError()
+        ctx.core = prt_stream_core_new()
+        if ctx.core == NULL:
+            free(ctx)
+            raise MemoryError()
+        ctx.iface = dev.iface
+        ctx.cdev = dev.cdev()
+        ctx.pstream = <C_Stream>handle
+        ctx.has_pstream = has_pstream
+        errs = []
+        ctx.errors = <PyObject*>errs
+        Py_INCREF(errs)
+        ctx.device = <PyObject*>dev
+        Py_INCREF(dev)
+        ctx.core.ctx = ctx
+        ctx.core.thread_init = _worker_init
+        ctx.core.plugin_sync = _plugin_sync
+        self.ctx = ctx
+        self.device = dev
+        self.owned = owned
+        _stream_counter[0] += 1
+        self.name = f"{dev!r}#{_stream_counter[0]}"
+        try:
+            ctx.core.start()
+        except BaseException:
+            self._free_ctx()
+            raise
+        self.closed = False
+        if owned:
+            _live_streams.add(self)
+        return 0
+
+    cdef int _free_ctx(self) except -1:
+        cdef StreamCtx* ctx = self.ctx
+        if ctx == NULL:
+            return 0
+        self.ctx = NULL
+        prt_stream_core_delete(ctx.core)
+        Py_DECREF(<object>ctx.errors)
+        Py_DECREF(<object>ctx.device)
+        free(ctx)
+        return 0
+
+    def __repr__(self):
+        state = "closed" if self.closed else ("idle" if self.ctx.core.idle() else "busy")
+        return f"<paddle_rt.Stream {self.name} {state}>"
+
+    cdef int _check_open(self) except -1:
+        if self.closed or self.ctx == NULL:
+            raise errors.StreamError(f"{self.name}: the stream is closed")
+        return 0
+
+    cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags) except 0:
+        self._check_open()
+        cdef uint64_t pos = self.ctx.core.enqueue(fn, arg, aux, flags)
+        if pos == 0:
+            raise MemoryError(f"{self.name}: no memory for a stream operation")
+        if pos == <uint64_t>-1:
+            raise errors.StreamError(f"{self.name}: the stream is closing")
+        return pos
+
+    cdef uint64_t launch_host_func(self, host_func_t fn, void* arg) except 0 nogil:
+        cdef uint64_t pos
+        if self.ctx == NULL or fn == NULL:
+            with gil:
+                if fn == NULL:
+                    raise errors.InvalidArgument(f"{self.name}: launch_host_func: fn is NULL")
+                raise errors.StreamError(f"{self.name}: the stream is closed")
+        pos = self.ctx.core.enqueue(_run_host_func, arg, <uint64_t><uintptr_t>fn, PRT_OP_NEEDS_IDLE)
+        if pos == 0 or pos == <uint64_t>-1:
+            with gil:
+                raise errors.StreamError(f"{self.name}: cannot enqueue (closing or out of memory)")
+        return pos
+
+    @property
+    def handle(self):
+        """The plugin's stream handle as an int (0 when the plugin has no streams). Opaque: pass it back only to
+        the same plugin."""
+        self._check_open()
+        return <uintptr_t>self.ctx.pstream
+
+    @property
+    def position(self):
+        """Number of operations submitted to the stream so far."""
+        return 0 if self.ctx == NULL else self.ctx.core.submitted_now()
+
+    @property
+    def completed_position(self):
+        """Highest position known complete (everything up to it has run)."""
+        return 0 if self.ctx == NULL else self.ctx.core.completed_now()
+
+    def add_callback(self, fn, *args):
+        """Run ``fn(*args)`` on this stream's worker thread after everything submitted before it and before
+        everything submitted after it. It holds the GIL only while it runs. An exception is re-raised by the next
+        ``synchronize()``. Returns the operation's position."""
+        if not callable(fn):
+            raise errors.InvalidArgument(f"{self.name}: add_callback: {fn!r} is not callable")
+        self._check_open()
+        item = (fn, args)
+        Py_INCREF(item)
+        try:
+            return self.enqueue(_run_py_callback, <void*>item, 0, PRT_OP_NEEDS_IDLE)
+        except BaseException:
+            Py_DECREF(item)
+            raise
+
+    def _enqueue_nop(self):
+        """An empty operation (for benchmarks)."""
+        return self.enqueue(_run_nothing, NULL, 0, 0)
+
+    def query(self):
+        """True when everything submitted so far has completed."""
+        if self.ctx == NULL:
+            return True
+        return self.ctx.core.idle()
+
+    cdef int _wait_position(self, uint64_t pos) except -1:
+        cdef bint ok = False
+        cdef prt_stream_core* core = self.ctx.core
+        if core.reached(pos):
+            return 0
+        if prt_current_worker() == core:
+            raise errors.StreamError(f"{self.name}: waiting for the stream from its own callback would deadlock")
+        while True:
+            with nogil:
+                ok = core.wait_for(pos, POLL_US)
+            if ok:
+                return 0
+            PyErr_CheckSignals()
+
+    cdef int raise_errors(self, uint64_t upto) except -1:
+        if self.ctx == NULL:
+            return 0
+        cdef list errs = <list>self.ctx.errors
+        if not errs:
+            return 0
+        mine = [e for e in errs if e[0] <= upto]
+        if not mine:
+            return 0
+        errs[:] = [e for e in errs if e[0] > upto]
+        pos, exc, what = mine[0]
+        more = f" (and {len(mine) - 1} more error(s): {[repr(e[1]) for e in mine[1:]]})" if len(mine) > 1 else ""
+        if isinstance(exc, errors.PluginError):
+            msg = f"{self.name}: asynchronous work failed at operation {pos}: {exc}{more}"
+        else:
+            msg = (f"{self.name}: host callback {getattr(what, '__qualname__', what)!s} (operation {pos}) raised "
+                   f"{type(exc).__name__}: {exc}{more}")
+        err = errors.StreamError(msg)
+        err.position = pos
+        err.errors = [e[1] for e in mine]
+        raise err from exc
+
+    def synchronize(self):
+        """Wait until everything submitted so far has run (the GIL is released; Ctrl-C interrupts the wait). Raises
+        :class:`StreamError` for an exception of a callback or a plugin error in asynchronous work since the last
+        synchronize."""
+        self._check_open()
+        cdef uint64_t pos = self.ctx.core.submitted_now()
+        self._wait_position(pos)
+        self.raise_errors(pos)
+
+    def wait_event(self, event):
+        """Make later work on this stream wait until ``event`` completes."""
+        from paddle_rt._core.event import Event
+        if not isinstance(event, Event):
+            raise errors.InvalidArgument(f"{self.name}: wait_event needs an Event, not {type(event).__name__}")
+        event.wait(self)
+
+    def wait_stream(self, Stream other not None):
+        """Make later work on this stream wait until everything submitted so far to ``other`` completes."""
+        from paddle_rt._core.event import Event
+        if other is self:
+            return
+        e = Event()
+        e.record(other)
+        e.wait(self)
+
+    def close(self):
+        """Wait for pending work, stop the worker and destroy the plugin stream (if paddle_rt created it). Pending
+        errors are raised after the stream is closed. Closing twice does nothing."""
+        cdef StreamCtx* ctx = self.ctx
+        cdef C_Status st = C_SUCCESS
+        if self.closed or ctx == NULL:
+            return
+        if prt_current_worker() == ctx.core:
+            raise errors.StreamError(f"{self.name}: a stream cannot be closed from its own callback")
+        cdef uint64_t pos = ctx.core.submitted_now()
+        self._wait_position(pos)
+        self.closed = True
+        _live_streams.discard(self)
+        with nogil:
+            ctx.core.stop_and_join()
+        pending = list(<list>ctx.errors)
+        if self.owned and ctx.has_pstream and ctx.iface.destroy_stream != NULL and self.device.alive():
+            with nogil:
+                ctx.iface.set_device(ctx.cdev)
+                if ctx.iface.synchronize_stream != NULL:
+                    ctx.iface.synchronize_stream(ctx.cdev, ctx.pstream)
+                st = ctx.iface.destroy_stream(ctx.cdev, ctx.pstream)
+        self._free_ctx()
+        check_status(self.device, "destroy_stream", st)
+        if pending:
+            pos0, exc, what = pending[0]
+            err = errors.StreamError(f"{self.name}: closed with {len(pending)} unreported error(s); first at "
+                                     f"operation {pos0}: {type(exc).__name__}: {exc}")
+            err.errors = [e[1] for e in pending]
+            raise err from exc
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __dealloc__(self):
+        cdef StreamCtx* ctx = self.ctx
+        if ctx == NULL:
+            return
+        self.ctx = NULL
+        if prt_current_worker() == ctx.core:
+            # dropped inside its own callback: let the worker finish; its memory is left (rare, small)
+            with nogil:
+                ctx.core.stop_and_join()
+            return
+        cdef bint destroy = self.owned and self.device is not None and self.device.alive()
+        with nogil:
+            ctx.core.stop_and_join()       # drains the queue first
+            if destroy and ctx.has_pstream and ctx.iface.destroy_stream != NULL:
+                ctx.iface.set_device(ctx.cdev)
+                if ctx.iface.synchronize_stream != NULL:
+                    ctx.iface.synchronize_stream(ctx.cdev, ctx.pstream)
+                ctx.iface.destroy_stream(ctx.cdev, ctx.pstream)
+        prt_stream_core_delete(ctx.core)
+        Py_DECREF(<object>ctx.errors)
+        Py_DECREF(<object>ctx.device)
+        free(ctx)
+
+
+# -- default and current streams -----------------------------------------------------------------------------------
+cpdef Stream default_stream(object device=None):
+    """The default stream of ``device`` (created lazily; one per device, shared by all threads)."""
+    cdef Device dev = resolve_device(device)
+    s = dev.layers.get("streams.default")
+    if s is None or (<Stream>s).closed:
+        with _default_lock:
+            s = dev.layers.get("streams.default")
+            if s is None or (<Stream>s).closed:
+                s = Stream(dev)
+                dev.layers["streams.default"] = s
+                _register_device_sync(dev)
+    return s
+
+
+def _device_sync_hook(Device dev):
+    for s in list(_live_streams):
+        if (<Stream>s).device is dev and not (<Stream>s).closed:
+            s.synchronize()
+
+
+def _register_device_sync(Device dev):
+    hooks = dev.layers.setdefault("synchronize", [])
+    if _device_sync_hook not in hooks:
+        hooks.append(_device_sync_hook)
+
+
+cpdef Stream current_stream(object device=None):
+    """The calling thread's current stream on ``device``: the one selected with ``with paddle_rt.stream(s)``, else
+    the device's default stream."""
+    cdef Device dev = resolve_device(device)
+    stacks = getattr(_tls, "stacks", None)
+    if stacks:
+        st = stacks.get(dev)
+        if st:
+            return st[len(st) - 1]
+    return default_stream(dev)
+
+
+class stream:
+    """``with paddle_rt.stream(s):`` makes ``s`` the current stream of this thread on its device (and its device
+    the current device) for the block. ``stream(None)`` does nothing."""
+
+    __slots__ = ("s", "prev_device")
+
+    def __init__(self, s):
+        if s is not None and not isinstance(s, Stream):
+            raise errors.InvalidArgument(f"paddle_rt.stream() needs a Stream or None, not {type(s).__name__}")
+        self.s = s
+
+    def __enter__(self):
+        cdef Stream s = self.s
+        if s is None:
+            return None
+        s._check_open()
+        stacks = getattr(_tls, "stacks", None)
+        if stacks is None:
+            stacks = _tls.stacks = {}
+        stacks.setdefault(s.device, []).append(s)
+        self.prev_device = _device_mod.get_device()
+        _device_mod.set_device(s.device)
+        _set_tag(s.device, s)
+        return s
+
+    def __exit__(self, *exc):
+        cdef Stream s = self.s
+        if s is None:
+            return False
+        st = _tls.stacks[s.device]
+        st.pop()
+        _set_tag(s.device, st[len(st) - 1] if st else None)
+        _device_mod.set_device(self.prev_device)
+        return False
+
+
+cdef _set_tag(Device dev, Stream s):
+    global prt_t_stream_tag, prt_t_stream_dev
+    if s is None or s.ctx == NULL:
+        prt_t_stream_tag = NULL
+        prt_t_stream_dev = NULL
+    else:
+        prt_t_stream_tag = <void*>s.ctx.core
+        prt_t_stream_dev = <void*>dev
+
+
+def _teardown_streams():
+    """At exit: wait for and close every stream paddle_rt created (wrapped handles are left alone)."""
+    for s in list(_live_streams):
+        try:
+            s.close()
+        except BaseException as exc:
+            import sys
+            print(f"paddle_rt: closing {s.name} at exit: {exc}", file=__import__("sys").stderr)
+
+
+_device_mod.register_teardown(_teardown_streams, 20)

@@ -1,0 +1,171 @@
+"""paddle_rt._core.event: record/query/synchronize/wait, host-clock timing, errors."""
+import threading
+import time
+
+import pytest
+
+import paddle_rt
+from paddle_rt import Stream, Event, StreamError, InvalidArgument
+
+
+def test_unrecorded_event_is_complete_and_has_no_handle():
+    e = Event()
+    assert e.query()
+    e.synchronize()
+    assert e.handle == 0
+
+
+def test_record_query_synchronize():
+    with Stream() as s:
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        e = Event()
+        e.record(s)
+        assert e.handle != 0
+        assert not e.query()
+        gate.set()
+        e.synchronize()
+        assert e.query()
+
+
+def test_record_on_idle_stream_completes_at_once():
+    with Stream() as s:
+        e = Event()
+        e.record(s)
+        assert e.query()
+
+
+def test_record_default_uses_current_stream():
+    s = Stream()
+    gate = threading.Event()
+    s.add_callback(gate.wait, 30)
+    e = Event()
+    with paddle_rt.stream(s):
+        e.record()
+    assert not e.query()
+    gate.set()
+    e.synchronize()
+    s.close()
+
+
+def test_rerecord_tracks_latest_record():
+    with Stream() as s:
+        e = Event()
+        e.record(s)
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        e.record(s)
+        assert not e.query()
+        gate.set()
+        e.synchronize()
+        assert e.query()
+
+
+def test_event_wait_orders_streams():
+    a, b = Stream(), Stream()
+    out = []
+    gate = threading.Event()
+    a.add_callback(gate.wait, 30)
+    a.add_callback(out.append, "a")
+    e = Event()
+    e.record(a)
+    e.wait(b)
+    b.add_callback(out.append, "b")
+    gate.set()
+    b.synchronize()
+    assert out == ["a", "b"]
+    a.close()
+    b.close()
+
+
+def test_elapsed_time_measures_stream_time():
+    with Stream() as s:
+        start, end = Event(enable_timing=True), Event(enable_timing=True)
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)     # so that both records are stamped by the stream, not at once
+        start.record(s)
+        s.add_callback(time.sleep, 0.02)
+        end.record(s)
+        gate.set()
+        end.synchronize()
+        ms = start.elapsed_time(end)
+        assert isinstance(ms, float)
+        assert ms >= 20.0                 # sleep() sleeps at least that long
+        assert end.elapsed_time(start) == -ms
+
+
+def test_elapsed_time_errors():
+    with Stream() as s:
+        plain = Event()
+        t1, t2 = Event(enable_timing=True), Event(enable_timing=True)
+        plain.record(s)
+        t1.record(s)
+        with pytest.raises(InvalidArgument, match="without timing"):
+            t1.elapsed_time(plain)
+        with pytest.raises(InvalidArgument, match="never recorded"):
+            t1.elapsed_time(t2)
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        t2.record(s)
+        with pytest.raises(StreamError, match="not completed"):
+            t1.elapsed_time(t2)
+        gate.set()
+        t2.synchronize()
+        assert t1.elapsed_time(t2) >= 0.0
+        with pytest.raises(TypeError):
+            t1.elapsed_time(None)
+
+
+def test_event_belongs_to_first_device():
+    e = Event()
+    with Stream(paddle_rt.device("rt_cpu:0")) as s0, Stream(paddle_rt.device("rt_cpu:1")) as s1:
+        e.record(s0)
+        with pytest.raises(InvalidArgument, match="rt_cpu:0"):
+            e.record(s1)
+        # a stream of another device may still wait for it
+        e.wait(s1)
+        s1.synchronize()
+
+
+def test_record_on_closed_stream_raises():
+    s = Stream()
+    s.close()
+    e = Event()
+    with pytest.raises(StreamError, match="closed"):
+        e.record(s)
+    assert e.query()
+
+
+def test_event_outlives_streams_and_queued_waits():
+    a, b = Stream(), Stream()
+    gate = threading.Event()
+    a.add_callback(gate.wait, 30)
+    e = Event()
+    e.record(a)
+    e.wait(b)
+    del e               # queued operations keep the event's state alive
+    gate.set()
+    b.synchronize()
+    a.close()
+    b.close()
+
+
+def test_ctrl_c_interrupts_event_synchronize(run_python):
+    res = run_python("""
+        import os, signal, threading, paddle_rt
+        s = paddle_rt.Stream()
+        gate = threading.Event()
+        s.add_callback(gate.wait, 60)
+        e = paddle_rt.Event(blocking=True)
+        e.record(s)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            e.synchronize()
+            print("NOT INTERRUPTED")
+        except KeyboardInterrupt:
+            print("INTERRUPTED", e.query())
+        gate.set()
+        s.close()
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "INTERRUPTED False" in res.stdout

@@ -1,0 +1,342 @@
+"""paddle_rt._core.stream: ordering, callbacks, cross-stream waits, errors, lifetime, current stream."""
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import paddle_rt
+from paddle_rt import Stream, Event, StreamError, InvalidArgument
+
+
+def test_callbacks_run_in_submission_order():
+    with Stream() as s:
+        out = []
+        for i in range(1000):
+            s.add_callback(out.append, i)
+        s.synchronize()
+        assert out == list(range(1000))
+        assert s.query()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 1), min_size=1, max_size=60))
+def test_interleaved_streams_keep_each_order(which):
+    a, b = Stream(), Stream()
+    outs = ([], [])
+    try:
+        for i, w in enumerate(which):
+            (a, b)[w].add_callback(outs[w].append, i)
+        a.synchronize()
+        b.synchronize()
+        for w in (0, 1):
+            assert outs[w] == [i for i, x in enumerate(which) if x == w]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_callback_runs_on_a_paddle_rt_thread_not_the_caller():
+    with Stream() as s:
+        seen = []
+        s.add_callback(lambda: seen.append(threading.get_ident()))
+        s.synchronize()
+        assert seen and seen[0] != threading.get_ident()
+
+
+def test_wait_event_orders_streams():
+    a, b = Stream(), Stream()
+    out = []
+    gate = threading.Event()
+    a.add_callback(gate.wait, 30)
+    a.add_callback(out.append, "a")
+    e = Event()
+    e.record(a)
+    assert not e.query()
+    b.wait_event(e)
+    b.add_callback(out.append, "b")
+    assert not b.query()   # b is blocked behind a's gate
+    gate.set()
+    b.synchronize()
+    assert out == ["a", "b"]
+    a.close()
+    b.close()
+
+
+def test_wait_stream_orders_streams():
+    a, b = Stream(), Stream()
+    out = []
+    gate = threading.Event()
+    a.add_callback(gate.wait, 30)
+    a.add_callback(out.append, 1)
+    b.wait_stream(a)
+    b.add_callback(out.append, 2)
+    gate.set()
+    b.synchronize()
+    assert out == [1, 2]
+    a.close()
+    b.close()
+
+
+def test_streams_run_concurrently():
+    # each callback waits for the other stream's callback to have started: only concurrent streams finish
+    a, b = Stream(), Stream()
+    started = [threading.Event(), threading.Event()]
+    met = []
+
+    def body(me, other):
+        started[me].set()
+        met.append(started[other].wait(30))
+
+    a.add_callback(body, 0, 1)
+    b.add_callback(body, 1, 0)
+    a.synchronize()
+    b.synchronize()
+    assert met == [True, True]
+    a.close()
+    b.close()
+
+
+def test_exception_in_callback_is_reraised_once_chained_and_later_work_runs():
+    s = Stream()
+    out = []
+
+    def bad():
+        raise ValueError("boom")
+
+    s.add_callback(out.append, 1)
+    s.add_callback(bad)
+    s.add_callback(out.append, 2)
+    with pytest.raises(StreamError, match="boom") as info:
+        s.synchronize()
+    assert isinstance(info.value.__cause__, ValueError)
+    assert info.value.__cause__.__traceback__ is not None
+    assert out == [1, 2]        # not cancelled
+    s.synchronize()             # raised once
+    s.close()
+
+
+def test_exception_surfaces_through_event_recorded_after_it():
+    s = Stream()
+    e_before, e_after = Event(), Event()
+    gate = threading.Event()
+    s.add_callback(gate.wait, 30)
+    e_before.record(s)
+    s.add_callback(lambda: 1 / 0)
+    e_after.record(s)
+    gate.set()
+    e_before.synchronize()      # the error comes after this record
+    with pytest.raises(StreamError) as info:
+        e_after.synchronize()
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    s.synchronize()             # already reported
+    s.close()
+
+
+def test_keyboard_interrupt_in_callback_is_kept_not_lost():
+    s = Stream()
+
+    def bad():
+        raise KeyboardInterrupt
+
+    s.add_callback(bad)
+    with pytest.raises(StreamError) as info:
+        s.synchronize()
+    assert isinstance(info.value.__cause__, KeyboardInterrupt)
+    s.close()
+
+
+def test_synchronize_own_stream_from_callback_is_an_error_not_a_deadlock():
+    s = Stream()
+    caught = []
+
+    def cb():
+        try:
+            s.synchronize()
+        except StreamError as exc:
+            caught.append(exc)
+
+    s.add_callback(cb)
+    s.synchronize()
+    assert caught and "own callback" in str(caught[0])
+    s.close()
+
+
+def test_callback_may_enqueue_more_work_and_synchronize_another_stream():
+    a, b = Stream(), Stream()
+    out = []
+
+    def cb():
+        b.add_callback(out.append, "b")
+        b.synchronize()
+        a.add_callback(out.append, "a2")
+
+    a.add_callback(cb)
+    a.synchronize()   # a2 was enqueued before cb returned
+    a.synchronize()
+    assert out == ["b", "a2"]
+    a.close()
+    b.close()
+
+
+def test_many_threads_waiting_while_others_hold_the_gil():
+    s = Stream()
+    for _ in range(50):
+        s.add_callback(time.sleep, 0.001)
+    errs = []
+
+    def waiter():
+        try:
+            s.synchronize()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errs.append(exc)
+
+    ts = [threading.Thread(target=waiter) for _ in range(4)]
+    for t in ts:
+        t.start()
+    x = 0
+    for i in range(200000):   # this thread keeps taking the GIL
+        x += i
+    for t in ts:
+        t.join(60)
+    assert not errs and not any(t.is_alive() for t in ts)
+    s.close()
+
+
+def test_close_waits_for_pending_work_and_then_refuses_work():
+    s = Stream()
+    out = []
+    s.add_callback(time.sleep, 0.05)
+    s.add_callback(out.append, 1)
+    s.close()
+    assert out == [1]
+    assert s.closed
+    s.close()   # twice is fine
+    with pytest.raises(StreamError, match="closed"):
+        s.add_callback(out.append, 2)
+    with pytest.raises(StreamError, match="closed"):
+        s.synchronize()
+
+
+def test_close_reports_pending_errors():
+    s = Stream()
+    s.add_callback(lambda: [][1])
+    with pytest.raises(StreamError, match="IndexError"):
+        s.close()
+    assert s.closed
+
+
+def test_context_manager_closes():
+    with Stream() as s:
+        s.add_callback(lambda: None)
+    assert s.closed
+
+
+def test_add_callback_rejects_non_callables():
+    with Stream() as s:
+        with pytest.raises(InvalidArgument, match="not callable"):
+            s.add_callback(42)
+        assert s.position == 0
+
+
+def test_positions_count_operations():
+    with Stream() as s:
+        gate = threading.Event()
+        p1 = s.add_callback(gate.wait, 30)
+        p2 = s.add_callback(lambda: None)
+        assert (p1, p2) == (1, 2) and s.position == 2
+        assert s.completed_position < 2
+        gate.set()
+        s.synchronize()
+        assert s.completed_position == 2
+
+
+def test_handle_and_from_handle_do_not_own():
+    s = Stream()
+    assert isinstance(s.handle, int) and s.owned
+    w = Stream.from_handle(s.device, s.handle)
+    assert not w.owned and w.handle == s.handle
+    out = []
+    w.add_callback(out.append, 1)
+    w.close()
+    # the plugin stream is still alive: wrapping it again works, and the owner closes it
+    w2 = Stream.from_handle(s.device, s.handle)
+    w2.add_callback(out.append, 2)
+    w2.synchronize()
+    w2.close()
+    s.close()
+    assert out == [1, 2]
+    with pytest.raises(InvalidArgument):
+        Stream.from_handle(s.device, "nope")
+
+
+def test_current_stream_default_and_with_stream():
+    d = paddle_rt.current_stream()
+    assert d is paddle_rt.current_stream()
+    assert d is paddle_rt.default_stream()
+    s = Stream()
+    other = []
+    with paddle_rt.stream(s) as got:
+        assert got is s
+        assert paddle_rt.current_stream() is s
+        t = threading.Thread(target=lambda: other.append(paddle_rt.current_stream()))
+        t.start()
+        t.join()
+        with paddle_rt.stream(None):
+            assert paddle_rt.current_stream() is s
+    assert paddle_rt.current_stream() is d
+    assert other == [d]    # the default stream is shared by threads; the selection is per thread
+    s.close()
+
+
+def test_stream_on_second_device():
+    dev1 = paddle_rt.device("rt_cpu:1")
+    with Stream(dev1) as s:
+        assert s.device is dev1
+        assert paddle_rt.current_stream(dev1).device is dev1
+        out = []
+        s.add_callback(out.append, 1)
+        s.synchronize()
+        assert out == [1]
+
+
+def test_device_synchronize_waits_for_streams():
+    s = Stream()
+    out = []
+    paddle_rt.default_stream()   # registers the device hook
+    s.add_callback(time.sleep, 0.05)
+    s.add_callback(out.append, 1)
+    paddle_rt.synchronize()
+    assert out == [1]
+    s.close()
+
+
+def test_ctrl_c_interrupts_synchronize(run_python):
+    res = run_python("""
+        import os, signal, threading, time, paddle_rt
+        s = paddle_rt.Stream()
+        gate = threading.Event()
+        s.add_callback(gate.wait, 60)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            s.synchronize()
+            print("NOT INTERRUPTED")
+        except KeyboardInterrupt:
+            print("INTERRUPTED busy" if not s.query() else "INTERRUPTED idle")
+        gate.set()
+        s.synchronize()
+        s.close()
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "INTERRUPTED busy" in res.stdout
+
+
+def test_exit_with_pending_work_runs_it(run_python):
+    res = run_python("""
+        import time, paddle_rt
+        s = paddle_rt.Stream()
+        s.add_callback(time.sleep, 0.1)
+        s.add_callback(print, "ran at exit")
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "ran at exit" in res.stdout
