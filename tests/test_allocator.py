@@ -623,14 +623,21 @@ def weakref_of(obj):
     return weakref.ref(obj)
 
 
-def test_host_addressable_env(run_python):
-    code = r"""
-import paddle_rt, sys
-sys.path.insert(0, "tests")
+def test_host_addressable_env(erring_plugin, run_python):
+    """A device type listed in PADDLE_RT_HOST_ADDRESSABLE exports its memory (the test plugin's memory is host
+    memory); unlisted, the same export raises BufferError (checked in test_plugin_error_status_is_plugin_error)."""
+    code = f"""
+import numpy as np, paddle_rt
+paddle_rt.load_plugin({erring_plugin.path!r})
+a = paddle_rt.malloc(10, "td_alloc_err:0")
+v = np.asarray(a); v[:] = 5
+print("ok", len(memoryview(a)), int(np.from_dlpack(a)[3]))
 """
-    # rt_cpu is host-addressable by default; the variable adds types (checked on the erring plugin above)
-    r = run_python("import paddle_rt; a = paddle_rt.malloc(10); print(len(memoryview(a)))")
-    assert r.returncode == 0 and r.stdout.strip() == "10", r.stderr
+    r = run_python(code, env={"PADDLE_RT_HOST_ADDRESSABLE": "other_type, td_alloc_err"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-3:] == ["ok", "10", "5"]
+    r = run_python(code, env={"PADDLE_RT_HOST_ADDRESSABLE": None})
+    assert r.returncode != 0 and "not host-addressable" in r.stderr
 
 
 def test_malloc_host(d1):
