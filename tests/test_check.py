@@ -161,3 +161,12 @@ def test_not_a_plugin(capsys, tmp_path):
     assert rc == 1
     assert by_name["handshake"]["result"] == "fail"
     assert "not a loadable shared library" in by_name["handshake"]["detail"]
+
+
+def test_callback_delivered_twice_fails(capsys, build_plugin):
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"chk_cb_twice"', "CALLBACK_TWICE": None, "ABORT_ABOVE": 0})
+    rc, by_name, _ = run(capsys, so, "--only", "callbacks,stream_lifecycle")
+    assert rc == 1
+    assert by_name["stream_lifecycle"]["result"] == "pass"
+    assert by_name["callbacks"]["result"] == "fail"
+    assert "more than once" in by_name["callbacks"]["detail"]

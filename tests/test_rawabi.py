@@ -191,9 +191,12 @@ def test_callbacks_run_in_order_keep_exceptions_and_release_the_callable(raw):
         assert seen and seen[0] != threading.get_ident()   # ran on the stream's worker
         gc.collect()
         assert ref() is None                              # the callable is released once it ran
-        # a bad stream handle: a status, and the ticket never runs
+        assert rawabi.stray_callback_calls() == 0
+        # a bad stream handle: a status, and the ticket never runs (it stays pending: the plugin might call it)
+        pending = rawabi.pending_callbacks()
         st, t3 = raw.add_callback(0xDEAD0, lambda: None)
         assert st == C_ERROR and not t3.ran
+        assert rawabi.pending_callbacks() == pending + 1
         with pytest.raises(paddle_rt.InvalidArgument):
             raw.add_callback(s, 42)
     finally:
@@ -289,3 +292,24 @@ def test_device_memory_access_only_when_host_addressable(minimal_raw, monkeypatc
     r.write_device(p, b"12345678")
     assert r.read_device(p, 8) == b"12345678"
     assert r.deallocate(p, 8) == C_SUCCESS
+
+
+def test_callback_called_twice_is_counted_not_a_crash(build_plugin, run_python):
+    """user_data is a serial number, never an object pointer: a plugin calling a callback twice cannot make us touch
+    freed memory; the second call is counted."""
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"cb_twice"', "CALLBACK_TWICE": None, "ABORT_ABOVE": 0})
+    res = run_python(f"""
+        import paddle_rt
+        from paddle_rt._core import rawabi
+        paddle_rt.load_plugin({str(so)!r})
+        r = rawabi.RawDevice(paddle_rt.device("cb_twice:0"))
+        st, s = r.create_stream()
+        runs = []
+        st, t = r.add_callback(s, lambda: runs.append(1))
+        assert st == 0 and t.ran and runs == [1], (st, t, runs)
+        assert rawabi.stray_callback_calls() == 1
+        assert rawabi.pending_callbacks() == 0
+        print("ok")
+    """, env={"PADDLE_RT_NO_RT_CPU": "1"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"

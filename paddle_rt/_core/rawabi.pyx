@@ -13,7 +13,6 @@ import itertools
 import os
 import threading
 
-from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uintptr_t
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
@@ -27,7 +26,7 @@ from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core import errors
 
 __all__ = ["RawDevice", "CallbackTicket", "read_host", "write_host", "host_addressable_types", "SIZE_HINTS",
-           "HOOK_OF", "get_device_count", "get_device_list"]
+           "HOOK_OF", "get_device_count", "get_device_list", "stray_callback_calls", "pending_callbacks"]
 
 #: The size hooks ``RawDevice.size_hint`` knows, by short name.
 SIZE_HINTS = ("min_chunk_size", "max_chunk_size", "max_alloc_size", "extra_padding_size", "init_alloc_size",
@@ -111,11 +110,34 @@ cdef class CallbackTicket:
         return f"<CallbackTicket ran={self.ran} order={self.order} exception={self.exception!r}>"
 
 
+# Tickets waiting for their callback, by serial number. The plugin gets the serial as user_data, never a pointer to a
+# Python object, so a plugin that calls a callback twice or with a wrong user_data cannot make us touch freed memory:
+# such calls are only counted (stray_callback_calls).
+_pending = {}
+_serials = itertools.count(1)
+_stray = [0]
+
+
+def stray_callback_calls():
+    """How many times a plugin called our callback with a user_data that named no pending callback (a second call of
+    the same callback, or garbage)."""
+    return _stray[0]
+
+
+def pending_callbacks():
+    """Number of callbacks handed to a plugin that have not run yet."""
+    return len(_pending)
+
+
 cdef void _run_callback(C_Device device, C_Stream stream, void* user_data, C_Status* status) noexcept with gil:
     cdef CallbackTicket t
-    if user_data == NULL:
+    try:
+        t = _pending.pop(<uintptr_t>user_data, None)
+        if t is None:
+            _stray[0] += 1
+            return
+    except BaseException:
         return
-    t = <CallbackTicket>user_data
     try:
         t.status_in = int(status[0]) if status != NULL else -1
         t.order = next(_callback_counter)
@@ -133,8 +155,6 @@ cdef void _run_callback(C_Device device, C_Stream stream, void* user_data, C_Sta
         t.exception = exc
         t.ran = True
         t._done.set()
-    finally:
-        Py_DECREF(t)  # the reference add_callback took for the plugin
 
 
 def get_device_count(device):
@@ -457,18 +477,19 @@ cdef class RawDevice:
     def add_callback(self, stream, fn):
         """``stream_add_callback`` with a Python callable -> (status, CallbackTicket). The callable runs in whatever
         thread the plugin chooses, with the GIL; an exception it raises is kept in ``ticket.exception``. When the
-        status is not success the ticket is kept alive anyway (the plugin might still call it)."""
+        status is not success the ticket stays pending anyway (the plugin might still call it)."""
         cdef C_Stream s = <C_Stream>_p(stream)
         cdef C_Status st
         cdef CallbackTicket t
         self._need(<const void*>self.f.stream_add_callback, "stream_add_callback")
         if not callable(fn):
             raise errors.InvalidArgument(f"{self.device!r}: add_callback needs a callable, not {fn!r}")
+        cdef uintptr_t serial = next(_serials)
         t = CallbackTicket.__new__(CallbackTicket)
         t.fn = fn
-        Py_INCREF(t)  # owned by the plugin until the callback ran
+        _pending[serial] = t  # kept alive until the callback ran
         with nogil:
-            st = self.f.stream_add_callback(self.cd, s, _run_callback, <void*>t)
+            st = self.f.stream_add_callback(self.cd, s, _run_callback, <void*>serial)
         return int(st), t
 
     # -- events ----------------------------------------------------------------------------------------------------

@@ -649,12 +649,15 @@ def check_callbacks(ctx):
     ctx.need("create_stream", "stream_add_callback", "synchronize_stream")
     r = ctx.raw
     s = ctx.stream()
+    stray_before = ctx.rawabi.stray_callback_calls()
     seen = []
     st, t1 = r.add_callback(s, lambda: seen.append(1))
     ctx.status(st, "stream_add_callback")
     ctx.sync(s)
     ctx.expect(t1.wait(5.0), "a callback did not run within 5 s of synchronize_stream")
     ctx.expect(t1.exception is None, f"the callback raised {t1.exception!r}")
+    ctx.expect(ctx.rawabi.stray_callback_calls() == stray_before,
+               "the plugin called a callback more than once (or with a user_data it was not given)")
     ctx.expect(seen == [1], f"the callback's effect is missing ({seen})")
     parts = ["runs"]
     if ctx.has("async_memory_copy_h2d") and ctx.has("async_memory_copy_d2h"):
@@ -690,6 +693,8 @@ def check_callbacks(ctx):
     ctx.status(st, "stream_add_callback")
     ctx.sync(s)
     ctx.expect(t4.wait(5.0), "the raising callback did not run")
+    ctx.expect(ctx.rawabi.stray_callback_calls() == stray_before,
+               "the plugin called a callback more than once (or with a user_data it was not given)")
     return "; ".join(parts)
 
 

@@ -7,6 +7,8 @@
  *               is not host-addressable for paddle_rt unless listed in PADDLE_RT_HOST_ADDRESSABLE)
  *   -DSHORT_D2D with COPIES: memory_copy_d2d copies one byte less than asked (a wrong result, no crash)
  *   -DLAX_FREE  device_memory_deallocate reports C_SUCCESS for a pointer it does not know (a double free)
+ *   -DCALLBACK_TWICE  adds synchronous do-nothing streams (create/destroy/synchronize_stream) and a
+ *               stream_add_callback that calls the callback twice, at once
  * Switches of tp_common.h (DEVICE_TYPE...) apply too. */
 #include <unistd.h>
 
@@ -52,6 +54,27 @@ static C_Status crashy_copy_d2d(const C_Device device, void* dst, const void* sr
 }
 #endif
 
+#ifdef CALLBACK_TWICE
+static C_Status crashy_create_stream(const C_Device device, C_Stream* stream) {
+  if (!tp_valid_device(device) || stream == NULL) return C_ERROR;
+  *stream = (C_Stream)(uintptr_t)0x5000;
+  return C_SUCCESS;
+}
+
+static C_Status crashy_stream_noop(const C_Device device, C_Stream stream) {
+  (void)stream;
+  return tp_valid_device(device) ? C_SUCCESS : C_ERROR;
+}
+
+static C_Status crashy_add_callback(const C_Device device, C_Stream stream, C_Callback callback, void* user_data) {
+  if (!tp_valid_device(device) || callback == NULL) return C_ERROR;
+  C_Status st = C_SUCCESS;
+  callback(device, stream, user_data, &st);
+  callback(device, stream, user_data, &st); /* the bug */
+  return C_SUCCESS;
+}
+#endif
+
 void InitPlugin(CustomRuntimeParams* params) {
   PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
   params->device_type = (char*)DEVICE_TYPE;
@@ -63,6 +86,12 @@ void InitPlugin(CustomRuntimeParams* params) {
 #endif
 #ifdef LAX_FREE
   params->interface->device_memory_deallocate = crashy_device_memory_deallocate;
+#endif
+#ifdef CALLBACK_TWICE
+  params->interface->create_stream = crashy_create_stream;
+  params->interface->destroy_stream = crashy_stream_noop;
+  params->interface->synchronize_stream = crashy_stream_noop;
+  params->interface->stream_add_callback = crashy_add_callback;
 #endif
 #ifdef COPIES
   params->interface->memory_copy_h2d = crashy_copy;
