@@ -170,3 +170,13 @@ def test_callback_delivered_twice_fails(capsys, build_plugin):
     assert by_name["stream_lifecycle"]["result"] == "pass"
     assert by_name["callbacks"]["result"] == "fail"
     assert "more than once" in by_name["callbacks"]["detail"]
+
+
+def test_hang_at_exit_fails_the_check_it_follows(capsys, build_plugin):
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"chk_hang_fin"', "HANG_FINALIZE": None, "ABORT_ABOVE": 0})
+    rc, by_name, _ = run(capsys, so, "--only", "device_enumeration", "--timeout", "2")
+    assert rc == 1
+    assert by_name["handshake"]["result"] == "pass"       # no initialize, so no finalize at exit
+    detail = by_name["device_enumeration"]["detail"]
+    assert by_name["device_enumeration"]["result"] == "fail"
+    assert detail.startswith("pass (") and "hung at exit" in detail

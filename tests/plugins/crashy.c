@@ -7,6 +7,7 @@
  *               is not host-addressable for paddle_rt unless listed in PADDLE_RT_HOST_ADDRESSABLE)
  *   -DSHORT_D2D with COPIES: memory_copy_d2d copies one byte less than asked (a wrong result, no crash)
  *   -DLAX_FREE  device_memory_deallocate reports C_SUCCESS for a pointer it does not know (a double free)
+ *   -DHANG_FINALIZE  adds initialize (C_SUCCESS) and a finalize that never returns (the host hangs at exit)
  *   -DCALLBACK_TWICE  adds synchronous do-nothing streams (create/destroy/synchronize_stream) and a
  *               stream_add_callback that calls the callback twice, at once
  * Switches of tp_common.h (DEVICE_TYPE...) apply too. */
@@ -54,6 +55,15 @@ static C_Status crashy_copy_d2d(const C_Device device, void* dst, const void* sr
 }
 #endif
 
+#ifdef HANG_FINALIZE
+static C_Status crashy_initialize(void) { return C_SUCCESS; }
+
+static C_Status crashy_finalize(void) {
+  for (;;) pause(); /* never returns */
+  return C_SUCCESS;
+}
+#endif
+
 #ifdef CALLBACK_TWICE
 static C_Status crashy_create_stream(const C_Device device, C_Stream* stream) {
   if (!tp_valid_device(device) || stream == NULL) return C_ERROR;
@@ -86,6 +96,10 @@ void InitPlugin(CustomRuntimeParams* params) {
 #endif
 #ifdef LAX_FREE
   params->interface->device_memory_deallocate = crashy_device_memory_deallocate;
+#endif
+#ifdef HANG_FINALIZE
+  params->interface->initialize = crashy_initialize;
+  params->interface->finalize = crashy_finalize;
 #endif
 #ifdef CALLBACK_TWICE
   params->interface->create_stream = crashy_create_stream;
