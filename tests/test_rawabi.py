@@ -40,6 +40,7 @@ def _host(raw, size):
     return h
 
 
+@pytest.mark.smoke
 def test_device_queries(raw):
     st, n = raw.get_device_count()
     assert st == C_SUCCESS and n == paddle_rt.device_count("rt_cpu")
@@ -51,8 +52,10 @@ def test_device_queries(raw):
     assert raw.set_device() == C_SUCCESS
     assert raw.has("create_stream") and not raw.has("blas_set_math_mode")
     assert rawabi.get_device_count(paddle_rt.device("rt_cpu:0")) == (C_SUCCESS, n)
+    assert rawabi.get_device_list(paddle_rt.device("rt_cpu:0")) == (C_SUCCESS, ids)
 
 
+@pytest.mark.smoke
 def test_allocate_deallocate_statuses(raw):
     st, p = raw.allocate(4096)
     assert st == C_SUCCESS and p != 0 and p % 256 == 0
@@ -166,6 +169,7 @@ def test_streams_async_copies_and_events(raw, raw1):
         raw.host_deallocate(h, n)
 
 
+@pytest.mark.smoke
 def test_callbacks_run_in_order_keep_exceptions_and_release_the_callable(raw):
     st, s = raw.create_stream()
     assert st == C_SUCCESS
