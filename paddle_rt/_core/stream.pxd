@@ -47,6 +47,8 @@ cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) excep
 cdef uint64_t stream_position(Stream s) noexcept nogil
 cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
+# Wait (on the worker) for the plugin stream behind ctx: 0, or -1 after recording the error.
+cdef int stream_ctx_plugin_sync(StreamCtx* ctx) noexcept nogil
 # Record a plugin error found on a worker as an error of the stream (takes the GIL).
 cdef void record_plugin_error(StreamCtx* ctx, uint64_t pos, const char* call, C_Status status) noexcept nogil
 cpdef Stream current_stream(object device=*)

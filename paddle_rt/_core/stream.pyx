@@ -59,6 +59,12 @@ cdef int _plugin_sync(void* p) noexcept nogil:
     return 0
 
 
+cdef int stream_ctx_plugin_sync(StreamCtx* ctx) noexcept nogil:
+    if not ctx.has_pstream:
+        return 0
+    return _plugin_sync(ctx)
+
+
 cdef void record_plugin_error(StreamCtx* ctx, uint64_t pos, const char* call, C_Status status) noexcept nogil:
     with gil:
         try:

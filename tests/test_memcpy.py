@@ -1,0 +1,175 @@
+"""paddle_rt._core.memcpy: copies of every kind, memset, stream order, concurrency, keep-alive, bad input."""
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import paddle_rt
+from paddle_rt import Stream, InvalidArgument, StreamError
+
+N = 4096
+
+
+@pytest.fixture
+def host():
+    return np.arange(N, dtype=np.uint32).view(np.uint8)[:N].copy()
+
+
+def test_sync_copies_every_kind(host):
+    a, b = paddle_rt.malloc(N), paddle_rt.malloc(N)
+    c = paddle_rt.malloc(N, device="rt_cpu:1")
+    out = np.zeros(N, np.uint8)
+    paddle_rt.memcpy(a, host)            # H2D
+    paddle_rt.memcpy(b, a)               # D2D
+    paddle_rt.memcpy(c, b)               # P2P
+    paddle_rt.memcpy(out, c)             # D2H
+    assert (out == host).all()
+    out2 = bytearray(N)
+    paddle_rt.memcpy(out2, out)          # H2H
+    assert bytes(out2) == host.tobytes()
+
+
+def test_raw_pointers_need_kind_and_use_device(host):
+    a = paddle_rt.malloc(N, device="rt_cpu:1")
+    with pytest.raises(InvalidArgument, match="explicit kind"):
+        paddle_rt.memcpy(a.ptr, host)
+    paddle_rt.memcpy(a.ptr, host, kind="H2D", device="rt_cpu:1")
+    out = np.zeros(N, np.uint8)
+    paddle_rt.memcpy(out, a.ptr, nbytes=N, kind=2, device="rt_cpu:1")   # InfiniRT's D2H = 2
+    assert (out == host).all()
+
+
+def test_kind_contradicting_arguments_is_rejected(host):
+    a = paddle_rt.malloc(N)
+    with pytest.raises(InvalidArgument, match="contradicts"):
+        paddle_rt.memcpy(a, host, kind="D2H")
+    with pytest.raises(InvalidArgument, match="unknown kind"):
+        paddle_rt.memcpy(a, host, kind="X2Y")
+
+
+def test_sizes_are_checked(host):
+    a = paddle_rt.malloc(N)
+    small = paddle_rt.malloc(16)
+    with pytest.raises(InvalidArgument, match="give nbytes"):
+        paddle_rt.memcpy(small, a)
+    with pytest.raises(InvalidArgument, match="larger than dst"):
+        paddle_rt.memcpy(small, a, nbytes=17)
+    paddle_rt.memcpy(small, a, nbytes=16)
+    with pytest.raises(InvalidArgument, match="non-negative"):
+        paddle_rt.memcpy(a, host, nbytes=-1)
+
+
+def test_bad_endpoints(host):
+    a = paddle_rt.malloc(N)
+    with pytest.raises(InvalidArgument, match="host buffer"):
+        paddle_rt.memcpy(bytes(N), a)          # read-only destination
+    with pytest.raises(InvalidArgument):
+        paddle_rt.memcpy(a, "text")
+    with pytest.raises(InvalidArgument, match="not a valid pointer"):
+        paddle_rt.memcpy(0, host, kind="H2D")
+    a.free()
+    with pytest.raises(InvalidArgument, match="freed"):
+        paddle_rt.memcpy(a, host)
+
+
+def test_memset_sync_and_async():
+    a = paddle_rt.malloc(N)
+    out = np.zeros(N, np.uint8)
+    paddle_rt.memset(a, 0xAB)
+    paddle_rt.memcpy(out, a)
+    assert (out == 0xAB).all()
+    with Stream() as s:
+        paddle_rt.memset_async(a, 5, nbytes=10, stream=s)
+        paddle_rt.memcpy_async(out, a, stream=s)
+        s.synchronize()
+    assert (out[:10] == 5).all() and (out[10:] == 0xAB).all()
+    with pytest.raises(InvalidArgument, match="byte"):
+        paddle_rt.memset(a, 256)
+    h = bytearray(8)
+    paddle_rt.memset(h, 1)
+    assert h == b"\x01" * 8
+
+
+def test_async_copies_keep_stream_order_under_delay(run_python):
+    res = run_python("""
+        import numpy as np, paddle_rt
+        n = 1 << 16
+        s = paddle_rt.Stream()
+        a, b, c = (paddle_rt.malloc(n) for _ in range(3))
+        outb, outc = np.zeros(n, np.uint8), np.zeros(n, np.uint8)
+        for _ in range(3):
+            paddle_rt.memset_async(a, 1, stream=s)
+            paddle_rt.memcpy_async(b, a, stream=s)
+            paddle_rt.memset_async(a, 2, stream=s)
+            paddle_rt.memcpy_async(c, a, stream=s)
+            paddle_rt.memcpy_async(outb, b, stream=s)
+            paddle_rt.memcpy_async(outc, c, stream=s)
+            s.synchronize()
+            assert (outb == 1).all() and (outc == 2).all(), (outb[:4], outc[:4])
+        print("ORDER OK")
+    """, env={"RT_CPU_STREAM_DELAY_US": "3000"})
+    assert res.returncode == 0, res.stderr
+    assert "ORDER OK" in res.stdout
+
+
+def test_delayed_streams_are_busy_at_the_same_time(run_python):
+    res = run_python("""
+        import time, paddle_rt
+        n = 1 << 12
+        spans = {}
+        streams = [paddle_rt.Stream(), paddle_rt.Stream()]
+        for i, s in enumerate(streams):
+            x, y = paddle_rt.malloc(n), paddle_rt.malloc(n)
+            s.add_callback(lambda i=i: spans.setdefault(i, [time.monotonic_ns()]))
+            for _ in range(4):
+                paddle_rt.memcpy_async(y, x, stream=s)
+            s.add_callback(lambda i=i: spans[i].append(time.monotonic_ns()))
+        for s in streams:
+            s.synchronize()
+        (a0, a1), (b0, b1) = spans[0], spans[1]
+        print("OVERLAP" if a0 < b1 and b0 < a1 else f"SERIAL {spans}")
+    """, env={"RT_CPU_STREAM_DELAY_US": "20000"})
+    assert res.returncode == 0, res.stderr
+    assert "OVERLAP" in res.stdout, res.stdout
+
+
+def test_host_buffer_is_kept_alive_until_the_copy_ran():
+    a = paddle_rt.malloc(N)
+    with Stream() as s:
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        src = np.full(N, 9, np.uint8)
+        ref = weakref.ref(src)
+        paddle_rt.memcpy_async(a, src, stream=s)
+        del src
+        assert ref() is not None
+        gate.set()
+        s.synchronize()
+        assert ref() is None
+    out = np.zeros(N, np.uint8)
+    paddle_rt.memcpy(out, a)
+    assert (out == 9).all()
+
+
+def test_async_copy_checks_devices():
+    a = paddle_rt.malloc(N, device="rt_cpu:1")
+    b = paddle_rt.malloc(N, device="rt_cpu:1")
+    with Stream(paddle_rt.device("rt_cpu:0")) as s:
+        with pytest.raises(InvalidArgument, match="another device"):
+            paddle_rt.memcpy_async(b, a, stream=s)
+        assert s.position == 0
+    s2 = Stream()
+    s2.close()
+    with pytest.raises(StreamError, match="closed"):
+        paddle_rt.memcpy_async(b, a, stream=s2)
+
+
+def test_async_copy_uses_current_stream(host):
+    a = paddle_rt.malloc(N)
+    s = Stream()
+    with paddle_rt.stream(s):
+        paddle_rt.memcpy_async(a, host)
+    assert s.position == 1
+    s.synchronize()
+    s.close()
