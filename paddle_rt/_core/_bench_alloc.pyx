@@ -72,6 +72,19 @@ def hold_blocks(device, int64_t count, int64_t size):
     return out
 
 
+def hold_blocks_sizes(device, const int64_t[::1] sizes):
+    """Allocate one block per entry of ``sizes`` and keep them; returns the list of pointers."""
+    cdef AllocatorCore* core = get_core(device, KIND_DEVICE)
+    cdef void* p = NULL
+    cdef Py_ssize_t i
+    out = []
+    for i in range(sizes.shape[0]):
+        with nogil:
+            core_malloc(core, <size_t>sizes[i], 0, &p)
+        out.append(<uintptr_t>p)
+    return out
+
+
 def release_blocks(device, ptrs):
     cdef AllocatorCore* core = get_core(device, KIND_DEVICE)
     cdef uintptr_t p
