@@ -340,3 +340,150 @@ def test_exit_with_pending_work_runs_it(run_python):
     """)
     assert res.returncode == 0, res.stderr
     assert "ran at exit" in res.stdout
+
+
+# -- plugins without streams / with quirky async hooks ------------------------------------------------------------
+import ctypes
+import os
+import shutil
+import subprocess
+
+from paddle_rt import NotSupportedError, PluginError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def streamless(build_plugin):
+    """A plugin with only the ten required hooks (no streams, callbacks, copies or query hooks)."""
+    so = build_plugin("minimal", {"DEVICE_TYPE": '"mini_streams"', "NDEV": "1"})
+    paddle_rt.load_plugin(str(so))
+    return paddle_rt.device("mini_streams:0")
+
+
+def _build_quirks(tmp_path_factory, name, define):
+    cc = shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no gcc")
+    out = tmp_path_factory.mktemp("quirks") / f"{name}.so"
+    cmd = [cc, "-std=gnu11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-pthread",
+           f"-I{paddle_rt.get_include()}", f"-I{os.path.join(HERE, 'plugins')}", f'-DDEVICE_TYPE="{name}"',
+           f"-D{define}", os.path.join(HERE, "c", "stream_quirks.c"), "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    paddle_rt.load_plugin(str(out))
+    return paddle_rt.device(f"{name}:0"), ctypes.CDLL(str(out))
+
+
+@pytest.fixture(scope="module")
+def warning_plugin(tmp_path_factory):
+    return _build_quirks(tmp_path_factory, "sq_warning", "ASYNC_WARNING")
+
+
+@pytest.fixture(scope="module")
+def failing_plugin(tmp_path_factory):
+    return _build_quirks(tmp_path_factory, "sq_fail", "ASYNC_FAIL")
+
+
+def test_streamless_plugin_gets_ordered_asynchronous_streams(streamless):
+    s = Stream(streamless)
+    assert s.handle == 0
+    out = []
+    gate = threading.Event()
+    s.add_callback(gate.wait, 30)
+    for i in range(100):
+        s.add_callback(out.append, i)
+    assert not s.query() and out == []      # asynchronous: nothing ran behind the gate
+    gate.set()
+    s.synchronize()
+    assert out == list(range(100))
+    s.close()
+
+
+def test_streamless_plugin_streams_run_concurrently(streamless):
+    a, b = Stream(streamless), Stream(streamless)
+    started = [threading.Event(), threading.Event()]
+    met = []
+
+    def body(me, other):
+        started[me].set()
+        met.append(started[other].wait(30))
+
+    a.add_callback(body, 0, 1)
+    b.add_callback(body, 1, 0)
+    a.synchronize()
+    b.synchronize()
+    assert met == [True, True]
+    a.close()
+    b.close()
+
+
+def test_streamless_plugin_events_order_and_time(streamless):
+    a, b = Stream(streamless), Stream(streamless)
+    out = []
+    gate = threading.Event()
+    start, end = Event(enable_timing=True), Event(enable_timing=True)
+    a.add_callback(gate.wait, 30)
+    start.record(a)
+    a.add_callback(time.sleep, 0.01)
+    a.add_callback(out.append, "a")
+    end.record(a)
+    assert not end.query()
+    b.wait_event(end)
+    b.add_callback(out.append, "b")
+    gate.set()
+    b.synchronize()
+    assert out == ["a", "b"]
+    assert end.query() and end.handle != 0
+    assert start.elapsed_time(end) >= 10.0
+    a.close()
+    b.close()
+
+
+def test_streamless_plugin_without_copy_hooks_refuses_copies(streamless):
+    x = paddle_rt.malloc(64, device=streamless)
+    with pytest.raises(NotSupportedError, match="memory_copy_h2d"):
+        paddle_rt.memcpy(x, bytearray(64))
+    with Stream(streamless) as s:
+        with pytest.raises(NotSupportedError):
+            paddle_rt.memcpy_async(x, bytearray(64), stream=s)
+        assert s.position == 0
+    x.free()
+
+
+def test_async_hooks_returning_warning_are_done_synchronously(warning_plugin):
+    dev, lib = warning_plugin
+    lib.sq_async_calls.restype = ctypes.c_long
+    x, y = paddle_rt.malloc(256, device=dev), paddle_rt.malloc(256, device=dev)
+    src = bytes(range(256))
+    out = bytearray(256)
+    before = lib.sq_async_calls()
+    with Stream(dev) as s:
+        assert s.handle == 0                   # the plugin never wrote the handle
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        paddle_rt.memcpy_async(x, src, stream=s)
+        paddle_rt.memcpy_async(y, x, stream=s)
+        paddle_rt.memcpy_async(out, y, stream=s)
+        assert out == bytearray(256)           # still queued behind the gate
+        gate.set()
+        s.synchronize()
+    assert bytes(out) == src
+    assert lib.sq_async_calls() - before == 3
+
+
+def test_plugin_error_in_async_work_surfaces_on_synchronize(failing_plugin):
+    dev, _ = failing_plugin
+    x, y = paddle_rt.malloc(64, device=dev), paddle_rt.malloc(64, device=dev)
+    out = []
+    s = Stream(dev)
+    paddle_rt.memcpy_async(y, x, stream=s)       # async d2d fails with C_ERROR on the worker
+    s.add_callback(out.append, "after")
+    with pytest.raises(StreamError, match="sq_fail:0") as info:
+        s.synchronize()
+    cause = info.value.__cause__
+    assert isinstance(cause, PluginError)
+    assert cause.call == "async_memory_copy_d2d" and cause.status_name == "C_ERROR"
+    assert out == ["after"]
+    s.synchronize()
+    s.close()
