@@ -71,6 +71,7 @@ cdef struct AllocConfig:
     int growth
     int release
     size_t alignment       # from device_min_chunk_size (1 when missing)
+    size_t align_mask      # alignment - 1 when it is a power of two (fast rounding), else 0
     size_t padding         # from device_extra_padding_size (0 when missing)
     size_t chunk_size      # GROWTH_FIXED / paddle_compat: minimum chunk (0 = exact)
     size_t max_split_size  # blocks above it are never split nor used for smaller requests (SIZE_MAX: off)

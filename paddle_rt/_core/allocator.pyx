@@ -235,9 +235,12 @@ cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_
 cdef inline size_t _round(AllocatorCore* c, size_t nbytes) noexcept nogil:
     # caller checked for overflow
     cdef size_t n = nbytes + c.cfg.padding
-    cdef size_t a = c.cfg.alignment
+    cdef size_t a
     if n == 0:
         n = 1
+    if c.cfg.align_mask:
+        return (n + c.cfg.align_mask) & ~c.cfg.align_mask
+    a = c.cfg.alignment
     return ((n + a - 1) // a) * a
 
 
@@ -982,6 +985,7 @@ cdef class DeviceAllocator:
         pad = self.device.size_hint("extra_padding_size") or 0
         memset(&cfg, 0, sizeof(AllocConfig))
         cfg.alignment = align
+        cfg.align_mask = (align - 1) if (align & (align - 1)) == 0 else 0
         cfg.padding = pad
         compat = bool(conf.get("paddle_compat", False))
         cfg.paddle_compat = compat
