@@ -1251,6 +1251,8 @@ cdef DeviceAllocator _allocator_of(Device dev, int kind):
 
 cdef inline DeviceAllocator _dev_alloc(object device):
     global _last_dev, _last_core, _last_alloc
+    if device is not None and device is _last_dev:
+        return _last_alloc
     cdef Device dev = resolve_device(device)
     if dev is _last_dev:
         return _last_alloc
