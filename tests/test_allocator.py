@@ -884,3 +884,34 @@ def test_eight_threads_nogil_stress(d1, conf):
     assert s["allocation.all.current"] == 0
     paddle_rt.empty_cache(d1)
     assert plugins.rt_cpu_live_bytes(1) == 0
+
+
+def test_fork_child_cannot_use_the_parents_allocator(run_python):
+    code = r"""
+import os, sys, paddle_rt
+a = paddle_rt.malloc(1000)
+p = paddle_rt.raw_malloc(5000)
+pid = os.fork()
+if pid == 0:
+    out = []
+    try:
+        paddle_rt.malloc(10)
+        out.append("allocated")
+    except paddle_rt.ForkError:
+        out.append("ForkError")
+    a.free()                          # the parent's memory: nothing happens in the child
+    paddle_rt.raw_free(p)
+    paddle_rt.reinitialize_after_fork()
+    b = paddle_rt.malloc(10)
+    b.free()
+    out.append("reinit-ok")
+    print(" ".join(out), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+a.free()
+paddle_rt.raw_free(p)
+print("parent", paddle_rt.memory_allocated(), flush=True)
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert "ForkError reinit-ok" in r.stdout and "parent 0" in r.stdout

@@ -618,7 +618,10 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     if e.kind == ERR_HOST_OOM:
         raise MemoryError(f"{dev}: out of host memory for the allocator's bookkeeping")
     if e.kind == ERR_TORN_DOWN:
-        raise errors.DeviceError(f"{dev}: the allocator was torn down (interpreter shutting down or after fork)")
+        if c.torn_down == 2:
+            raise errors.ForkError(f"{dev}: the allocator belongs to the parent process; in a child after fork() "
+                                   f"call paddle_rt.reinitialize_after_fork() before allocating")
+        raise errors.DeviceError(f"{dev}: the allocator was torn down (interpreter shutting down)")
     if e.kind == ERR_BAD_SIZE:
         raise errors.InvalidArgument(f"{dev}: malloc of {e.requested} bytes: the size is too large")
     if e.kind == ERR_DOUBLE_FREE:
@@ -1706,17 +1709,26 @@ def _teardown():
     _last_core = NULL
 
 
-def _reset_after_fork():
-    """In a child after fork(): the parent's memory is not ours to free; forget the allocators."""
+def _mark_forked():
+    """Right after fork(), in the child: the parent's allocators (and the memory they cache) are not the child's.
+    Allocating from them raises ForkError; freeing into them does nothing. The locks are not touched (another
+    thread of the parent may have held one at the fork)."""
     global _last_dev, _last_alloc, _last_core
     cdef DeviceAllocator a
     for a in list(_allocators):
-        a.core.torn_down = 1
-    _allocators.clear()
+        a.core.torn_down = 2
     _last_dev = None
     _last_alloc = None
     _last_core = NULL
+    memset(_pluggable, 0, sizeof(_pluggable))
+
+
+def _reset_after_fork():
+    """paddle_rt.reinitialize_after_fork(): forget the parent's allocators; new ones are made on first use."""
+    _mark_forked()
+    _allocators.clear()
 
 
 _device_mod.register_teardown(_teardown, 30)
 _device_mod.register_fork_reset(_reset_after_fork)
+os.register_at_fork(after_in_child=_mark_forked)
