@@ -43,12 +43,14 @@ cdef int _mark(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
     cdef StreamCtx* ctx = <StreamCtx*>p
     cdef prt_event_core* core = <prt_event_core*>arg
     cdef C_Status st
+    core.complete(gen)     # stamp first: the plugin call below must not count in the timing
     if core.plugin_event != NULL and gen == core.gen_now():
         ctx.iface.set_device(ctx.cdev)
-        st = ctx.iface.record_event(ctx.cdev, ctx.pstream, <C_Event>core.plugin_event)
+        # everything before this point has completed (the worker synchronised the plugin stream), so the plugin
+        # event is recorded on the NULL stream: complete at once, without waking the plugin's stream
+        st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>core.plugin_event)
         if st != C_SUCCESS and st != C_WARNING:
             record_plugin_error(ctx, pos, "record_event", st)
-    core.complete(gen)
     core.decref()
     return 0
 
@@ -120,11 +122,13 @@ cdef class Event:
         self._ensure_plugin_event(s)
         ctx = s.ctx
         gen = self.core.gen_next(1) + 1
-        if ctx.core.idle():
-            # Everything submitted to s has completed: the record completes now (no queue round trip).
+        if not self.enable_timing and ctx.core.idle():
+            # Everything submitted to s has completed: the record completes now, without a queue round trip, and
+            # the plugin event is recorded on the NULL stream (= at once). Timing events always go through the
+            # queue so that the worker stamps them right where the stream is.
             with nogil:
                 ctx.iface.set_device(ctx.cdev)
-                st = ctx.iface.record_event(ctx.cdev, ctx.pstream, <C_Event>self.core.plugin_event)
+                st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>self.core.plugin_event)
             if st != C_SUCCESS and st != C_WARNING:
                 self.core.complete(gen)
                 check_status(s.device, "record_event", st)
@@ -187,12 +191,15 @@ cdef class Event:
     def elapsed_time(self, Event end not None):
         """Milliseconds from this event's record to ``end``'s (both created with ``enable_timing=True``, recorded
         and complete)."""
-        for name, e in (("start", self), ("end", end)):
+        pair = (("start", self), ("end", end))
+        for name, e in pair:
             if not (<Event>e).enable_timing:
                 raise errors.InvalidArgument(f"elapsed_time: the {name} event was created without timing "
                                              f"(use Event(enable_timing=True))")
+        for name, e in pair:
             if (<Event>e)._gen == 0:
                 raise errors.InvalidArgument(f"elapsed_time: the {name} event was never recorded")
+        for name, e in pair:
             if not (<Event>e).core.is_done((<Event>e)._gen):
                 raise errors.StreamError(f"elapsed_time: the {name} event's record has not completed yet "
                                          f"(synchronize() it first)")
