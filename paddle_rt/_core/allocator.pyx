@@ -49,9 +49,7 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 """
 import os
-import sys
 import threading
-import weakref
 
 cimport cython
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
@@ -1602,18 +1600,22 @@ def memory_reserved(device=None):
 
 
 def max_memory_allocated(device=None):
+    """The peak of memory_allocated since the start or the last reset_peak_memory_stats."""
     return _dev_alloc(device).core.stats[0][ST_ALLOCATED_BYTES].peak
 
 
 def max_memory_reserved(device=None):
+    """The peak of memory_reserved since the start or the last reset_peak_memory_stats."""
     return _dev_alloc(device).core.stats[0][ST_RESERVED_BYTES].peak
 
 
 def reset_peak_memory_stats(device=None):
+    """Set every peak counter to its current value."""
     _dev_alloc(device).reset_peak_stats()
 
 
 def reset_accumulated_memory_stats(device=None):
+    """Zero the allocated/freed totals and the num_* counters."""
     _dev_alloc(device).reset_accumulated_stats()
 
 
@@ -1640,6 +1642,8 @@ def set_allocator_config(device=None, **kw):
 
 
 def allocator_config(device=None):
+    """The effective allocator configuration of ``device`` (keys of PADDLE_RT_ALLOC_CONF plus the plugin's
+    alignment and padding)."""
     return _dev_alloc(device).config()
 
 
