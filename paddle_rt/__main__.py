@@ -24,7 +24,7 @@ COMMANDS = {
     "demo": (_demo, "walk through what paddle_rt does on the bundled rt_cpu plugin"),
     "info": (_info, "plugins, device types, devices with properties and memory, implemented and missing hooks"),
     "replay": (_forward("replay"), "replay an RMM-format allocation log through the allocator"),
-    "bench": (_forward("bench"), "run the benchmark suite and print each figure with its target"),
+    "check": (_forward("check"), "conformance checks for a plugin .so (each check in a child process)"),
 }
 
 
