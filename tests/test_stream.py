@@ -487,3 +487,31 @@ def test_plugin_error_in_async_work_surfaces_on_synchronize(failing_plugin):
     assert out == ["after"]
     s.synchronize()
     s.close()
+
+
+def test_parent_streams_raise_fork_error_in_child(run_python):
+    res = run_python("""
+        import os, threading, paddle_rt
+        s = paddle_rt.Stream()
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        e = paddle_rt.Event()
+        e.record(s)
+        pid = os.fork()
+        if pid == 0:
+            codes = []
+            for fn in (s.synchronize, lambda: s.add_callback(print), e.synchronize):
+                try:
+                    fn()
+                    codes.append("none")
+                except paddle_rt.ForkError:
+                    codes.append("fork")
+            os._exit(0 if codes == ["fork"] * 3 else 1)
+        _, status = os.waitpid(pid, 0)
+        gate.set()
+        s.synchronize()
+        s.close()
+        print("CHILD", os.waitstatus_to_exitcode(status))
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "CHILD 0" in res.stdout

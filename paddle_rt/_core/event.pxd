@@ -20,3 +20,4 @@ cdef class Event:
     cdef int _ensure_plugin_event(self, Stream s) except -1
     cdef int record_on(self, Stream s) except -1
     cdef int wait_on(self, Stream s) except -1
+    cdef int _check_process(self) except -1

@@ -7,7 +7,7 @@ from cpython.exc cimport PyErr_CheckSignals
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Event, C_Status, C_SUCCESS, C_WARNING
 from paddle_rt._core.device cimport Device, check_status
-from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream
+from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream, fork_generation
 from paddle_rt._core.includes.stream_support cimport (
     prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_current_worker,
 )
@@ -162,6 +162,7 @@ cdef class Event:
         cdef bint ok
         if gen == 0:
             return
+        self._check_process()
         while not self.core.is_done(gen):
             with nogil:
                 ok = self.core.wait_for(gen, POLL_US)
@@ -170,9 +171,17 @@ cdef class Event:
         if self._stream is not None and not self._stream.closed:
             self._stream.raise_errors(self._pos)
 
+    cdef int _check_process(self) except -1:
+        if self._stream is not None and self._stream._fork_gen != fork_generation() and \
+                not self.core.is_done(self._gen):
+            raise errors.ForkError("this event was recorded in the parent process (fork()) and will never "
+                                   "complete here")
+        return 0
+
     cdef int wait_on(self, Stream s) except -1:
         cdef uint64_t gen = self._gen
         s._check_open()
+        self._check_process()
         if gen == 0 or self.core.is_done(gen):
             return 0
         self.core.incref()

@@ -33,6 +33,7 @@ cdef class Stream:
     cdef readonly bint owned           # created by paddle_rt (destroyed by close); False for from_handle
     cdef readonly bint closed
     cdef readonly str name
+    cdef int _fork_gen               # _fork_generation when created: a child of fork() must not touch the worker
     cdef object __weakref__
 
     cdef int _setup(self, Device dev, uintptr_t handle, bint has_pstream, bint owned) except -1
@@ -51,5 +52,7 @@ cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
 cdef int stream_ctx_plugin_sync(StreamCtx* ctx) noexcept nogil
 # Record a plugin error found on a worker as an error of the stream (takes the GIL).
 cdef void record_plugin_error(StreamCtx* ctx, uint64_t pos, const char* call, C_Status status) noexcept nogil
+# Incremented in the child after each fork(): objects made under another generation belong to the parent.
+cdef int fork_generation() noexcept nogil
 cpdef Stream current_stream(object device=*)
 cpdef Stream default_stream(object device=*)

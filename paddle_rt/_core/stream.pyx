@@ -34,6 +34,22 @@ _live_streams = weakref.WeakSet()  # streams paddle_rt created (closed at exit)
 _tls = threading.local()
 _default_lock = threading.Lock()
 _stream_counter = [0]
+cdef int _fork_generation = 0
+
+
+def _after_fork_in_child():
+    global _fork_generation
+    _fork_generation += 1
+    _live_streams.clear()
+
+
+import os as _os
+
+
+cdef int fork_generation() noexcept nogil:
+    return _fork_generation
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # -- worker-side helpers (no GIL unless said) ------------------------------------------------------------------------
@@ -188,6 +204,7 @@ cdef class Stream:
         self.ctx = ctx
         self.device = dev
         self.owned = owned
+        self._fork_gen = _fork_generation
         _stream_counter[0] += 1
         self.name = f"{dev!r}#{_stream_counter[0]}"
         try:
@@ -218,6 +235,9 @@ cdef class Stream:
     cdef int _check_open(self) except -1:
         if self.closed or self.ctx == NULL:
             raise errors.StreamError(f"{self.name}: the stream is closed")
+        if self._fork_gen != _fork_generation:
+            raise errors.ForkError(f"{self.name}: this stream belongs to the parent process (fork()); create new "
+                                   f"streams in the child after paddle_rt.reinitialize_after_fork()")
         return 0
 
     cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags) except 0:
@@ -352,6 +372,10 @@ cdef class Stream:
         cdef C_Status st = C_SUCCESS
         if self.closed or ctx == NULL:
             return
+        if self._fork_gen != _fork_generation:
+            self.closed = True       # the parent's worker does not exist here: forget the stream (its memory is lost)
+            self.ctx = NULL
+            return
         if prt_current_worker() == ctx.core:
             raise errors.StreamError(f"{self.name}: a stream cannot be closed from its own callback")
         cdef uint64_t pos = ctx.core.submitted_now()
@@ -387,6 +411,8 @@ cdef class Stream:
         if ctx == NULL:
             return
         self.ctx = NULL
+        if self._fork_gen != _fork_generation:
+            return                   # a child of fork(): the worker thread does not exist here
         if prt_current_worker() == ctx.core:
             # dropped inside its own callback: let the worker finish; its memory is left (rare, small)
             with nogil:
