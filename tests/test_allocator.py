@@ -915,3 +915,19 @@ print("parent", paddle_rt.memory_allocated(), flush=True)
     r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert "ForkError reinit-ok" in r.stdout and "parent 0" in r.stdout
+
+
+def test_malloc_host_out_of_memory(run_python):
+    """A failing host_memory_allocate (C_FAILED) is OutOfMemoryError for pinned memory too."""
+    code = r"""
+import paddle_rt
+try:
+    paddle_rt.malloc_host(100)
+    print("allocated")
+except paddle_rt.OutOfMemoryError as e:
+    print("OOM", e.call, "pinned host memory" in str(e), e.requested)
+print("device still fine", paddle_rt.malloc(100).size)
+"""
+    r = run_python(code, env={"RT_CPU_FAIL_HOST_ALLOC_EVERY": 1})
+    assert r.returncode == 0, r.stderr
+    assert "OOM malloc_host True 100" in r.stdout and "device still fine 100" in r.stdout
