@@ -173,3 +173,51 @@ def test_async_copy_uses_current_stream(host):
     assert s.position == 1
     s.synchronize()
     s.close()
+
+
+from hypothesis import given, settings, strategies as st
+
+_op = st.one_of(
+    st.tuples(st.just("set"), st.integers(0, 2), st.integers(0, 255)),
+    st.tuples(st.just("copy"), st.integers(0, 2), st.integers(0, 2)).filter(lambda t: t[1] != t[2]),
+    st.tuples(st.just("h2d"), st.integers(0, 2), st.integers(0, 255)),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(_op, min_size=1, max_size=25), st.booleans())
+def test_queued_copies_match_a_sequential_model(ops, on_two_devices):
+    n = 256
+    devs = ["rt_cpu:0", "rt_cpu:1" if on_two_devices else "rt_cpu:0", "rt_cpu:0"]
+    bufs = [paddle_rt.malloc(n, device=d) for d in devs]
+    model = [np.zeros(n, np.uint8) for _ in range(3)]
+    s = Stream(paddle_rt.device("rt_cpu:0"))
+    for i in range(3):
+        if bufs[i].device is s.device:
+            paddle_rt.memset_async(bufs[i], 0, stream=s)
+        else:
+            paddle_rt.memset(bufs[i], 0)
+    gate = threading.Event()
+    s.add_callback(gate.wait, 30)       # queue everything before anything runs
+    for kind, i, x in ops:
+        if kind == "set" and bufs[i].device is s.device:
+            paddle_rt.memset_async(bufs[i], x, stream=s)
+            model[i][:] = x
+        elif kind == "h2d" and bufs[i].device is s.device:
+            paddle_rt.memcpy_async(bufs[i], np.full(n, x, np.uint8), stream=s)   # temporary host buffer
+            model[i][:] = x
+        elif kind == "copy":
+            paddle_rt.memcpy_async(bufs[i], bufs[x], stream=s)
+            model[i][:] = model[x]
+    outs = [np.full(n, 77, np.uint8) for _ in range(3)]
+    for i in range(3):
+        src = bufs[i]
+        if src.device is not s.device:    # P2P into the stream's device first
+            src = paddle_rt.malloc(n, device=s.device)
+            paddle_rt.memcpy_async(src, bufs[i], stream=s)
+        paddle_rt.memcpy_async(outs[i], src, stream=s)
+    gate.set()
+    s.synchronize()
+    s.close()
+    for i in range(3):
+        assert (outs[i] == model[i]).all(), (i, ops)

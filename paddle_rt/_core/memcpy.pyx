@@ -210,10 +210,10 @@ cdef CopyOp* _new_op() except NULL:
     return op
 
 
-cdef int _plan_copy(CopyOp* op, object dst, object src, object nbytes, object kind, Device default_dev,
-                    str call) except -1:
+cdef object _plan_copy(CopyOp* op, object dst, object src, object nbytes, object kind, Device default_dev,
+                       str call):
     """Resolve the endpoints, the kind, the size and the devices into op (buffers taken are released by the caller
-    on error)."""
+    on error). Returns the device whose hooks run the copy (the destination's for P2P; None for H2H)."""
     cdef _End d = _endpoint(dst, True, op, "dst", call)
     cdef _End s = _endpoint(src, False, op, "src", call)
     cdef int k = _kind_of(kind, call)
@@ -259,6 +259,7 @@ cdef int _plan_copy(CopyOp* op, object dst, object src, object nbytes, object ki
         op.dev = (<Device>d.device).cdev()
         op.src_iface = (<Device>s.device).iface
         op.src_dev = (<Device>s.device).cdev()
+        dev = d.device
     elif k != K_H2H:
         for e in (d, s):
             if (<_End>e).kind == 1 and (<_End>e).device is not dev:
@@ -285,7 +286,7 @@ cdef int _plan_copy(CopyOp* op, object dst, object src, object nbytes, object ki
     op.dst = <void*>d.ptr
     op.src = <const void*>s.ptr
     op.n = n
-    return 0
+    return dev if k != K_H2H else None
 
 
 cdef str _where(_End e):
@@ -342,31 +343,22 @@ def memcpy(dst, src, nbytes=None, kind=None, device=None):
     cdef const char* cname = "copy"
     cdef Device dev
     try:
-        _plan_copy(op, dst, src, nbytes, kind, resolve_device(device), "memcpy")
+        dev = _plan_copy(op, dst, src, nbytes, kind, resolve_device(device), "memcpy")
         if op.kind != K_H2H and op.n:
-            dev = _device_of(op)
             dev.activate()
             if _missing_sync(op):
                 # only the async form exists: run it on the default stream and wait
                 memcpy_async(dst, src, op.n, default_stream_of(dev), _KIND_NAMES[op.kind])
                 default_stream_of(dev).synchronize()
                 return
-            _check_hooks(op, "memcpy", False)
+            _check_hooks(op, f"{dev!r}: memcpy", False)
         with nogil:
             st = _sync_copy(op.kind, op.iface, op.dev, op.dst, op.src, op.n, op.src_iface, op.src_dev, &cname)
         if st != C_SUCCESS and st != C_WARNING:
-            raise errors.PluginError(repr(_device_of(op)), cname.decode(), st, "memcpy")
+            raise errors.PluginError(repr(dev), cname.decode(), st, "memcpy")
     finally:
         _release_op(op)
         free(op)
-
-
-cdef Device _device_of(CopyOp* op):
-    import paddle_rt._core.device as dm
-    for d in dm.devices():
-        if (<Device>d).cdev() == op.dev:
-            return d
-    return None
 
 
 cdef bint _missing_sync(CopyOp* op):
@@ -413,7 +405,7 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
         raise
 
 
-cdef int _plan_set(CopyOp* op, object dst, object value, object nbytes, Device default_dev, str call) except -1:
+cdef object _plan_set(CopyOp* op, object dst, object value, object nbytes, Device default_dev, str call):
     cdef _End d
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 255:
         raise errors.InvalidArgument(f"{call}: value must be a byte (0..255), not {value!r}")
@@ -432,13 +424,13 @@ cdef int _plan_set(CopyOp* op, object dst, object value, object nbytes, Device d
     op.n = n
     op.value = value
     if d.kind == 2:
-        op.kind = K_H2H   # plain host memory
-        return 0
+        op.kind = K_SET_HOST   # plain host memory
+        return None
     dev = d.device if d.kind == 1 else default_dev
     op.kind = K_SET
     op.iface = (<Device>dev).iface
     op.dev = (<Device>dev).cdev()
-    return 1
+    return dev
 
 
 def memset(dst, value, nbytes=None, device=None):
@@ -448,11 +440,11 @@ def memset(dst, value, nbytes=None, device=None):
     cdef C_Status st = C_SUCCESS
     cdef const char* cname = "device_memory_set"
     try:
-        if _plan_set(op, dst, value, nbytes, resolve_device(device), "memset") == 0:
+        dev = _plan_set(op, dst, value, nbytes, resolve_device(device), "memset")
+        if dev is None:
             with nogil:
                 c_memset(op.dst, op.value, op.n)
             return
-        dev = _device_of(op)
         (<Device>dev).activate()
         _check_hooks(op, f"{dev!r}: memset", False)
         with nogil:
@@ -471,13 +463,11 @@ def memset_async(dst, value, nbytes=None, stream=None):
     cdef CopyOp* op = _new_op()
     s._check_open()
     try:
-        if _plan_set(op, dst, value, nbytes, s.device, "memset_async") == 1:
+        if _plan_set(op, dst, value, nbytes, s.device, "memset_async") is not None:
             if s.device.cdev() != op.dev:
                 raise errors.InvalidArgument(f"{s.device!r}: memset_async: the memory is on another device than "
                                              f"the stream {s.name}")
             _check_hooks(op, f"{s.device!r}: memset_async", True)
-        else:
-            op.kind = K_SET_HOST
         if op.nbufs:
             keep = (dst,)
             Py_INCREF(keep)

@@ -215,6 +215,7 @@ cdef class Stream:
         self.closed = False
         if owned:
             _live_streams.add(self)
+        _register_device_sync(dev)
         return 0
 
     cdef int _free_ctx(self) except -1:
