@@ -78,6 +78,7 @@ def test_event_wait_orders_streams():
     b.close()
 
 
+@pytest.mark.smoke
 def test_elapsed_time_measures_stream_time():
     with Stream() as s:
         start, end = Event(enable_timing=True), Event(enable_timing=True)
@@ -136,6 +137,7 @@ def test_record_on_closed_stream_raises():
     assert e.query()
 
 
+@pytest.mark.smoke
 def test_event_outlives_streams_and_queued_waits():
     a, b = Stream(), Stream()
     gate = threading.Event()

@@ -16,6 +16,7 @@ def host():
     return np.arange(N, dtype=np.uint32).view(np.uint8)[:N].copy()
 
 
+@pytest.mark.smoke
 def test_sync_copies_every_kind(host):
     a, b = paddle_rt.malloc(N), paddle_rt.malloc(N)
     c = paddle_rt.malloc(N, device="rt_cpu:1")
@@ -134,6 +135,7 @@ def test_delayed_streams_are_busy_at_the_same_time(run_python):
     assert "OVERLAP" in res.stdout, res.stdout
 
 
+@pytest.mark.smoke
 def test_host_buffer_is_kept_alive_until_the_copy_ran():
     a = paddle_rt.malloc(N)
     with Stream() as s:

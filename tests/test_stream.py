@@ -9,6 +9,7 @@ import paddle_rt
 from paddle_rt import Stream, Event, StreamError, InvalidArgument
 
 
+@pytest.mark.smoke
 def test_callbacks_run_in_submission_order():
     with Stream() as s:
         out = []
@@ -44,6 +45,7 @@ def test_callback_runs_on_a_paddle_rt_thread_not_the_caller():
         assert seen and seen[0] != threading.get_ident()
 
 
+@pytest.mark.smoke
 def test_wait_event_orders_streams():
     a, b = Stream(), Stream()
     out = []
@@ -97,6 +99,7 @@ def test_streams_run_concurrently():
     b.close()
 
 
+@pytest.mark.smoke
 def test_exception_in_callback_is_reraised_once_chained_and_later_work_runs():
     s = Stream()
     out = []
@@ -515,3 +518,50 @@ def test_parent_streams_raise_fork_error_in_child(run_python):
     """)
     assert res.returncode == 0, res.stderr
     assert "CHILD 0" in res.stdout
+
+
+def test_garbage_collected_stream_runs_its_pending_work_first():
+    import gc
+    s = Stream()
+    out = []
+    gate = threading.Event()
+    s.add_callback(gate.wait, 0.05)
+    for i in range(10):
+        s.add_callback(out.append, i)
+    del s
+    gc.collect()
+    assert out == list(range(10))
+
+
+def test_stream_dropped_inside_its_own_callback_does_not_hang():
+    holder = {"s": Stream()}
+    done = threading.Event()
+
+    def cb():
+        holder.pop("s")           # the last reference dies on the stream's own worker
+        done.set()
+
+    holder["s"].add_callback(cb)
+    assert done.wait(30)
+
+
+@pytest.mark.smoke
+def test_many_threads_enqueue_concurrently_each_in_order():
+    s = Stream()
+    out = []
+    n_threads, n = 4, 2000
+
+    def producer(t):
+        for i in range(n):
+            s.add_callback(out.append, (t, i))
+
+    ts = [threading.Thread(target=producer, args=(t,)) for t in range(n_threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    s.synchronize()
+    assert len(out) == n_threads * n
+    for t in range(n_threads):
+        assert [i for (tt, i) in out if tt == t] == list(range(n))
+    s.close()

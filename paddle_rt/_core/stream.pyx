@@ -30,7 +30,7 @@ from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
 
 cdef long POLL_US = 20000          # waits poll every 20 ms so that Ctrl-C is seen
-_live_streams = weakref.WeakSet()  # streams paddle_rt created (closed at exit)
+_live_streams = weakref.WeakSet()  # open streams (closed at exit; only those paddle_rt created are destroyed)
 _tls = threading.local()
 _default_lock = threading.Lock()
 _stream_counter = [0]
@@ -213,8 +213,7 @@ cdef class Stream:
             self._free_ctx()
             raise
         self.closed = False
-        if owned:
-            _live_streams.add(self)
+        _live_streams.add(self)      # closed at exit (a wrapped handle is not destroyed)
         _register_device_sync(dev)
         return 0
 
