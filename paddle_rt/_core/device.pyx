@@ -7,6 +7,15 @@ import threading
 import warnings
 
 from libcpp cimport bool as cbool
+from cpython.ref cimport PyObject
+
+cdef extern from *:
+    """
+    /* The calling thread's current Device, borrowed: Device objects are owned by their Plugin's device list for the
+       life of the process, so the pointer never dangles. Mirrors _thread_state.device for the hot path. */
+    static thread_local PyObject* prt_current_device = NULL;
+    """
+    PyObject* prt_current_device
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_GridDim3
 from paddle_rt._core.plugin cimport Plugin
@@ -280,9 +289,8 @@ def device(spec=None, index=None):
 
 cpdef Device resolve_device(object dev=None):
     if dev is None:
-        d = getattr(_thread_state, "device", None)
-        if d is not None:
-            return d
+        if prt_current_device != NULL:
+            return <Device>prt_current_device
         return get_device()
     if isinstance(dev, Device):
         return dev
@@ -316,12 +324,25 @@ def _initial_device():
             except errors.DeviceError as exc:
                 raise errors.DeviceError(f"PADDLE_RT_DEFAULT_DEVICE={spec!r}: {exc}") from None
         else:
-            plugins = _plugin_mod.list_plugins()
+            plugins = _plugin_mod.discovered_plugins() or _plugin_mod.list_plugins()
             if not plugins:
                 raise errors.DeviceError("no plugin is loaded (the bundled rt_cpu is disabled by "
                                          "PADDLE_RT_NO_RT_CPU and none was found)")
-            third = [p for p in plugins if not p.bundled and p.device_count() > 0]
-            chosen = third[0] if third else plugins[0]
+            # The first third-party plugin that initialises and has a device (later ones are not initialised);
+            # a plugin whose initialisation fails is skipped with a warning; else the first plugin (rt_cpu).
+            chosen = None
+            for p in plugins:
+                if p.bundled:
+                    continue
+                try:
+                    if p.device_count() > 0:
+                        chosen = p
+                        break
+                except errors.PaddleRTError as exc:
+                    warnings.warn(f"paddle_rt: {p.device_type} cannot be the default device: {exc}",
+                                  RuntimeWarning, stacklevel=3)
+            if chosen is None:
+                chosen = plugins[0]
             d = _device_of(chosen, 0)
         _default_device = d
         return d
@@ -329,18 +350,22 @@ def _initial_device():
 
 def get_device():
     """The current device of the calling thread (a new thread starts on the default device)."""
+    global prt_current_device
     d = getattr(_thread_state, "device", None)
     if d is None:
         d = _initial_device()
         _thread_state.device = d
+        prt_current_device = <PyObject*>d
     return d
 
 
 def set_device(dev):
     """Make ``dev`` the current device of the calling thread and the plugin's current device."""
+    global prt_current_device
     cdef Device d = resolve_device(dev)
     d.activate()
     _thread_state.device = d
+    prt_current_device = <PyObject*>d
     return d
 
 
@@ -398,8 +423,10 @@ def reinitialize_after_fork():
             if d is not None:
                 d._reset_after_fork()
     _plugin_mod._reset_after_fork()
+    global prt_current_device
     _default_device = None
     _thread_state.__dict__.clear()
+    prt_current_device = NULL
 
 
 _fork_resets = []

@@ -91,6 +91,7 @@ cdef size_t _HOST_VERSION_NUMBER = 101
 _registry_lock = threading.RLock()
 _by_type = {}        # device_type -> Plugin, in load order
 _by_path = {}        # realpath -> Plugin
+_discovered = []     # the plugins found by discover(), in order (they decide the default device)
 _host_symbols = None
 
 cdef int _forked = 0
@@ -404,7 +405,15 @@ def discover(environ=None):
             continue
         if p not in found:
             found.append(p)
+    with _registry_lock:
+        _discovered.extend(p for p in found if p not in _discovered)
     return found
+
+
+def discovered_plugins():
+    """The plugins found by discovery at import (not those loaded later with :func:`load_plugin`)."""
+    with _registry_lock:
+        return list(_discovered)
 
 
 def _reset_after_fork():
