@@ -565,3 +565,33 @@ def test_many_threads_enqueue_concurrently_each_in_order():
     for t in range(n_threads):
         assert [i for (tt, i) in out if tt == t] == list(range(n))
     s.close()
+
+
+def test_close_while_other_threads_synchronize():
+    for _ in range(20):
+        s = Stream()
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        errs = []
+
+        def waiter():
+            try:
+                s.synchronize()
+            except StreamError as exc:    # closed before this thread got to wait: also fine
+                errs.append(exc)
+
+        ts = [threading.Thread(target=waiter) for _ in range(3)]
+        for t in ts:
+            t.start()
+        gate.set()
+        s.close()
+        for t in ts:
+            t.join(30)
+        assert not any(t.is_alive() for t in ts)
+        assert all("closed" in str(e) for e in errs)
+
+
+def test_stream_init_twice_is_refused():
+    with Stream() as s:
+        with pytest.raises(StreamError, match="already"):
+            s.__init__()

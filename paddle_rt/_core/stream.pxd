@@ -33,6 +33,7 @@ cdef class Stream:
     cdef readonly bint owned           # created by paddle_rt (destroyed by close); False for from_handle
     cdef readonly bint closed
     cdef readonly str name
+    cdef int _waiting                # threads inside _wait_position (close() frees the queue only after they left)
     cdef int _fork_gen               # _fork_generation when created: a child of fork() must not touch the worker
     cdef object __weakref__
 

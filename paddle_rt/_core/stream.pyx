@@ -18,6 +18,7 @@ from libc.stdint cimport uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_CheckSignals
+from posix.unistd cimport usleep
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, check_status
@@ -152,6 +153,8 @@ cdef class Stream:
         self.owned = False
 
     def __init__(self, device=None):
+        if self.ctx != NULL:
+            raise errors.StreamError(f"{self.name}: the stream is already initialised")
         cdef Device dev = resolve_device(device)
         cdef C_Stream h = NULL
         cdef C_Status st
@@ -311,12 +314,16 @@ cdef class Stream:
             return 0
         if prt_current_worker() == core:
             raise errors.StreamError(f"{self.name}: waiting for the stream from its own callback would deadlock")
-        while True:
-            with nogil:
-                ok = core.wait_for(pos, POLL_US)
-            if ok:
-                return 0
-            PyErr_CheckSignals()
+        self._waiting += 1
+        try:
+            while True:
+                with nogil:
+                    ok = core.wait_for(pos, POLL_US)
+                if ok:
+                    return 0
+                PyErr_CheckSignals()
+        finally:
+            self._waiting -= 1
 
     cdef int raise_errors(self, uint64_t upto) except -1:
         if self.ctx == NULL:
@@ -384,6 +391,9 @@ cdef class Stream:
         _live_streams.discard(self)
         with nogil:
             ctx.core.stop_and_join()
+        while self._waiting:         # other threads still returning from synchronize(): let them leave the queue
+            with nogil:
+                usleep(200)
         pending = list(<list>ctx.errors)
         if self.owned and ctx.has_pstream and ctx.iface.destroy_stream != NULL and self.device.alive():
             with nogil:
