@@ -31,7 +31,39 @@ def demo_devices():
     print("synchronize() returned: the device is idle")
 
 
-SECTIONS = [demo_plugins, demo_devices]
+def demo_memory():
+    step("memory: the caching allocator")
+    import numpy as np
+
+    d = paddle_rt.device("rt_cpu:0")
+    hints = d.properties
+    a = paddle_rt.malloc(1000, d)
+    print(f"malloc(1000) -> Allocation at {a.ptr:#x}, {a.size} bytes requested; with min chunk "
+          f"{hints.get('min_chunk_size')} and padding {hints.get('extra_padding_size')} the block holds "
+          f"{paddle_rt.memory_allocated(d)} bytes")
+    view = np.asarray(a)
+    view[:] = 7
+    print(f"numpy.asarray(a) is a zero-copy uint8 view: sum after filling with 7 = {int(view.sum())}")
+    del view
+    a.free()
+    b = paddle_rt.malloc(1000, d)
+    print(f"free + malloc of the same size reuses the cached block: same address = {b.ptr == a.ptr}")
+    b.free()
+    stats = paddle_rt.memory_stats(d)
+    print(f"memory_stats: allocated {stats['allocated_bytes.all.current']} B, reserved "
+          f"{stats['reserved_bytes.all.current']} B in {stats['segment.all.current']} segment(s), "
+          f"{stats['num_device_alloc']} device allocation(s)")
+    free_before = d.memory_info()[0]
+    released = paddle_rt.empty_cache(d)
+    print(f"empty_cache() gave {released} bytes back; "
+          f"device free memory {free_before} -> {d.memory_info()[0]}")
+    try:
+        paddle_rt.malloc(d.memory_info()[1] * 2, d)
+    except paddle_rt.OutOfMemoryError as exc:
+        print(f"asking for twice the capacity raises OutOfMemoryError:\n  {str(exc).splitlines()[0]}")
+
+
+SECTIONS = [demo_plugins, demo_devices, demo_memory]
 
 
 def main(argv=None):
