@@ -392,7 +392,9 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
         elif op.kind != K_H2H and s.device.cdev() != op.dev:
             raise errors.InvalidArgument(f"{s.device!r}: memcpy_async: the memory is on another device than the "
                                          f"stream {s.name}")
-        op.use_async = s.ctx.has_pstream and _async_hook(op)
+        # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
+        op.use_async = s.ctx.has_pstream and _async_hook(op) and (
+            s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
         _check_hooks(op, f"{s.device!r}: memcpy_async", True)
         if op.nbufs:
             keep = (dst, src)

@@ -1,15 +1,33 @@
 """Streams: ordered queues of work with host callbacks.
 
-Every paddle_rt :class:`Stream` has a library-side ordered queue (a C++ linked queue under a mutex) and one worker
-thread that runs it. When the plugin has streams, asynchronous plugin work (copies) is handed to the plugin's stream
-and the worker synchronises that stream before running host work (callbacks, event stamps) that comes after it, so
-the order of submission is the order of execution on every plugin; a plugin without streams, async copies,
-callbacks or query hooks gets the same asynchronous semantics from the worker alone.
+Every paddle_rt :class:`Stream` has a library-side ordered queue (a C++ linked queue under a mutex, operations
+recycled through a free list) and one worker thread that runs it; every plugin call on the worker first sets that call's
+device. When the plugin has streams (``create_stream``), plugin work with an async hook (copies)
+is handed to the plugin's stream and the worker synchronises that stream before the next host operation (callbacks,
+event marks, memsets, synchronous-hook copies) and whenever it runs out of work. So submission order is execution
+order on every plugin, and a plugin without ``create_stream``, async copies, ``stream_add_callback`` or the query hooks
+gets the same asynchronous semantics from the worker alone (paddle_rt never needs ``stream_add_callback``). Hooks that
+return ``C_WARNING`` (done synchronously) count as done.
 
-Errors: an exception raised by a Python callback, or a plugin error in asynchronous work, is kept with the position
-of the operation and re-raised as :class:`StreamError` (chained to the original) by the next ``synchronize()`` of the
-stream, or of an event recorded after it. Later work on the stream still runs (nothing is cancelled), so a stream
-never hangs on an error; each error is raised once.
+Semantics and decisions:
+- Python callbacks run on the stream's worker thread, holding the GIL only while they run. Inside one, enqueueing
+  more work anywhere and synchronising *other* streams is fine; synchronising or closing the callback's own stream
+  raises :class:`StreamError` (it would wait for itself).
+- Errors: an exception raised by a Python callback (any BaseException) or a plugin error in asynchronous work is kept
+  with the position of its operation and raised once, as :class:`StreamError` chained to the original (``__cause__``
+  keeps its traceback; ``.errors`` lists all of them), by the next ``synchronize()`` of the stream, by
+  ``synchronize()`` of an event recorded after it, or by ``close()``. Later work on the stream is NOT cancelled: it
+  runs, so a stream never hangs or silently drops work after an error.
+- Cross-stream waits (``wait_event``/``wait_stream``) are paddle_rt's own: the waiting stream's worker blocks until
+  the event's record completes, which works across devices and plugins.
+- Positions: the n-th operation submitted to a stream has position n; ``completed_position`` is the highest position
+  known complete (see stream.pxd for the nogil C API).
+- Interop: ``Stream.from_handle`` wraps a plugin stream; paddle_rt's plugin work reaches the handle from the worker,
+  in order, so work that other code submits directly to the handle is ordered with paddle_rt's work only through
+  ``synchronize()`` or events.
+- Every wait releases the GIL and polls every 20 ms, so Ctrl-C raises KeyboardInterrupt in the waiting thread (the
+  queued work keeps running). ``close()`` (also at interpreter exit, and when a stream is garbage collected) waits
+  for pending work; only streams paddle_rt created are destroyed in the plugin.
 """
 import threading
 import weakref
