@@ -55,6 +55,19 @@ def c_op_enqueue_from_python_ns(s, n=200_000):
     return (t1 - t0) / n
 
 
+def c_host_func_from_python_ns(s, n=200_000):
+    import ctypes
+    free_addr = ctypes.cast(ctypes.CDLL(None).free, ctypes.c_void_p).value   # free(NULL): a no-op void f(void*)
+    add = s.add_host_func
+    s.synchronize()
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        add(free_addr, 0)
+    t1 = time.perf_counter_ns()
+    s.synchronize()
+    return (t1 - t0) / n
+
+
 def c_op_from_cython(s, n=1_000_000):
     enq, total, ran = cb.enqueue_host_funcs(s, n)
     assert ran == n
@@ -127,7 +140,8 @@ def main():
     rows = []
     rows.append(("Python callback: enqueue (add_callback)", f"{med(lambda: python_callback_enqueue_ns(s), r):.0f} ns"))
     rows.append(("Python callback: end-to-end throughput", f"{med(lambda: python_callback_throughput(s), r) / 1e6:.2f} M/s"))
-    rows.append(("C op enqueued from Python (Stream._enqueue_nop)", f"{med(lambda: c_op_enqueue_from_python_ns(s), r):.0f} ns"))
+    rows.append(("C host function enqueued from Python (Stream.add_host_func)", f"{med(lambda: c_host_func_from_python_ns(s), r):.0f} ns"))
+    rows.append(("empty C op enqueued from Python (Stream._enqueue_nop)", f"{med(lambda: c_op_enqueue_from_python_ns(s), r):.0f} ns"))
     res = [c_op_from_cython(s) for _ in range(r)]
     rows.append(("C host function enqueued from Cython (stream_launch_host_func, nogil)",
                  f"{statistics.median(x[0] for x in res):.1f} ns"))

@@ -595,3 +595,66 @@ def test_stream_init_twice_is_refused():
     with Stream() as s:
         with pytest.raises(StreamError, match="already"):
             s.__init__()
+
+
+def test_add_host_func_runs_a_c_function_pointer_in_order():
+    out = []
+    proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    fn = proto(lambda arg: out.append(arg))
+    addr = ctypes.cast(fn, ctypes.c_void_p).value
+    with Stream() as s:
+        s.add_callback(out.append, "py")
+        s.add_host_func(addr, 7)
+        s.add_host_func(addr)
+        s.synchronize()
+    assert out == ["py", 7, None]
+    with Stream() as s:
+        for bad in (0, -1, "f", True):
+            with pytest.raises(InvalidArgument):
+                s.add_host_func(bad)
+        with pytest.raises(InvalidArgument):
+            s.add_host_func(addr, -5)
+        assert s.position == 0
+
+
+@pytest.mark.slow
+def test_cython_extension_can_cimport_the_stream_c_api(tmp_path, run_python):
+    cython = shutil.which("cython")
+    if cython is None:
+        pytest.skip("no cython")
+    import sysconfig
+    src = tmp_path / "ext_host_func.pyx"
+    src.write_text(
+        "# cython: language_level=3\n"
+        "from paddle_rt._core.stream cimport Stream, stream_launch_host_func, stream_position, stream_reached\n"
+        "cdef long hits = 0\n"
+        "cdef void bump(void* arg) noexcept nogil:\n"
+        "    global hits\n"
+        "    hits += <long>arg\n"
+        "def run(Stream s, long n):\n"
+        "    cdef long i\n"
+        "    cdef unsigned long long last = 0\n"
+        "    with nogil:\n"
+        "        for i in range(n):\n"
+        "            last = stream_launch_host_func(s, bump, <void*>2)\n"
+        "    s.synchronize()\n"
+        "    return hits, last == stream_position(s), stream_reached(s, last)\n")
+    cpp = tmp_path / "ext_host_func.cpp"
+    res = subprocess.run([cython, "--cplus", "-3", "-I", paddle_rt.get_cython_include(), str(src), "-o", str(cpp)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    so = tmp_path / ("ext_host_func" + sysconfig.get_config_var("EXT_SUFFIX"))
+    res = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread",
+                          f"-I{sysconfig.get_paths()['include']}", f"-I{paddle_rt.get_include()}",
+                          f"-I{os.path.join(paddle_rt.get_cython_include(), 'paddle_rt', '_core')}",
+                          str(cpp), "-o", str(so)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = run_python(f"""
+        import sys; sys.path.insert(0, {str(tmp_path)!r})
+        import paddle_rt, ext_host_func
+        s = paddle_rt.Stream()
+        print("RESULT", ext_host_func.run(s, 100000))
+        s.close()
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "RESULT (200000, True, True)" in res.stdout

@@ -315,6 +315,17 @@ cdef class Stream:
             Py_DECREF(item)
             raise
 
+    def add_host_func(self, fn, arg=0):
+        """Enqueue a C function ``void fn(void* arg)`` given by address (an int, e.g. ``ctypes.cast(f,
+        ctypes.c_void_p).value``), run on the worker like :meth:`add_callback` but without the GIL. ``arg`` is an int
+        address passed through unchanged. Returns the operation's position."""
+        if isinstance(fn, bool) or not isinstance(fn, int) or not 0 < fn < (1 << 64):
+            raise errors.InvalidArgument(f"{self.name}: add_host_func: fn must be a non-zero function address (int)")
+        if isinstance(arg, bool) or not isinstance(arg, int) or not 0 <= arg < (1 << 64):
+            raise errors.InvalidArgument(f"{self.name}: add_host_func: arg must be an int address")
+        self._check_open()
+        return self.enqueue(_run_host_func, <void*><uintptr_t>arg, <uint64_t><uintptr_t>fn, PRT_OP_NEEDS_IDLE)
+
     def _enqueue_nop(self):
         """An empty operation (for benchmarks)."""
         return self.enqueue(_run_nothing, NULL, 0, 0)
