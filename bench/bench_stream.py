@@ -154,14 +154,19 @@ def main():
     rows.append(("elapsed_time vs a 10 ms busy-wait on the stream: |error| median / max (target <= 50 us)",
                  f"{statistics.median(errs):.1f} / {max(errs):.1f} us"))
     ours, base = copy_bandwidth(s)
-    ours_bw, base_bw = [], []
-    for _ in range(r):
-        ours_bw.append(ours())
-        base_bw.append(base())
+    ours_bw, base_bw, ratios = [], [], []
+    for i in range(2 * r + 1):          # back-to-back pairs, alternating which goes first
+        if i % 2:
+            b_, o_ = base(), ours()
+        else:
+            o_, b_ = ours(), base()
+        ours_bw.append(o_)
+        base_bw.append(b_)
+        ratios.append(o_ / b_)
     o, b = statistics.median(ours_bw), statistics.median(base_bw)
     rows.append(("memcpy_async 64 MiB D2D on rt_cpu", f"{o / 1e9:.2f} GB/s"))
     rows.append(("numpy.copyto 64 MiB (same run)", f"{b / 1e9:.2f} GB/s"))
-    rows.append(("ratio (target >= 90%)", f"{100 * o / b:.0f}%"))
+    rows.append(("median of per-pair ratios (target >= 90%)", f"{100 * statistics.median(ratios):.0f}%"))
     s.close()
     w = max(len(k) for k, _ in rows)
     print(f"paddle_rt {paddle_rt.__version__}, python {sys.version.split()[0]}, reps={r} (medians)")
