@@ -48,3 +48,4 @@ __all__ = [
     "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
     "reinitialize_after_fork", "get_include", "get_cython_include",
 ] + list(_memory.__all__) + list(_streams.__all__)
+from paddle_rt import ccl  # noqa: E402,F401

@@ -4,7 +4,7 @@ __all__ = [
     "PaddleRTError", "PluginLoadError", "PluginNotFoundError", "NotASharedLibraryError", "MissingEntryPointError",
     "PluginVersionError", "PluginRefusedError", "MissingHookError", "DuplicateDeviceTypeError",
     "PluginError", "OutOfMemoryError", "InvalidArgument", "DeviceError", "NotSupportedError", "StreamError",
-    "ForkError", "STATUS_NAMES",
+    "ForkError", "CollectiveError", "CollectiveTimeout", "STATUS_NAMES",
 ]
 
 STATUS_NAMES = {0: "C_SUCCESS", 1: "C_WARNING", 2: "C_FAILED", 3: "C_ERROR", 4: "C_INTERNAL_ERROR"}
@@ -109,3 +109,23 @@ class StreamError(PaddleRTError):
 
 class ForkError(PaddleRTError):
     """A device was used in a child process after fork() without re-initialisation."""
+
+
+class CollectiveError(PaddleRTError):
+    """A collective failed: the communicator was destroyed or is in error, the plugin refused the call, the ranks'
+    arguments differ, or peers did not join in time. ``collective`` (e.g. ``"all_reduce"``), ``device``, ``rank``,
+    ``nranks``, ``seq`` (the communicator's n-th collective) and ``missing_ranks`` (ranks that had not joined, or
+    None when unknown) say which."""
+
+    def __init__(self, message, collective=None, device=None, rank=None, nranks=None, seq=None, missing_ranks=None):
+        self.collective = collective
+        self.device = device
+        self.rank = rank
+        self.nranks = nranks
+        self.seq = seq
+        self.missing_ranks = missing_ranks
+        super().__init__(message)
+
+
+class CollectiveTimeout(CollectiveError, TimeoutError):
+    """A wait for a collective gave up before its peers joined (``missing_ranks`` names them)."""

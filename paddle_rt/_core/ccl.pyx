@@ -1,0 +1,1087 @@
+"""Collectives: communicators over a plugin's xccl hooks, with InfiniCCL's ``comm_init_all`` on top.
+
+Ordering. A collective is an operation of a paddle_rt :class:`Stream` (default: the current stream of the
+communicator's device): the stream's worker thread makes the plugin call (``xccl_all_reduce(..., plugin stream)``)
+after everything submitted to the stream before it, then waits for the plugin stream and checks the communicator,
+so work submitted after it (copies, callbacks, events) sees its result. Because every rank's call is made by the
+worker of that rank's stream, one Python thread may issue the calls of every rank (inside :class:`group` or not);
+one thread per rank works the same way.
+
+Groups. ``with group():`` collects the calls made by this thread and, at the end of the block, gives each stream one
+operation whose worker makes that stream's calls between ``xccl_group_start`` and ``xccl_group_end``. The ABI's
+group hooks have no arguments; rt_cpu (like NCCL) keeps the open group per thread, so the brackets of different
+workers do not mix. Calls inside one group must not depend on each other (a send and its recv may be in it).
+
+Errors. Bad arguments raise at the call (typed, naming the collective, the device and the reason) and nothing is
+queued. A failure found when the call ran (the plugin refused it, the ranks' arguments differ, peers did not join in
+the plugin's time limit: ``RT_CPU_CCL_TIMEOUT_MS`` for rt_cpu) becomes a :class:`CollectiveError` naming the
+collective, the device and the missing ranks; it is raised by :meth:`Work.wait` and, as a chained
+:class:`StreamError`, by the stream's next ``synchronize()``; the communicator is then in error and later calls on
+it raise at once. ``Work.wait(timeout=...)`` (default ``PADDLE_RT_CCL_TIMEOUT`` seconds, else no limit) raises
+:class:`CollectiveTimeout` naming the ranks that never called the collective or had not reached it on their streams.
+
+Reductions: "sum", "avg", "max", "min", "prod" over every integer and floating type (bfloat16 included). Integer
+SUM and PRODUCT wrap around; integer AVG is the wrapped SUM divided by nranks, truncated toward zero (C division);
+float16/bfloat16 are reduced in float32 and rounded once (rt_cpu). BOOL is only for data movement (broadcast,
+all_gather, send/recv, all_to_all); complex types are refused.
+"""
+import os
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memcpy, memset
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.exc cimport PyErr_CheckSignals
+
+from paddle_rt._core.device_ext cimport (
+    C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_CCLComm, C_CCLRootId, C_DataType,
+    C_CCLReduceOp, BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32, FLOAT64,
+    BFLOAT16, COMPLEX64, COMPLEX128,
+)
+from paddle_rt._core.device cimport Device, resolve_device, check_status
+from paddle_rt._core.plugin cimport Plugin
+from paddle_rt._core.stream cimport Stream, StreamCtx, current_stream, stream_ctx_plugin_sync
+from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, prt_current_worker
+from paddle_rt._core.includes.ccl_support cimport prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn
+from paddle_rt._core.includes.dl cimport dlsym
+
+from paddle_rt._core import errors
+from paddle_rt._core import device as _device_mod
+
+__all__ = ["Communicator", "UniqueId", "Work", "comm_init_all", "get_unique_id", "group", "all_reduce",
+           "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all", "REDUCE_OPS",
+           "DTYPES"]
+
+DEF K_ALL_REDUCE = 0
+DEF K_BROADCAST = 1
+DEF K_REDUCE = 2
+DEF K_ALL_GATHER = 3
+DEF K_REDUCE_SCATTER = 4
+DEF K_SEND = 5
+DEF K_RECV = 6
+DEF K_ALL_TO_ALL = 7
+_NAMES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all")
+_HOOKS = tuple("xccl_" + n for n in _NAMES)
+
+cdef long POLL_US = 20000
+_RECORDS_KEPT = 512
+
+REDUCE_OPS = {"sum": 0, "avg": 1, "max": 2, "min": 3, "prod": 4, "product": 4}
+_OP_NAMES = {0: "sum", 1: "avg", 2: "max", 3: "min", 4: "prod"}
+
+# name -> (C_DataType, itemsize)
+DTYPES = {
+    "bool": (BOOL, 1), "uint8": (UINT8, 1), "uint16": (UINT16, 2), "uint32": (UINT32, 4), "uint64": (UINT64, 8),
+    "int8": (INT8, 1), "int16": (INT16, 2), "int32": (INT32, 4), "int64": (INT64, 8), "float16": (FLOAT16, 2),
+    "float32": (FLOAT32, 4), "float64": (FLOAT64, 8), "bfloat16": (BFLOAT16, 2), "complex64": (COMPLEX64, 8),
+    "complex128": (COMPLEX128, 16),
+}
+
+
+# -- argument helpers ------------------------------------------------------------------------------------------------
+def _dtype_info(dtype, where):
+    """(name, C_DataType, itemsize) of a numpy dtype, a string ("float32", "bfloat16") or a type."""
+    if dtype is None:
+        raise errors.InvalidArgument(f"{where}: dtype is required (a numpy dtype or a name such as 'float32')")
+    name = None
+    if isinstance(dtype, str):
+        name = dtype.lower()
+        if name == "bfloat16" or name in DTYPES:
+            pass
+        else:
+            try:
+                name = np.dtype(dtype).name
+            except TypeError:
+                name = None
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    if name == "bool_":
+        name = "bool"
+    if name not in DTYPES:
+        raise errors.NotSupportedError(f"{where}: unsupported dtype {dtype!r} (use one of {', '.join(DTYPES)})")
+    cval, size = DTYPES[name]
+    return name, cval, size
+
+
+def _op_value(op, where):
+    if isinstance(op, str) and op.lower() in REDUCE_OPS:
+        return REDUCE_OPS[op.lower()]
+    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op <= 4:
+        return op
+    raise errors.NotSupportedError(f"{where}: unsupported reduction op {op!r} (use sum, avg, max, min or prod)")
+
+
+def _count_value(count, where):
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise errors.InvalidArgument(f"{where}: count must be a non-negative int, not {count!r}")
+    return count
+
+
+def _rank_value(r, Communicator comm, what, where):
+    if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < comm.nranks:
+        raise errors.InvalidArgument(f"{where}: {what} {r!r} is not a rank of this communicator (0..{comm.nranks - 1})")
+    return r
+
+
+def _buffer(obj, what, Communicator comm, where):
+    """(ptr, size) of device memory of comm's device."""
+    if obj is None:
+        raise errors.InvalidArgument(f"{where}: {what} is required (an Allocation of {comm.device!r})")
+    dev = getattr(obj, "device", None)
+    if not isinstance(dev, Device) or not hasattr(obj, "ptr") or not hasattr(obj, "size"):
+        raise errors.InvalidArgument(f"{where}: {what} must be an Allocation (paddle_rt.malloc) of {comm.device!r}, "
+                                     f"not {type(obj).__name__}")
+    if getattr(obj, "freed", False):
+        raise errors.InvalidArgument(f"{where}: {what} {obj!r} was freed")
+    if dev is not comm.device:
+        raise errors.InvalidArgument(f"{where}: {what} is memory of {dev!r}, but the communicator (rank "
+                                     f"{comm.rank}) is on {comm.device!r}")
+    if getattr(obj, "pinned", False) or getattr(obj, "memory_kind", None) == "host":
+        raise errors.InvalidArgument(f"{where}: {what} is pinned host memory; collectives need device memory")
+    return int(obj.ptr), int(obj.size)
+
+
+def _need(size, count, itemsize, what, dtype_name, where, times=1):
+    need = count * itemsize * times
+    if size < need:
+        per = f"{times} x " if times != 1 else ""
+        raise errors.InvalidArgument(f"{where}: {what} has {size} bytes, too small for {per}{count} {dtype_name} "
+                                     f"({need} bytes)")
+
+
+def _default_wait_timeout():
+    v = os.environ.get("PADDLE_RT_CCL_TIMEOUT", "")
+    if not v:
+        return None
+    try:
+        t = float(v)
+    except ValueError:
+        raise errors.InvalidArgument(f"PADDLE_RT_CCL_TIMEOUT={v!r} is not a number of seconds") from None
+    return t if t > 0 else None
+
+
+# -- unique ids, cliques ---------------------------------------------------------------------------------------------
+class UniqueId:
+    """The id that ties the ranks of one communicator together (``get_unique_id()``). ``bytes(uid)`` gives its
+    bytes; ``UniqueId(data)`` rebuilds it."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        if not isinstance(data, (bytes, bytearray)) or not data:
+            raise errors.InvalidArgument(f"UniqueId needs non-empty bytes, not {type(data).__name__}")
+        self.data = bytes(data)
+
+    def __bytes__(self):
+        return self.data
+
+    def __eq__(self, other):
+        return isinstance(other, UniqueId) and other.data == self.data
+
+    def __hash__(self):
+        return hash(self.data)
+
+    def __repr__(self):
+        return f"<paddle_rt.ccl.UniqueId {self.data[:16].hex()}...>"
+
+
+def get_unique_id(device=None):
+    """A new unique id from the plugin of ``device`` (default: the current device): ``xccl_get_unique_id``."""
+    cdef Device dev = resolve_device(device)
+    cdef C_DeviceInterface* f = dev.iface
+    cdef size_t size = 0
+    cdef C_CCLRootId rid
+    cdef C_Status st = C_SUCCESS
+    if f.xccl_get_unique_id == NULL or f.xccl_comm_init_rank == NULL:
+        raise errors.NotSupportedError(f"{dev!r}: ccl.get_unique_id: the plugin has no collectives "
+                                       f"(xccl_get_unique_id / xccl_comm_init_rank)")
+    dev.activate()
+    if f.xccl_get_unique_id_size != NULL:
+        with nogil:
+            st = f.xccl_get_unique_id_size(&size)
+        check_status(dev, "xccl_get_unique_id_size", st)
+    if size == 0:
+        size = 128      # NCCL's id size, when the plugin does not say
+    buf = bytearray(size)
+    cdef unsigned char[::1] view = buf
+    rid.sz = size
+    rid.data = <void*>&view[0]
+    with nogil:
+        st = f.xccl_get_unique_id(&rid)
+    check_status(dev, "xccl_get_unique_id", st)
+    return UniqueId(bytes(buf))
+
+
+_cliques = weakref.WeakValueDictionary()
+
+
+cdef class Clique:
+    def __cinit__(self, bytes uid, size_t nranks):
+        self.uid = uid
+        self.nranks = nranks
+        self.started = <uint64_t*>calloc(nranks if nranks else 1, sizeof(uint64_t))
+        if self.started == NULL:
+            raise MemoryError()
+        self.issued = [0] * nranks
+        self.records = {}
+        self.p2p_issued = {}
+
+    def __dealloc__(self):
+        free(self.started)
+
+    cdef list missing(self, uint64_t seq):
+        """(ranks that never called collective #seq, ranks that called it but whose stream had not started it)"""
+        never = [r for r in range(self.nranks) if self.issued[r] <= seq]
+        behind = [r for r in range(self.nranks)
+                  if self.issued[r] > seq and prt_ccl_load_u64(&self.started[r]) <= seq]
+        return [never, behind]
+
+
+cdef Clique _clique_for(bytes uid, size_t nranks):
+    c = _cliques.get(uid)
+    if c is None or (<Clique>c).nranks != nranks:
+        c = Clique(uid, nranks)
+        _cliques[uid] = c
+    return c
+
+
+_live_comms = weakref.WeakSet()
+
+
+# -- communicators ---------------------------------------------------------------------------------------------------
+cdef class Communicator:
+    """Rank ``rank`` of ``nranks`` of the communicator named by ``unique_id``, on ``device`` (default: the current
+    device): ``xccl_comm_init_rank``. The ranks of one id meet when they run collectives (rt_cpu's init does not
+    block, so one thread may create every rank; see :func:`comm_init_all`)."""
+
+    def __cinit__(self):
+        self.handle = NULL
+        self.destroyed = True
+        self._last = {}
+
+    def __init__(self, nranks, unique_id, rank, device=None):
+        cdef Device dev = resolve_device(device)
+        cdef C_DeviceInterface* f = dev.iface
+        cdef C_CCLRootId rid
+        cdef C_CCLComm h = NULL
+        cdef C_Status st = C_SUCCESS
+        cdef size_t n, r
+        where = f"{dev!r}: ccl.Communicator"
+        if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
+            raise errors.InvalidArgument(f"{where}: nranks must be a positive int, not {nranks!r}")
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < nranks:
+            raise errors.InvalidArgument(f"{where}: rank {rank!r} is not in 0..{nranks - 1}")
+        if isinstance(unique_id, (bytes, bytearray)):
+            unique_id = UniqueId(unique_id)
+        if not isinstance(unique_id, UniqueId):
+            raise errors.InvalidArgument(f"{where}: unique_id must come from ccl.get_unique_id(), not "
+                                         f"{type(unique_id).__name__}")
+        if f.xccl_comm_init_rank == NULL or f.xccl_destroy_comm == NULL:
+            raise errors.NotSupportedError(f"{where}: the plugin has no xccl_comm_init_rank / xccl_destroy_comm")
+        data = bytearray(unique_id.data)
+        cdef unsigned char[::1] view = data
+        rid.sz = len(data)
+        rid.data = <void*>&view[0]
+        n = nranks
+        r = rank
+        clique = _clique_for(unique_id.data, nranks)
+        prev = _device_mod.get_device()
+        dev.activate()      # the communicator's device is the plugin's current device at init
+        try:
+            with nogil:
+                st = f.xccl_comm_init_rank(n, &rid, r, &h)
+        finally:
+            if prev is not dev:
+                (<Device>prev).activate()
+        if st != C_SUCCESS and st != C_WARNING:
+            raise errors.PluginError(repr(dev), "xccl_comm_init_rank", st,
+                                     f"rank {rank} of {nranks}: the id is not from this process, the rank is "
+                                     f"already taken, or another rank gave a different nranks")
+        self.handle = h
+        self.device = dev
+        self.rank = rank
+        self.nranks = nranks
+        self.clique = clique
+        self.destroyed = False
+        self._seq = 0
+        _live_comms.add(self)
+
+    def __repr__(self):
+        state = "destroyed" if self.destroyed else ("in error" if self._error is not None else "ready")
+        return f"<paddle_rt.ccl.Communicator rank {self.rank}/{self.nranks} on {self.device!r} {state}>"
+
+    @property
+    def handle_int(self):
+        """The plugin's communicator handle as an int (opaque)."""
+        return <uintptr_t>self.handle
+
+    @property
+    def name(self):
+        """The plugin's name of the communicator (``xccl_get_comm_name``), or None."""
+        cdef char buf[256]
+        cdef C_Status st
+        self._check_usable("name")
+        if self.device.iface.xccl_get_comm_name == NULL:
+            return None
+        memset(buf, 0, sizeof(buf))
+        with nogil:
+            st = self.device.iface.xccl_get_comm_name(self.handle, buf)
+        check_status(self.device, "xccl_get_comm_name", st)
+        return buf[:255].split(b"\0", 1)[0].decode(errors="replace")
+
+    @property
+    def error(self):
+        """The CollectiveError that put the communicator in error, or None."""
+        return self._error
+
+    cdef int _check_usable(self, str call) except -1:
+        if self.destroyed or self.handle == NULL:
+            raise errors.CollectiveError(f"{self.device!r}: ccl.{call}: the communicator (rank {self.rank} of "
+                                         f"{self.nranks}) was destroyed", call, repr(self.device), self.rank,
+                                         self.nranks)
+        if self._error is not None:
+            raise errors.CollectiveError(f"{self.device!r}: ccl.{call}: the communicator (rank {self.rank} of "
+                                         f"{self.nranks}) is in error since: {self._error}", call,
+                                         repr(self.device), self.rank, self.nranks) from self._error
+        return 0
+
+    def synchronize(self, timeout=None):
+        """Wait for every collective issued on this communicator (see :meth:`Work.wait`)."""
+        for w in list(self._last.values()):
+            w.wait(timeout)
+
+    def destroy(self):
+        """Wait for the collectives issued on it, then ``xccl_destroy_comm``. Later calls raise; destroying twice
+        does nothing."""
+        cdef C_Status st = C_SUCCESS
+        cdef C_CCLComm h = self.handle
+        if self.destroyed:
+            return
+        pending = list(self._last.values())
+        self._last.clear()
+        for w in pending:
+            (<Work>w)._wait_done(None)
+        self.destroyed = True
+        self.handle = NULL
+        _live_comms.discard(self)
+        if h != NULL and self.device.alive():
+            self.device.activate()
+            with nogil:
+                st = self.device.iface.xccl_destroy_comm(h)
+            check_status(self.device, "xccl_destroy_comm", st)
+
+    def __dealloc__(self):
+        # queued work holds a reference to its communicator: nothing can still use the handle here
+        if self.handle != NULL and not self.destroyed and self.device is not None and self.device.alive():
+            self.device.iface.set_device(self.device.cdev())
+            self.device.iface.xccl_destroy_comm(self.handle)
+        self.handle = NULL
+
+
+def comm_init_all(devices=None):
+    """One communicator per device, rank i on ``devices[i]`` (InfiniCCL's ``infinicclCommInitAll``). ``devices``:
+    Devices, names ("rt_cpu:1") or indices; default every device of the current device's plugin."""
+    if devices is None:
+        cur = _device_mod.get_device()
+        devs = [d for d in _device_mod.devices() if (<Device>d).plugin is (<Device>cur).plugin]
+    else:
+        devs = [resolve_device(d) for d in devices]
+    if not devs:
+        raise errors.InvalidArgument("ccl.comm_init_all: no devices")
+    if len(set(id(d) for d in devs)) != len(devs):
+        raise errors.InvalidArgument(f"ccl.comm_init_all: a device appears twice in {devs!r}")
+    plugins = {id((<Device>d).plugin) for d in devs}
+    if len(plugins) != 1:
+        raise errors.InvalidArgument(f"ccl.comm_init_all: the devices {devs!r} belong to different plugins")
+    uid = get_unique_id(devs[0])
+    comms = []
+    try:
+        for i, d in enumerate(devs):
+            comms.append(Communicator(len(devs), uid, i, d))
+    except BaseException:
+        for c in comms:
+            try:
+                c.destroy()
+            except BaseException:
+                pass
+        raise
+    return comms
+
+
+def _teardown_comms():
+    for c in list(_live_comms):
+        try:
+            c.destroy()
+        except BaseException as exc:
+            import sys
+            print(f"paddle_rt: destroying {c!r} at exit: {exc}", file=sys.stderr)
+
+
+_device_mod.register_teardown(_teardown_comms, 15)
+
+
+# -- work ------------------------------------------------------------------------------------------------------------
+cdef class Work:
+    """One issued collective (returned by every collective call). :meth:`wait` blocks until it ran and raises its
+    error; :meth:`done` does not block."""
+    cdef readonly str collective
+    cdef readonly Communicator comm
+    cdef readonly Stream stream
+    cdef readonly uint64_t position      # the stream operation (0 while an open group holds it)
+    cdef readonly object seq             # the communicator's n-th collective, or the n-th message to/from peer
+    cdef int kind
+    cdef object peer
+    cdef object args                     # (count, dtype name, op, root) for mismatch reports
+    cdef object _keep                    # buffers kept alive until the call ran
+    cdef object _exc
+    cdef bint _finished
+
+    def __repr__(self):
+        state = "pending" if not self.position else ("failed" if self._exc is not None else
+                                                     ("done" if self.done() else "queued"))
+        return (f"<paddle_rt.ccl.Work {self.collective} #{self.seq} rank {self.comm.rank} on "
+                f"{self.comm.device!r} {state}>")
+
+    @property
+    def exception(self):
+        return self._exc
+
+    def done(self):
+        """True once the call has run (successfully or not)."""
+        if not self.position:
+            return False
+        return self._finished
+
+    cdef int _wait_done(self, object timeout) except -1:
+        cdef Stream s = self.stream
+        cdef bint ok = False
+        cdef uint64_t pos = self.position
+        if not pos:
+            raise errors.InvalidArgument(f"{self.comm.device!r}: ccl.{self.collective}: cannot wait inside the "
+                                         f"group that issued it (it is submitted when the group ends)")
+        if self._finished or s.ctx == NULL:
+            return 0
+        if prt_current_worker() == s.ctx.core:
+            raise errors.StreamError(f"{s.name}: waiting for a collective from a callback of its own stream "
+                                     f"would deadlock")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._finished and s.ctx != NULL:
+            with nogil:
+                ok = s.ctx.core.wait_for(pos, POLL_US)
+            if ok or self._finished:
+                break
+            PyErr_CheckSignals()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._timeout_error(timeout)
+        return 0
+
+    def wait(self, timeout=None):
+        """Block until the collective ran (GIL released; Ctrl-C works). ``timeout`` seconds (default
+        ``PADDLE_RT_CCL_TIMEOUT``, else none): raise :class:`CollectiveTimeout` naming the ranks that did not join.
+        Raises the collective's :class:`CollectiveError` if it failed (and takes it off the stream's pending
+        errors)."""
+        if timeout is None:
+            timeout = _default_wait_timeout()
+        elif not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
+            raise errors.InvalidArgument(f"ccl.Work.wait: timeout must be a number of seconds, not {timeout!r}")
+        self._wait_done(timeout)
+        if self._exc is not None:
+            s = self.stream
+            if s.ctx != NULL:
+                errs = <list>s.ctx.errors
+                errs[:] = [e for e in errs if e[1] is not self._exc]
+            raise self._exc
+
+    def _missing_text(self):
+        """(missing ranks, text)"""
+        cdef Clique q = self.comm.clique
+        if self.kind in (K_SEND, K_RECV):
+            other = K_RECV if self.kind == K_SEND else K_SEND
+            src, dst = (self.comm.rank, self.peer) if self.kind == K_SEND else (self.peer, self.comm.rank)
+            have = q.p2p_issued.get((other, src, dst), 0)
+            if have <= self.seq:
+                return [self.peer], (f"rank {self.peer} never called the matching "
+                                     f"{_NAMES[other]} (message #{self.seq} between ranks {src} -> {dst})")
+            return [], f"rank {self.peer} called the matching {_NAMES[other]}"
+        never, behind = q.missing(self.seq)
+        parts = []
+        if never:
+            parts.append(f"rank(s) {never} never called it")
+        if behind:
+            parts.append(f"rank(s) {behind} called it but their streams had not reached it")
+        return never + behind, "; ".join(parts)
+
+    def _timeout_error(self, timeout):
+        missing, text = self._missing_text()
+        dev = repr(self.comm.device)
+        msg = (f"{dev}: ccl.{self.collective} #{self.seq} (rank {self.comm.rank} of {self.comm.nranks}) did not "
+               f"complete within {timeout:g} s: {text or 'every rank started it; the plugin has not finished'}")
+        return errors.CollectiveTimeout(msg, self.collective, dev, self.comm.rank, self.comm.nranks, self.seq,
+                                        missing)
+
+    def _failure(self, int status, int group_status, int comm_error):
+        """The CollectiveError of a call that failed when it ran (built on the worker, with the GIL)."""
+        cdef Communicator c = self.comm
+        dev = repr(c.device)
+        head = f"{dev}: ccl.{self.collective} #{self.seq} (rank {c.rank} of {c.nranks}) failed"
+        missing = None
+        if status != C_SUCCESS and status != C_WARNING:
+            sname = errors.STATUS_NAMES.get(status, str(status))
+            why = f"the plugin refused xccl_{self.collective} with {sname}"
+            if c._error is not None:
+                why += f" (the communicator was already in error: {c._error})"
+        elif group_status != C_SUCCESS and group_status != C_WARNING:
+            why = f"xccl_group_start/xccl_group_end failed with {errors.STATUS_NAMES.get(group_status, group_status)}"
+        else:
+            rec = c.clique.records.get(self.seq) if self.kind not in (K_SEND, K_RECV) else None
+            missing, text = self._missing_text()
+            if missing:
+                why = f"peers did not join within the plugin's time limit: {text}"
+            elif rec is not None and len(set(rec.values())) > 1:
+                shown = ", ".join(f"rank {r}: {_fmt_args(a)}" for r, a in sorted(rec.items()))
+                why = f"the ranks' arguments differ ({shown})"
+                missing = []
+            else:
+                why = ("the plugin failed it (its peers did not join in time, or the ranks' arguments or buffer "
+                       "sizes differ)")
+            why += "; the communicator is now in error"
+        return errors.CollectiveError(f"{head}: {why}", self.collective, dev, c.rank, c.nranks, self.seq, missing)
+
+
+def _fmt_args(a):
+    name, count, dtype, op, root = a
+    s = f"{name} count={count} {dtype}"
+    if op is not None:
+        s += f" op={_OP_NAMES.get(op, op)}"
+    if root is not None:
+        s += f" root={root}"
+    return s
+
+
+# -- the worker side -------------------------------------------------------------------------------------------------
+cdef C_Status _call_hook(C_DeviceInterface* f, CclCall* c, C_Stream s) noexcept nogil:
+    if c.kind == K_ALL_REDUCE:
+        return f.xccl_all_reduce(c.send, c.recv, c.count, c.dtype, c.op, c.comm, s)
+    if c.kind == K_BROADCAST:
+        return f.xccl_broadcast(c.recv, c.count, c.dtype, c.peer, c.comm, s)
+    if c.kind == K_REDUCE:
+        return f.xccl_reduce(c.send, c.recv, c.count, c.dtype, c.op, c.peer, c.comm, s)
+    if c.kind == K_ALL_GATHER:
+        return f.xccl_all_gather(c.send, c.recv, c.count, c.dtype, c.comm, s)
+    if c.kind == K_REDUCE_SCATTER:
+        return f.xccl_reduce_scatter(c.send, c.recv, c.count, c.dtype, c.op, c.comm, s)
+    if c.kind == K_SEND:
+        return f.xccl_send(c.send, c.count, c.dtype, c.peer, c.comm, s)
+    if c.kind == K_RECV:
+        return f.xccl_recv(c.recv, c.count, c.dtype, c.peer, c.comm, s)
+    return f.xccl_all_to_all(c.a2a_send, c.a2a_count, c.a2a_dtype, c.a2a_recv, c.a2a_count, c.a2a_dtype,
+                             c.rank, c.nranks, c.comm, s)
+
+
+cdef void _free_call_arrays(CclCall* c) noexcept nogil:
+    free(<void*>c.a2a_send)
+    free(c.a2a_recv)
+    free(c.a2a_count)
+    free(c.a2a_dtype)
+    c.a2a_send = NULL
+    c.a2a_recv = NULL
+    c.a2a_count = NULL
+    c.a2a_dtype = NULL
+
+
+cdef void _free_batch(CclBatch* b) noexcept nogil:
+    cdef size_t i
+    if b == NULL:
+        return
+    if b.calls != NULL:
+        for i in range(b.n):
+            _free_call_arrays(&b.calls[i])
+        free(b.calls)
+    free(b)
+
+
+cdef inline bint _ok(C_Status st) noexcept nogil:
+    return st == C_SUCCESS or st == C_WARNING
+
+
+cdef int _ccl_run(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    cdef CclBatch* b = <CclBatch*>arg
+    cdef C_DeviceInterface* f = b.iface
+    cdef C_Stream s = ctx.pstream if ctx.has_pstream else NULL
+    cdef C_Status gs = C_SUCCESS
+    cdef C_Status ge = C_SUCCESS
+    cdef bint any_ok = False
+    cdef size_t i
+    cdef CclCall* c
+    f.set_device(b.cdev)
+    if b.grouped:
+        gs = f.xccl_group_start()
+    if _ok(gs):
+        for i in range(b.n):
+            c = &b.calls[i]
+            if c.started != NULL:
+                prt_ccl_store_u64(c.started, c.seq + 1)
+            c.status = _call_hook(f, c, s)
+            if _ok(c.status):
+                any_ok = True
+        if b.grouped:
+            ge = f.xccl_group_end()
+    if any_ok and s != NULL:
+        stream_ctx_plugin_sync(ctx)      # the collective has run (or failed) when this returns
+    if b.comm_error != NULL:
+        for i in range(b.n):
+            c = &b.calls[i]
+            if _ok(c.status) and b.comm_error(<void*>c.comm) == 1:
+                c.comm_error = 1
+    _finish_batch(ctx, b, pos, gs, ge)
+    _free_batch(b)
+    return 0
+
+
+cdef void _finish_batch(StreamCtx* ctx, CclBatch* b, uint64_t pos, C_Status gs, C_Status ge) noexcept with gil:
+    cdef size_t i
+    cdef CclCall* c
+    cdef Work w
+    cdef int g = <int>(gs if not _ok(gs) else ge)
+    works = <list>b.works
+    Py_DECREF(works)               # the batch's reference; `works` keeps the list until we return
+    b.works = NULL
+    for i in range(b.n):
+        c = &b.calls[i]
+        w = <Work>works[i]
+        try:
+            if not _ok(c.status) or not _ok(<C_Status>g) or c.comm_error:
+                exc = w._failure(<int>c.status if _ok(gs) else <int>gs, g, c.comm_error)
+                w._exc = exc
+                if w.comm._error is None and (c.comm_error or not _ok(c.status)):
+                    w.comm._error = exc
+                (<list>ctx.errors).append((pos, exc, f"ccl.{w.collective}"))
+        except BaseException as e:
+            try:
+                (<list>ctx.errors).append((pos, e, f"ccl.{w.collective}"))
+            except BaseException:
+                pass
+        w._keep = None
+        w._finished = True
+    ctx.iface.set_device(ctx.cdev)
+
+
+# -- submission ------------------------------------------------------------------------------------------------------
+_tls = threading.local()
+
+
+cdef prt_ccl_comm_error_fn _comm_error_fn(Device dev):
+    cdef Plugin p = dev.plugin
+    if p._dl == NULL:
+        return NULL
+    return <prt_ccl_comm_error_fn>dlsym(p._dl, b"rt_cpu_ccl_comm_error")
+
+
+cdef object _assign(Work w, CclCall* c):
+    """Number the call (the communicator's collective sequence or the pair's message count) and record it."""
+    cdef Communicator comm = w.comm
+    cdef Clique q = comm.clique
+    if w.kind in (K_SEND, K_RECV):
+        key = (w.kind, comm.rank, w.peer) if w.kind == K_SEND else (w.kind, w.peer, comm.rank)
+        n = q.p2p_issued.get(key, 0)
+        q.p2p_issued[key] = n + 1
+        w.seq = n
+        c.started = NULL
+        c.seq = n
+        return None
+    w.seq = comm._seq
+    c.seq = comm._seq
+    comm._seq += 1
+    q.issued[comm.rank] = comm._seq
+    c.started = &q.started[comm.rank]
+    rec = q.records.get(w.seq)
+    if rec is None:
+        rec = q.records[w.seq] = {}
+        q.records.pop(w.seq - _RECORDS_KEPT, None)
+    rec[comm.rank] = w.args
+    return None
+
+
+cdef object _enqueue(Stream s, list items, bint grouped):
+    """items: [(Work, address of a malloc'd CclCall)] of one stream; takes ownership of the calls."""
+    cdef CclBatch* b = <CclBatch*>calloc(1, sizeof(CclBatch))
+    cdef CclCall* c
+    cdef size_t i
+    cdef Work w
+    cdef Device dev = s.device
+    if b == NULL:
+        for w, addr in items:
+            _free_call_arrays(<CclCall*><uintptr_t>addr)
+            free(<void*><uintptr_t>addr)
+        raise MemoryError()
+    b.calls = <CclCall*>calloc(len(items), sizeof(CclCall))
+    b.n = len(items)
+    for i in range(b.n):
+        w, addr = items[i]
+        if b.calls != NULL:
+            memcpy(&b.calls[i], <CclCall*><uintptr_t>addr, sizeof(CclCall))
+        else:
+            _free_call_arrays(<CclCall*><uintptr_t>addr)
+        free(<void*><uintptr_t>addr)
+    if b.calls == NULL:
+        b.n = 0
+        _free_batch(b)
+        raise MemoryError()
+    b.iface = dev.iface
+    b.cdev = dev.cdev()
+    b.comm_error = _comm_error_fn(dev)
+    b.grouped = grouped
+    works = [it[0] for it in items]
+    for i in range(b.n):
+        _assign(<Work>works[i], &b.calls[i])
+    b.works = <PyObject*>works
+    Py_INCREF(works)
+    try:
+        pos = s.enqueue(_ccl_run, b, 0, 0 if s.ctx.has_pstream else PRT_OP_NEEDS_IDLE)
+    except BaseException:
+        Py_DECREF(works)
+        b.works = NULL
+        _free_batch(b)
+        raise
+    for w in works:
+        w.position = pos
+        w.comm._last[s] = w
+    return pos
+
+
+cdef object _submit(Work w, CclCall* c):
+    """Queue the call now, or hold it in this thread's open group. Takes ownership of c (malloc'd)."""
+    pending = getattr(_tls, "group", None)
+    if pending is not None:
+        pending.append((w, <uintptr_t>c))
+        return w
+    _enqueue(w.stream, [(w, <uintptr_t>c)], False)
+    return w
+
+
+class group:
+    """``with paddle_rt.ccl.group():`` — calls made by this thread inside the block are submitted together at its
+    end: each stream gets one operation whose worker makes its calls between ``xccl_group_start`` and
+    ``xccl_group_end``. Needed when one thread issues blocking pairs (send + recv, all_to_all) for several ranks.
+    Nested groups join the outermost. If the block raises, nothing of it is submitted."""
+
+    def __enter__(self):
+        depth = getattr(_tls, "depth", 0)
+        if depth == 0:
+            _tls.group = []
+        _tls.depth = depth + 1
+        return self
+
+    def __exit__(self, et, ev, tb):
+        cdef CclCall* c
+        _tls.depth -= 1
+        if _tls.depth > 0:
+            return False
+        items = _tls.group
+        _tls.group = None
+        if et is not None:
+            for w, addr in items:
+                c = <CclCall*><uintptr_t>addr
+                _free_call_arrays(c)
+                free(c)
+            return False
+        by_stream = {}
+        order = []
+        for w, addr in items:
+            s = (<Work>w).stream
+            if s not in by_stream:
+                by_stream[s] = []
+                order.append(s)
+            by_stream[s].append((w, addr))
+        try:
+            while order:
+                s = order.pop(0)
+                _enqueue(s, by_stream.pop(s), True)
+        except BaseException:
+            for rest in by_stream.values():
+                for w, addr in rest:
+                    c = <CclCall*><uintptr_t>addr
+                    _free_call_arrays(c)
+                    free(c)
+            raise
+        return False
+
+
+cdef Work _prepare(int kind, Communicator comm, object stream, CclCall** out):
+    """Common checks; a Work and a zeroed CclCall for the call."""
+    cdef Stream s
+    name = _NAMES[kind]
+    if not isinstance(comm, Communicator):
+        raise errors.InvalidArgument(f"ccl.{name}: comm must be a Communicator, not {type(comm).__name__}")
+    comm._check_usable(name)
+    where = f"{comm.device!r}: ccl.{name}"
+    if stream is None:
+        s = current_stream(comm.device)
+    elif isinstance(stream, Stream):
+        s = stream
+    else:
+        raise errors.InvalidArgument(f"{where}: stream must be a paddle_rt Stream or None, not "
+                                     f"{type(stream).__name__}")
+    s._check_open()
+    if s.device is not comm.device:
+        raise errors.InvalidArgument(f"{where}: the stream {s.name} is on {s.device!r}, the communicator (rank "
+                                     f"{comm.rank}) on {comm.device!r}")
+    if not comm.device.plugin.has(_HOOKS[kind]):
+        raise errors.NotSupportedError(f"{where}: the plugin has no {_HOOKS[kind]}")
+    cdef Work w = Work.__new__(Work)
+    w.collective = name
+    w.comm = comm
+    w.stream = s
+    w.kind = kind
+    w.position = 0
+    cdef CclCall* c = <CclCall*>calloc(1, sizeof(CclCall))
+    if c == NULL:
+        raise MemoryError()
+    c.kind = kind
+    c.comm = comm.handle
+    c.rank = comm.rank
+    c.nranks = comm.nranks
+    out[0] = c
+    return w
+
+
+def _where(Communicator comm, name):
+    if isinstance(comm, Communicator):
+        return f"{comm.device!r}: ccl.{name}"
+    return f"ccl.{name}"
+
+
+def _reducing_dtype(dtype, where):
+    name, cval, size = _dtype_info(dtype, where)
+    if name in ("complex64", "complex128"):
+        raise errors.NotSupportedError(f"{where}: complex types cannot be reduced or moved by xccl ({name})")
+    if name == "bool":
+        raise errors.NotSupportedError(f"{where}: bool cannot be reduced (only broadcast, all_gather, send/recv "
+                                       f"and all_to_all move bool data)")
+    return name, cval, size
+
+
+def _moving_dtype(dtype, where):
+    name, cval, size = _dtype_info(dtype, where)
+    if name in ("complex64", "complex128"):
+        raise errors.NotSupportedError(f"{where}: complex types are not supported by xccl ({name})")
+    return name, cval, size
+
+
+def _dtype_of(dtype, bufs):
+    if dtype is not None:
+        return dtype
+    for b in bufs:
+        d = getattr(b, "dtype", None)
+        if d is not None:
+            return d
+    return None
+
+
+cdef object _check_comm(object comm, str name):
+    if not isinstance(comm, Communicator):
+        raise errors.InvalidArgument(f"ccl.{name}: comm must be a Communicator, not {type(comm).__name__}")
+    (<Communicator>comm)._check_usable(name)
+
+
+def all_reduce(send, recv, op="sum", comm=None, stream=None, count=None, dtype=None):
+    """recv[i] = op over ranks of send[i], i < count, on every rank (``xccl_all_reduce``). In place when send is
+    recv. count defaults to send.size // itemsize. Returns a :class:`Work`."""
+    return _reduction(K_ALL_REDUCE, send, recv, op, comm, stream, count, dtype, None)
+
+
+def reduce(send, recv, op="sum", root=0, comm=None, stream=None, count=None, dtype=None):
+    """Like all_reduce, but only ``root`` receives (recv may be None on the other ranks) (``xccl_reduce``)."""
+    return _reduction(K_REDUCE, send, recv, op, comm, stream, count, dtype, root)
+
+
+def reduce_scatter(send, recv, op="sum", comm=None, stream=None, count=None, dtype=None):
+    """Rank r receives op over ranks of send[r*count:(r+1)*count] (``xccl_reduce_scatter``); count (per rank)
+    defaults to recv.size // itemsize; send holds nranks*count elements."""
+    return _reduction(K_REDUCE_SCATTER, send, recv, op, comm, stream, count, dtype, None)
+
+
+cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, root):
+    name = _NAMES[kind]
+    _check_comm(comm, name)
+    cdef Communicator cm = comm
+    where = _where(cm, name)
+    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv)), where)
+    opv = _op_value(op, where)
+    if kind == K_REDUCE:
+        root = _rank_value(root, cm, "root", where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    need_recv = kind != K_REDUCE or cm.rank == root
+    rp, rsize = (0, 0)
+    if need_recv:
+        rp, rsize = _buffer(recv, "recv", cm, where)
+    elif recv is not None:
+        rp, rsize = _buffer(recv, "recv", cm, where)
+    if count is None:
+        if kind == K_REDUCE_SCATTER:
+            count = (ssize // cm.nranks if send is recv else rsize) // isz
+        else:
+            count = ssize // isz
+    count = _count_value(count, where)
+    if kind == K_REDUCE_SCATTER:
+        _need(ssize, count, isz, "send", dname, where, cm.nranks)
+        if send is recv:
+            rp = sp + cm.rank * count * isz      # in place: this rank's chunk of send
+        else:
+            _need(rsize, count, isz, "recv", dname, where)
+    else:
+        _need(ssize, count, isz, "send", dname, where)
+        if need_recv:
+            _need(rsize, count, isz, "recv", dname, where)
+    cdef CclCall* c
+    cdef Work w = _prepare(kind, cm, stream, &c)
+    c.send = <void*><uintptr_t>sp
+    c.recv = <void*><uintptr_t>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.op = <C_CCLReduceOp>opv
+    c.peer = root if root is not None else 0
+    w.args = (name, count, dname, opv, root)
+    w._keep = (send, recv)
+    return _submit(w, c)
+
+
+def broadcast(buf, root=0, comm=None, stream=None, count=None, dtype=None):
+    """Copy root's ``buf`` into every other rank's ``buf`` (``xccl_broadcast``, in place). count defaults to
+    buf.size // itemsize."""
+    _check_comm(comm, "broadcast")
+    cdef Communicator cm = comm
+    where = _where(cm, "broadcast")
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,)), where)
+    root = _rank_value(root, cm, "root", where)
+    bp, bsize = _buffer(buf, "buf", cm, where)
+    if count is None:
+        count = bsize // isz
+    count = _count_value(count, where)
+    _need(bsize, count, isz, "buf", dname, where)
+    cdef CclCall* c
+    cdef Work w = _prepare(K_BROADCAST, cm, stream, &c)
+    c.send = <void*><uintptr_t>bp
+    c.recv = <void*><uintptr_t>bp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.peer = root
+    w.args = ("broadcast", count, dname, None, root)
+    w._keep = (buf,)
+    return _submit(w, c)
+
+
+def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
+    """recv[r*count:(r+1)*count] = rank r's send[:count] on every rank (``xccl_all_gather``); count (per rank)
+    defaults to send.size // itemsize; recv holds nranks*count elements. In place when send is recv's chunk of
+    this rank."""
+    _check_comm(comm, "all_gather")
+    cdef Communicator cm = comm
+    where = _where(cm, "all_gather")
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    if count is None:
+        count = ssize // isz if send is not recv else rsize // isz // cm.nranks
+    count = _count_value(count, where)
+    _need(rsize, count, isz, "recv", dname, where, cm.nranks)
+    if send is recv:
+        sp = rp + cm.rank * count * isz      # in place: this rank's chunk of recv
+    else:
+        _need(ssize, count, isz, "send", dname, where)
+    cdef CclCall* c
+    cdef Work w = _prepare(K_ALL_GATHER, cm, stream, &c)
+    c.send = <void*><uintptr_t>sp
+    c.recv = <void*><uintptr_t>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    w.args = ("all_gather", count, dname, None, None)
+    w._keep = (send, recv)
+    return _submit(w, c)
+
+
+def send(buf, peer, comm=None, stream=None, count=None, dtype=None):
+    """Send count elements of ``buf`` to rank ``peer`` (``xccl_send``); matched with peer's n-th recv from this
+    rank. A send and its recv issued by one thread must be in one :class:`group`."""
+    return _p2p(K_SEND, buf, peer, comm, stream, count, dtype)
+
+
+def recv(buf, peer, comm=None, stream=None, count=None, dtype=None):
+    """Receive count elements into ``buf`` from rank ``peer`` (``xccl_recv``)."""
+    return _p2p(K_RECV, buf, peer, comm, stream, count, dtype)
+
+
+cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
+    name = _NAMES[kind]
+    _check_comm(comm, name)
+    cdef Communicator cm = comm
+    where = _where(cm, name)
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,)), where)
+    peer = _rank_value(peer, cm, "peer", where)
+    bp, bsize = _buffer(buf, "buf", cm, where)
+    if count is None:
+        count = bsize // isz
+    count = _count_value(count, where)
+    _need(bsize, count, isz, "buf", dname, where)
+    cdef CclCall* c
+    cdef Work w = _prepare(kind, cm, stream, &c)
+    if kind == K_SEND:
+        c.send = <void*><uintptr_t>bp
+    else:
+        c.recv = <void*><uintptr_t>bp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.peer = peer
+    w.peer = peer
+    w.args = (name, count, dname, None, peer)
+    w._keep = (buf,)
+    return _submit(w, c)
+
+
+def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
+    """Rank r's send chunk p (count elements) lands in rank p's recv chunk r (``xccl_all_to_all``); count (per
+    peer) defaults to send.size // itemsize // nranks; send and recv hold nranks*count elements each."""
+    _check_comm(comm, "all_to_all")
+    cdef Communicator cm = comm
+    where = _where(cm, "all_to_all")
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    if send is recv:
+        raise errors.InvalidArgument(f"{where}: all_to_all cannot run in place (send is recv)")
+    if count is None:
+        count = ssize // isz // cm.nranks
+    count = _count_value(count, where)
+    _need(ssize, count, isz, "send", dname, where, cm.nranks)
+    _need(rsize, count, isz, "recv", dname, where, cm.nranks)
+    cdef CclCall* c
+    cdef Work w = _prepare(K_ALL_TO_ALL, cm, stream, &c)
+    cdef size_t n = cm.nranks
+    cdef size_t k
+    c.a2a_send = <const void**>malloc(n * sizeof(void*))
+    c.a2a_recv = <void**>malloc(n * sizeof(void*))
+    c.a2a_count = <size_t*>malloc(n * sizeof(size_t))
+    c.a2a_dtype = <C_DataType*>malloc(n * sizeof(C_DataType))
+    if c.a2a_send == NULL or c.a2a_recv == NULL or c.a2a_count == NULL or c.a2a_dtype == NULL:
+        _free_call_arrays(c)
+        free(c)
+        raise MemoryError()
+    for k in range(n):
+        c.a2a_send[k] = <const void*><uintptr_t>(sp + k * count * isz)
+        c.a2a_recv[k] = <void*><uintptr_t>(rp + k * count * isz)
+        c.a2a_count[k] = count
+        c.a2a_dtype[k] = <C_DataType>cval
+    c.count = count
+    c.dtype = <C_DataType>cval
+    w.args = ("all_to_all", count, dname, None, None)
+    w._keep = (send, recv)
+    return _submit(w, c)
