@@ -669,3 +669,25 @@ def test_cython_extension_can_cimport_the_stream_c_api(tmp_path, run_python):
     """)
     assert res.returncode == 0, res.stderr
     assert "RESULT (200000, True, True)" in res.stdout
+
+
+def test_create_stream_failure_is_a_plugin_error_and_changes_nothing(run_python):
+    res = run_python("""
+        import paddle_rt
+        s = paddle_rt.Stream("rt_cpu:0")
+        try:
+            paddle_rt.Stream("rt_cpu:0")
+            print("NO ERROR")
+        except paddle_rt.PluginError as exc:
+            print("ERR", exc.device, exc.call, exc.status_name)
+        out = []
+        s.add_callback(out.append, 1)
+        s.synchronize()
+        s.close()
+        t = paddle_rt.Stream("rt_cpu:0")     # the slot is free again
+        t.close()
+        print("OK", out)
+    """, env={"RT_CPU_MAX_STREAMS": "1"})
+    assert res.returncode == 0, res.stderr
+    assert "ERR rt_cpu:0 create_stream C_FAILED" in res.stdout
+    assert "OK [1]" in res.stdout
