@@ -657,3 +657,10 @@ def test_live_communicators_and_pending_work_at_exit(run_python):
     assert res.returncode == 0, res.stderr[-4000:]
     assert "EXIT" in res.stdout
     assert "paddle_rt:" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "int64", "uint8"])
+def test_large_reductions_span_many_chunks(comms, name):
+    """Counts far above rt_cpu's reduction chunk (64 KiB), odd tails, in place and out of place, all_reduce and
+    reduce."""
+    check_matrix(comms, [100_003], dtypes=[name], ops=["sum", "avg", "max"], seed=7)
