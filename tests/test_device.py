@@ -631,3 +631,28 @@ def test_use_after_teardown_raises(run_python, build_plugin):
     out = res.stdout.split("RESULT ", 1)[1]
     assert "no error" not in out
     assert "torn down" in out or "finalized" in out
+
+
+def test_resolve_device_follows_the_current_device_per_thread(td_min):
+    from paddle_rt._core.device import resolve_device
+
+    paddle_rt.set_device("td_min:1")
+    assert resolve_device(None) is paddle_rt.device("td_min:1")
+    assert resolve_device("td_min:0") is paddle_rt.device("td_min:0")
+    assert resolve_device(0) is paddle_rt.device("td_min:0")
+    default = paddle_rt._core.device._initial_device()
+    seen = {}
+
+    def worker():
+        seen["start"] = resolve_device(None)
+        paddle_rt.set_device("td_min:0")
+        seen["after"] = resolve_device(None)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(60)
+    assert seen["start"] is default
+    assert seen["after"] is paddle_rt.device("td_min:0")
+    assert resolve_device(None) is paddle_rt.device("td_min:1")
+    with pytest.raises(DeviceError):
+        resolve_device("nope:0")
