@@ -19,6 +19,17 @@ cdef extern from * nogil:
         return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     }
 
+    #ifndef PRT_SPIN_NS
+    #define PRT_SPIN_NS 20000
+    #endif
+    static inline void prt_cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+
     /* One queued operation: fn(ctx, arg, aux, pos) runs on the stream's worker and returns 1 when it handed work to
        the plugin's stream (it completes later: the worker synchronises the plugin stream before the next operation
        flagged PRT_OP_NEEDS_IDLE and whenever it runs out of work), 0 when it is done, -1 after recording an error. */
@@ -96,6 +107,7 @@ cdef extern from * nogil:
             if (thread_init) thread_init(ctx);
             std::unique_lock<std::mutex> lk(mu);
             uint64_t last = 0;
+            bool spun = false;
             for (;;) {
                 if (!head) {
                     if (dirty) {
@@ -107,11 +119,28 @@ cdef extern from * nogil:
                     }
                     if (waiters) done_cv.notify_all();
                     if (stopping) break;
+                    if (!spun) {
+                        /* Out of work: watch for more for a few microseconds before sleeping, so that a steady
+                           producer does not pay a futex wake-up per operation. */
+                        spun = true;
+                        uint64_t seen = submitted;
+                        lk.unlock();
+                        int64_t until = prt_now_ns() + PRT_SPIN_NS;
+                        for (unsigned i = 1;; ++i) {
+                            if (submitted_pub.load(std::memory_order_relaxed) != seen) break;
+                            prt_cpu_relax();
+                            if ((i & 63) == 0 && prt_now_ns() > until) break;
+                        }
+                        lk.lock();
+                        continue;
+                    }
+                    spun = false;
                     sleeping = true;
                     work_cv.wait(lk, [this] { return head != nullptr || stopping; });
                     sleeping = false;
                     continue;
                 }
+                spun = false;
                 prt_op* batch = head;
                 head = tail = nullptr;
                 lk.unlock();
