@@ -26,6 +26,8 @@ cdef struct StreamCtx:
     PyObject* errors           # list of (position, exception, what): owned reference
     PyObject* device           # the Device (owned reference) for error messages
     prt_stream_core* core
+    void* tstate               # the worker's own PyThreadState (kept for its lifetime: cheap GIL for callbacks)
+    int gstate
 
 cdef class Stream:
     cdef StreamCtx* ctx

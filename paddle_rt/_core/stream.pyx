@@ -42,7 +42,7 @@ from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_current_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
-    prt_t_stream_tag, prt_t_stream_dev,
+    prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
 )
 
 from paddle_rt._core import errors
@@ -74,7 +74,19 @@ _os.register_at_fork(after_in_child=_after_fork_in_child)
 # -- worker-side helpers (no GIL unless said) ------------------------------------------------------------------------
 cdef void _worker_init(void* p) noexcept nogil:
     cdef StreamCtx* ctx = <StreamCtx*>p
+    # Give the worker a Python thread state for its whole life: otherwise every Python callback would create and
+    # destroy one (~10 us each).
+    ctx.gstate = prt_gil_ensure()
+    ctx.tstate = prt_save_thread()
     ctx.iface.set_device(ctx.cdev)
+
+
+cdef void _worker_exit(void* p) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    if ctx.tstate != NULL:
+        prt_restore_thread(ctx.tstate)
+        ctx.tstate = NULL
+        prt_gil_release(ctx.gstate)
 
 
 cdef int _plugin_sync(void* p) noexcept nogil:
@@ -221,6 +233,7 @@ cdef class Stream:
         Py_INCREF(dev)
         ctx.core.ctx = ctx
         ctx.core.thread_init = _worker_init
+        ctx.core.thread_exit = _worker_exit
         ctx.core.plugin_sync = _plugin_sync
         self.ctx = ctx
         self.device = dev

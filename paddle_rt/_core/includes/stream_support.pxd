@@ -66,6 +66,7 @@ cdef extern from * nogil:
         /* callbacks into stream.pyx */
         void* ctx = nullptr;
         void (*thread_init)(void* ctx) = nullptr;          /* on the worker, once: set the device */
+        void (*thread_exit)(void* ctx) = nullptr;          /* on the worker, last */
         int (*plugin_sync)(void* ctx) = nullptr;           /* wait for the plugin stream; 0 ok */
         std::thread worker;
         bool dirty = false;                                /* worker only: plugin work handed off, not yet waited */
@@ -160,6 +161,8 @@ cdef extern from * nogil:
                 free_ops = batch;
                 if (waiters && !dirty) done_cv.notify_all();
             }
+            lk.unlock();
+            if (thread_exit) thread_exit(ctx);
         }
 
         void start() {
@@ -246,6 +249,12 @@ cdef extern from * nogil:
         }
     };
     static inline prt_event_core* prt_event_core_new(void) { return new (std::nothrow) prt_event_core(); }
+
+    /* A worker's own Python thread state (Python.h is included first by Cython). */
+    static inline void* prt_save_thread(void) { return (void*)PyEval_SaveThread(); }
+    static inline void prt_restore_thread(void* t) { PyEval_RestoreThread((PyThreadState*)t); }
+    static inline int prt_gil_ensure(void) { return (int)PyGILState_Ensure(); }
+    static inline void prt_gil_release(int g) { PyGILState_Release((PyGILState_STATE)g); }
     """
     int64_t prt_now_ns()
     enum:
@@ -256,6 +265,7 @@ cdef extern from * nogil:
     cppclass prt_stream_core:
         void* ctx
         void (*thread_init)(void* ctx) noexcept nogil
+        void (*thread_exit)(void* ctx) noexcept nogil
         int (*plugin_sync)(void* ctx) noexcept nogil
         bint stopping
         uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags)
@@ -289,3 +299,7 @@ cdef extern from * nogil:
         void decref()
 
     prt_event_core* prt_event_core_new()
+    void* prt_save_thread()
+    void prt_restore_thread(void* t)
+    int prt_gil_ensure()
+    void prt_gil_release(int g)
