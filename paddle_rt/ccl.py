@@ -9,10 +9,10 @@
 """
 from paddle_rt._core.ccl import (
     Communicator, UniqueId, Work, comm_init_all, get_unique_id, group, all_reduce, broadcast, reduce, all_gather,
-    reduce_scatter, send, recv, all_to_all, REDUCE_OPS, DTYPES,
+    reduce_scatter, send, recv, all_to_all, all_gather_v, reduce_scatter_v, REDUCE_OPS, DTYPES,
 )
 from paddle_rt._core.errors import CollectiveError, CollectiveTimeout
 
 __all__ = ["Communicator", "UniqueId", "Work", "comm_init_all", "get_unique_id", "group", "all_reduce", "broadcast",
-           "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all", "REDUCE_OPS", "DTYPES",
-           "CollectiveError", "CollectiveTimeout"]
+           "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all", "all_gather_v", "reduce_scatter_v",
+           "REDUCE_OPS", "DTYPES", "CollectiveError", "CollectiveTimeout"]

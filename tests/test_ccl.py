@@ -209,6 +209,48 @@ def check_movement(comms, name, count, rng):
     return checked
 
 
+def check_v(comms, seed=3):
+    """all_gather_v / reduce_scatter_v (InfiniCCL's V forms) with uneven, zero and odd counts."""
+    rng = np.random.default_rng(seed)
+    n = len(comms)
+    checked = 0
+    for name in ("float32", "int16", "bfloat16"):
+        isz = np_dtype(name).itemsize
+        for counts in ([3] * n, [0] + [5] * (n - 1), [2 * i + 1 for i in range(n)]):
+            total = sum(counts)
+            xs = [make_input(name, counts[i], rng) for i in range(n)]
+            sends = [alloc(c, counts[i] * isz) for i, c in enumerate(comms)]
+            recvs = [alloc(c, total * isz) for c in comms]
+            for a, x in zip(sends, xs):
+                put(a, x)
+            works = []
+            with ccl.group():
+                for s, r, c in zip(sends, recvs, comms):
+                    works += ccl.all_gather_v(s, r, counts, comm=c, dtype=name)
+            wait_all(works)
+            for r in recvs:
+                np.testing.assert_array_equal(view(r, name, total), np.concatenate(xs),
+                                              err_msg=f"all_gather_v {name}")
+                checked += 1
+            big = [make_input(name, total, rng) for _ in range(n)]
+            sends = [alloc(c, total * isz) for c in comms]
+            recvs = [alloc(c, counts[i] * isz) for i, c in enumerate(comms)]
+            for a, x in zip(sends, big):
+                put(a, x)
+            works = []
+            for s, r, c in zip(sends, recvs, comms):
+                works += ccl.reduce_scatter_v(s, r, counts, "max", comm=c, dtype=name)
+            wait_all(works)
+            ref = reduce_ref("max", big, name)
+            off = 0
+            for i, r in enumerate(recvs):
+                np.testing.assert_array_equal(view(r, name, counts[i]), ref[off:off + counts[i]],
+                                              err_msg=f"reduce_scatter_v {name}")
+                off += counts[i]
+                checked += 1
+    return checked
+
+
 # -- fixtures ----------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def comms():
@@ -235,6 +277,15 @@ def test_comm_init_all_ranks_devices_and_names(comms):
 @pytest.mark.parametrize("name", ALL_TYPES)
 def test_every_collective_op_dtype_two_devices(comms, name):
     assert check_matrix(comms, [0, 1, 7, 1001], dtypes=[name]) > 0
+
+
+def test_variable_count_collectives(comms):
+    assert check_v(comms) > 0
+    a = alloc(comms[0], 64)
+    with pytest.raises(paddle_rt.InvalidArgument, match="recv_counts must hold 2 non-negative counts"):
+        ccl.all_gather_v(a, a, [1, 2, 3], comm=comms[0], dtype="float32")
+    with pytest.raises(paddle_rt.InvalidArgument, match="send has 64 bytes, too small for 20 float32"):
+        ccl.reduce_scatter_v(a, a, [10, 10], comm=comms[0], dtype="float32")
 
 
 def test_bool_data_movement(comms):
@@ -596,7 +647,7 @@ import test_ccl as T
 n = paddle_rt.device_count()
 assert n == {n}, n
 comms = ccl.comm_init_all([f"rt_cpu:{{i}}" for i in range(n)])
-checked = T.check_matrix(comms, [0, 1, 5, 257])
+checked = T.check_matrix(comms, [0, 1, 5, 257]) + T.check_v(comms)
 for c in comms:
     c.destroy()
 print("CHECKED", checked)

@@ -54,8 +54,8 @@ from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
 
 __all__ = ["Communicator", "UniqueId", "Work", "comm_init_all", "get_unique_id", "group", "all_reduce",
-           "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all", "REDUCE_OPS",
-           "DTYPES"]
+           "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all", "all_gather_v",
+           "reduce_scatter_v", "REDUCE_OPS", "DTYPES"]
 
 DEF K_ALL_REDUCE = 0
 DEF K_BROADCAST = 1
@@ -1085,3 +1085,85 @@ def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
     w.args = ("all_to_all", count, dname, None, None)
     w._keep = (send, recv)
     return _submit(w, c)
+
+
+# -- InfiniCCL's variable-count collectives, composed from grouped plugin calls ---------------------------------------
+cdef Work _raw_call(int kind, Communicator cm, object stream, uintptr_t sp, uintptr_t rp, size_t count, int cval,
+                    int opv, size_t peer, object keep, object args):
+    cdef CclCall* c
+    cdef Work w = _prepare(kind, cm, stream, &c)
+    c.send = <void*>sp
+    c.recv = <void*>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.op = <C_CCLReduceOp>opv
+    c.peer = peer
+    w.args = args
+    w._keep = keep
+    _submit(w, c)
+    return w
+
+
+def _counts_value(counts, Communicator cm, what, where):
+    try:
+        counts = [int(x) if not isinstance(x, bool) else -1 for x in counts]
+    except (TypeError, ValueError):
+        raise errors.InvalidArgument(f"{where}: {what} must be a sequence of {cm.nranks} counts") from None
+    if len(counts) != cm.nranks or any(x < 0 for x in counts):
+        raise errors.InvalidArgument(f"{where}: {what} must hold {cm.nranks} non-negative counts, not {counts!r}")
+    return counts
+
+
+def all_gather_v(send, recv, recv_counts, comm=None, stream=None, dtype=None):
+    """InfiniCCL's AllGatherV: rank r contributes ``recv_counts[r]`` elements (from the start of its ``send``);
+    every rank's ``recv`` gets all parts one after another. Runs as this rank's part copied into place, then one
+    broadcast per rank inside a group. Returns the list of Works (one per part)."""
+    _check_comm(comm, "all_gather_v")
+    cdef Communicator cm = comm
+    where = _where(cm, "all_gather_v")
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    counts = _counts_value(recv_counts, cm, "recv_counts", where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    _need(rsize, sum(counts), isz, "recv", dname, where)
+    _need(ssize, counts[cm.rank], isz, "send", dname, where)
+    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    s = current_stream(cm.device) if stream is None else stream
+    if counts[cm.rank] and rp + offs[cm.rank] != sp:
+        from paddle_rt._core.memcpy import memcpy_async
+        if not isinstance(s, Stream):
+            raise errors.InvalidArgument(f"{where}: stream must be a paddle_rt Stream or None, not "
+                                         f"{type(s).__name__}")
+        if (<Stream>s).device is not cm.device:
+            raise errors.InvalidArgument(f"{where}: the stream {(<Stream>s).name} is on {(<Stream>s).device!r}, "
+                                         f"the communicator (rank {cm.rank}) on {cm.device!r}")
+        memcpy_async(rp + offs[cm.rank], sp, counts[cm.rank] * isz, stream=s, kind="D2D")
+    works = []
+    with group():
+        for r in range(cm.nranks):
+            works.append(_raw_call(K_BROADCAST, cm, s, rp + offs[r], rp + offs[r], counts[r], cval, 0, r,
+                                   (send, recv), ("all_gather_v", counts[r], dname, None, r)))
+    return works
+
+
+def reduce_scatter_v(send, recv, send_counts, op="sum", comm=None, stream=None, dtype=None):
+    """InfiniCCL's ReduceScatterV: rank r receives op over ranks of ``send``'s r-th part (``send_counts[r]``
+    elements, parts one after another) in ``recv``. Runs as one reduce per rank (root r) inside a group. Returns
+    the list of Works."""
+    _check_comm(comm, "reduce_scatter_v")
+    cdef Communicator cm = comm
+    where = _where(cm, "reduce_scatter_v")
+    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv)), where)
+    opv = _op_value(op, where)
+    counts = _counts_value(send_counts, cm, "send_counts", where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    _need(ssize, sum(counts), isz, "send", dname, where)
+    _need(rsize, counts[cm.rank], isz, "recv", dname, where)
+    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    works = []
+    with group():
+        for r in range(cm.nranks):
+            works.append(_raw_call(K_REDUCE, cm, stream, sp + offs[r], rp if r == cm.rank else 0, counts[r], cval,
+                                   opv, r, (send, recv), ("reduce_scatter_v", counts[r], dname, opv, r)))
+    return works
