@@ -715,3 +715,29 @@ def test_large_reductions_span_many_chunks(comms, name):
     """Counts far above rt_cpu's reduction chunk (64 KiB), odd tails, in place and out of place, all_reduce and
     reduce."""
     check_matrix(comms, [100_003], dtypes=[name], ops=["sum", "avg", "max"], seed=7)
+
+
+def test_buffers_are_kept_alive_until_the_collective_ran_then_released(comms):
+    import gc
+    import weakref
+
+    gate = threading.Event()
+    s0 = paddle_rt.Stream(comms[0].device)
+    s0.add_callback(gate.wait, 30)                  # rank 0's collective cannot run yet
+    a = [alloc(c, 4096) for c in comms]
+    for i in range(2):
+        view(a[i], "float32", 1024)[:] = 1
+    refs = [weakref.ref(a[i]) for i in range(2)]
+    works = [ccl.all_reduce(a[0], a[0], comm=comms[0], stream=s0, dtype="float32"),
+             ccl.all_reduce(a[1], a[1], comm=comms[1], dtype="float32")]
+    out = [view(x, "float32", 1024) for x in a]      # views keep the memory readable for the check below
+    del a
+    gc.collect()
+    assert all(r() is not None for r in refs)       # held by the queued work
+    gate.set()
+    wait_all(works)
+    assert all((o == 2).all() for o in out)
+    del out
+    gc.collect()
+    assert all(r() is None for r in refs)           # released once it ran
+    s0.close()

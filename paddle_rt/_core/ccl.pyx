@@ -45,9 +45,11 @@ from paddle_rt._core.device_ext cimport (
 )
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.plugin cimport Plugin
-from paddle_rt._core.stream cimport Stream, StreamCtx, current_stream, stream_ctx_plugin_sync
+from paddle_rt._core.stream cimport Stream, StreamCtx, current_stream, stream_ctx_plugin_sync, stream_reached
 from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, prt_current_worker
-from paddle_rt._core.includes.ccl_support cimport prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn
+from paddle_rt._core.includes.ccl_support cimport (
+    prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
+)
 from paddle_rt._core.includes.dl cimport dlsym
 
 from paddle_rt._core import errors
@@ -369,6 +371,7 @@ cdef class Communicator:
         self._last.clear()
         for w in pending:
             (<Work>w)._wait_done(None)
+        _drain()
         self.destroyed = True
         self.handle = NULL
         _live_comms.discard(self)
@@ -417,6 +420,7 @@ def comm_init_all(devices=None):
 
 
 def _teardown_comms():
+    _drain()
     for c in list(_live_comms):
         try:
             c.destroy()
@@ -458,7 +462,9 @@ cdef class Work:
         """True once the call has run (successfully or not)."""
         if not self.position:
             return False
-        return self._finished
+        if not self._finished:
+            _drain()
+        return self._finished or stream_reached(self.stream, self.position)
 
     cdef int _wait_done(self, object timeout) except -1:
         cdef Stream s = self.stream
@@ -467,7 +473,8 @@ cdef class Work:
         if not pos:
             raise errors.InvalidArgument(f"{self.comm.device!r}: ccl.{self.collective}: cannot wait inside the "
                                          f"group that issued it (it is submitted when the group ends)")
-        if self._finished or s.ctx == NULL:
+        if self._finished or s.ctx == NULL or stream_reached(s, pos):
+            _drain()
             return 0
         if prt_current_worker() == s.ctx.core:
             raise errors.StreamError(f"{s.name}: waiting for a collective from a callback of its own stream "
@@ -477,6 +484,7 @@ cdef class Work:
             with nogil:
                 ok = s.ctx.core.wait_for(pos, POLL_US)
             if ok or self._finished:
+                _drain()
                 break
             PyErr_CheckSignals()
             if deadline is not None and time.monotonic() >= deadline:
@@ -637,12 +645,18 @@ cdef int _ccl_run(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil
             ge = f.xccl_group_end()
     if any_ok and s != NULL:
         stream_ctx_plugin_sync(ctx)      # the collective has run (or failed) when this returns
-    if b.comm_error != NULL:
-        for i in range(b.n):
-            c = &b.calls[i]
-            if _ok(c.status) and b.comm_error(<void*>c.comm) == 1:
-                c.comm_error = 1
-    _finish_batch(ctx, b, pos, gs, ge)
+    cdef bint failed = not _ok(gs) or not _ok(ge)
+    for i in range(b.n):
+        c = &b.calls[i]
+        if _ok(c.status) and b.comm_error != NULL and b.comm_error(<void*>c.comm) == 1:
+            c.comm_error = 1
+        if not _ok(c.status) or c.comm_error:
+            failed = True
+    # success: no GIL here; the Works' references are dropped by the next thread that holds it (_drain)
+    if failed or prt_ccl_defer(b.works) != 0:
+        _finish_batch(ctx, b, pos, gs, ge)
+    else:
+        b.works = NULL
     _free_batch(b)
     return 0
 
@@ -673,6 +687,28 @@ cdef void _finish_batch(StreamCtx* ctx, CclBatch* b, uint64_t pos, C_Status gs, 
         w._keep = None
         w._finished = True
     ctx.iface.set_device(ctx.cdev)
+
+
+cdef int _drain() except -1:
+    """Drop the references of successfully finished batches (see _ccl_run)."""
+    cdef void* o
+    cdef Work w
+    while prt_ccl_pending():
+        o = prt_ccl_pop()
+        if o == NULL:
+            break
+        works = <list>o
+        Py_DECREF(works)          # the batch's reference; `works` keeps the list for this iteration
+        for x in works:
+            w = <Work>x
+            w._keep = None
+            w._finished = True
+        works = None
+    return 0
+
+
+def _drain_finished():
+    _drain()
 
 
 # -- submission ------------------------------------------------------------------------------------------------------
@@ -820,6 +856,7 @@ cdef Work _prepare(int kind, Communicator comm, object stream, CclCall** out):
     """Common checks; a Work and a zeroed CclCall for the call."""
     cdef Stream s
     name = _NAMES[kind]
+    _drain()
     if not isinstance(comm, Communicator):
         raise errors.InvalidArgument(f"ccl.{name}: comm must be a Communicator, not {type(comm).__name__}")
     comm._check_usable(name)
