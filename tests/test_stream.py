@@ -649,7 +649,11 @@ def test_cython_extension_can_cimport_the_stream_c_api(tmp_path, run_python):
         "        for i in range(n):\n"
         "            last = stream_launch_host_func(s, bump, <void*>2)\n"
         "    s.synchronize()\n"
-        "    return hits, last == stream_position(s), stream_reached(s, last)\n")
+        "    return hits, last == stream_position(s), stream_reached(s, last)\n"
+        "from paddle_rt._core.stream cimport current_stream_tag\n"
+        "from paddle_rt._core.device cimport Device\n"
+        "def tag(Device d):\n"
+        "    return current_stream_tag(d)\n")
     cpp = tmp_path / "ext_host_func.cpp"
     res = subprocess.run([cython, "--cplus", "-3", "-I", paddle_rt.get_cython_include(), str(src), "-o", str(cpp)],
                          capture_output=True, text=True)
@@ -665,10 +669,16 @@ def test_cython_extension_can_cimport_the_stream_c_api(tmp_path, run_python):
         import paddle_rt, ext_host_func
         s = paddle_rt.Stream()
         print("RESULT", ext_host_func.run(s, 100000))
+        outside = ext_host_func.tag(s.device)
+        with paddle_rt.stream(s):
+            inside = ext_host_func.tag(s.device)
+            other = ext_host_func.tag(paddle_rt.device("rt_cpu:1"))
+        print("TAGS", outside == 0, inside != 0, other == 0, ext_host_func.tag(s.device) == 0)
         s.close()
     """)
     assert res.returncode == 0, res.stderr
     assert "RESULT (200000, True, True)" in res.stdout
+    assert "TAGS True True True True" in res.stdout
 
 
 def test_create_stream_failure_is_a_plugin_error_and_changes_nothing(run_python):
