@@ -341,6 +341,7 @@ def test_interleaved_with_copies_on_the_same_streams(comms):
         s.close()
 
 
+@pytest.mark.smoke
 def test_default_stream_is_current_stream_of_the_device(comms):
     bufs = [alloc(c, 16) for c in comms]
     for b in bufs:
@@ -484,6 +485,7 @@ def test_unsupported_dtypes_and_ops_raise_before_queueing(comms):
     assert paddle_rt.current_stream(comms[0].device).position == pos      # nothing was queued
 
 
+@pytest.mark.smoke
 def test_buffer_too_small_wrong_device_and_bad_arguments(comms):
     small = alloc(comms[0], 10)
     other = alloc(comms[1], 64)
