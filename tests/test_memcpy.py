@@ -234,3 +234,22 @@ def test_queued_copies_match_a_sequential_model(ops, on_two_devices):
     s.close()
     for i in range(3):
         assert (outs[i] == model[i]).all(), (i, ops)
+
+
+def test_pinned_host_allocation_is_host_memory_for_copies():
+    """An Allocation from malloc_host is host memory: the inferred kind is H2D/D2H, and D2D contradicts it."""
+    import numpy as np
+
+    h = paddle_rt.malloc_host(4096)
+    d = paddle_rt.malloc(4096)
+    assert h.pinned and h.memory_kind == "host"
+    assert not d.pinned and d.memory_kind == "device"
+    np.asarray(h)[:] = np.arange(4096, dtype=np.uint64).astype(np.uint8)
+    with pytest.raises(paddle_rt.InvalidArgument, match="D2D contradicts"):
+        paddle_rt.memcpy(d, h, kind="D2D")
+    paddle_rt.memcpy(d, h)
+    out = np.zeros(4096, np.uint8)
+    paddle_rt.memcpy(out, d)
+    assert np.array_equal(out, np.asarray(h))
+    h.free()
+    d.free()

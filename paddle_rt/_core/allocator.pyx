@@ -1351,6 +1351,16 @@ cdef class Allocation:
     def nbytes(self):
         return self.size
 
+    @property
+    def memory_kind(self):
+        """``"device"`` (device_memory_allocate) or ``"host"`` (pinned host memory from ``malloc_host``)."""
+        return "host" if self.core != NULL and self.core.kind == KIND_HOST else "device"
+
+    @property
+    def pinned(self):
+        """True for pinned host memory (``malloc_host``): copies treat it as host memory."""
+        return self.core != NULL and self.core.kind == KIND_HOST
+
     def __enter__(self):
         return self
 
