@@ -656,3 +656,29 @@ def test_resolve_device_follows_the_current_device_per_thread(td_min):
     assert resolve_device(None) is paddle_rt.device("td_min:1")
     with pytest.raises(DeviceError):
         resolve_device("nope:0")
+
+
+def test_devices_leaves_out_a_plugin_that_cannot_initialise(run_python, build_plugin):
+    """devices() lists every other plugin's devices (with a warning naming the broken one); asking for the broken
+    type explicitly raises its PluginError."""
+    bad = build_plugin("variant", {"DEVICE_TYPE": '"td_noinit"', "FAIL_INITIALIZE": None})
+    code = f"""
+    import warnings, paddle_rt
+    paddle_rt.load_plugin({str(bad)!r})
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        devs = [str(d) for d in paddle_rt.devices()]
+    print("DEVS", devs)
+    print("WARN", any("td_noinit" in str(x.message) for x in w))
+    try:
+        paddle_rt.devices("td_noinit")
+    except paddle_rt.PluginError as exc:
+        print("ERR", exc.call)
+    """
+    res = run_python(code, env={"PADDLE_RT_NO_RT_CPU": None, "CUSTOM_DEVICE_ROOT": None,
+                                "PADDLE_RT_PLUGIN_PATH": None, "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "DEVS ['rt_cpu:0', 'rt_cpu:1']" in out
+    assert "WARN True" in out
+    assert "ERR initialize" in out

@@ -299,8 +299,20 @@ cpdef Device resolve_device(object dev=None):
 
 def devices(device_type=None):
     """All devices, or those of ``device_type``, in plugin load order."""
-    plugins = _plugin_mod.list_plugins() if device_type is None else [_plugin_mod.get_plugin(device_type)]
-    return [_device_of(p, i) for p in plugins for i in range(p.device_count())]
+    if device_type is not None:
+        p = _plugin_mod.get_plugin(device_type)
+        return [_device_of(p, i) for i in range(p.device_count())]
+    # All plugins: one that cannot initialise is left out with a warning rather than hiding every other device
+    # (asking for its type explicitly raises the PluginError).
+    out = []
+    for p in _plugin_mod.list_plugins():
+        try:
+            n = p.device_count()
+        except errors.PaddleRTError as exc:
+            warnings.warn(f"paddle_rt: devices(): left out {p.device_type}: {exc}", RuntimeWarning, stacklevel=2)
+            continue
+        out += [_device_of(p, i) for i in range(n)]
+    return out
 
 
 def device_count(device_type=None):
