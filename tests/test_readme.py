@@ -28,3 +28,24 @@ def test_readme_example_runs(index, run_python):
                                                         "PADDLE_RT_PLUGIN_PATH": None,
                                                         "PADDLE_RT_DEFAULT_DEVICE": None})
     assert res.returncode == 0, f"README example {index} failed:\n{block}\n{res.stderr}"
+
+
+def test_demo_command_runs(run_python):
+    """README command 1's main job: `python -m paddle_rt demo` walks through every layer on rt_cpu."""
+    res = run_python("import sys, paddle_rt.__main__ as m; sys.exit(m.main(['demo']))",
+                     env={"PADDLE_RT_NO_RT_CPU": None, "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_PLUGIN_PATH": None,
+                          "PADDLE_RT_DEFAULT_DEVICE": None}, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for section in ("== plugins", "== devices", "== memory", "== streams", "== collectives", "demo finished"):
+        assert section in out
+    assert "every rank now holds [3.0, 3.0]" in out
+    assert "(caused by ValueError)" in out
+
+
+def test_cli_lists_commands_and_rejects_unknown(run_python):
+    res = run_python("import sys, paddle_rt.__main__ as m; sys.exit(m.main(['nope']))")
+    assert res.returncode == 2
+    assert "unknown command 'nope'" in res.stderr
+    for cmd in ("demo", "info", "replay", "check"):
+        assert cmd in res.stdout

@@ -63,7 +63,67 @@ def demo_memory():
         print(f"asking for twice the capacity raises OutOfMemoryError:\n  {str(exc).splitlines()[0]}")
 
 
-SECTIONS = [demo_plugins, demo_devices, demo_memory]
+def demo_streams():
+    step("streams, events, copies")
+    import numpy as np
+
+    d = paddle_rt.device("rt_cpu:0")
+    n = 8 << 20
+    host = np.arange(n, dtype=np.uint8)
+    buf = paddle_rt.malloc(n, d)
+    s1, s2 = paddle_rt.Stream(d), paddle_rt.Stream(d)
+    order = []
+    start, end = paddle_rt.Event(enable_timing=True), paddle_rt.Event(enable_timing=True)
+    start.record(s1)
+    paddle_rt.memcpy_async(buf, host, stream=s1)
+    s1.add_callback(order.append, "after the H2D copy on s1")
+    end.record(s1)
+    s2.wait_event(end)
+    paddle_rt.memset_async(buf, 1, 16, stream=s2)
+    s2.add_callback(order.append, "after the memset on s2, which waited for s1's event")
+    s2.synchronize()
+    out = np.empty(16, np.uint8)
+    paddle_rt.memcpy(out, buf, 16)
+    print(f"callbacks ran in order: {order}")
+    print(f"first bytes after copy then memset: {out[:4].tolist()} (the memset ran after the copy)")
+    print(f"copying {n >> 20} MiB host->device took {start.elapsed_time(end):.3f} ms (event timing)")
+
+    def boom():
+        raise ValueError("a callback failed")
+
+    s1.add_callback(boom)
+    try:
+        s1.synchronize()
+    except paddle_rt.StreamError as exc:
+        print(f"an exception in a callback comes back at synchronize(): {type(exc).__name__}: {exc} "
+              f"(caused by {type(exc.__cause__).__name__})")
+    s1.close()
+    s2.close()
+    buf.free()
+
+
+def demo_collectives():
+    step("collectives")
+    import numpy as np
+    from paddle_rt import ccl
+
+    devs = paddle_rt.devices("rt_cpu")
+    comms = ccl.comm_init_all(devs)
+    bufs = [paddle_rt.malloc(4 * 1024, device=c.device) for c in comms]
+    for rank, b in enumerate(bufs):
+        np.asarray(b).view(np.float32)[:] = rank + 1
+    works = [ccl.all_reduce(b, b, "sum", comm=c, dtype="float32") for b, c in zip(bufs, comms)]
+    for w in works:
+        w.wait(timeout=30)
+    values = [float(np.asarray(b).view(np.float32)[0]) for b in bufs]
+    print(f"all_reduce(sum) over {len(comms)} devices from one thread: every rank now holds {values}")
+    for b in bufs:
+        b.free()
+    for c in comms:
+        c.destroy()
+
+
+SECTIONS = [demo_plugins, demo_devices, demo_memory, demo_streams, demo_collectives]
 
 
 def main(argv=None):
