@@ -38,7 +38,9 @@ _plugin.discover()
 
 from paddle_rt.memory import *  # noqa: E402,F401,F403
 from paddle_rt.streams import *  # noqa: E402,F401,F403
+from paddle_rt.pool import *  # noqa: E402,F401,F403
 from paddle_rt import memory as _memory, streams as _streams  # noqa: E402
+from paddle_rt import pool as _pool  # noqa: E402
 
 __all__ = [
     "PaddleRTError", "PluginLoadError", "PluginNotFoundError", "NotASharedLibraryError", "MissingEntryPointError",
@@ -47,5 +49,5 @@ __all__ = [
     "Plugin", "load_plugin", "list_plugins", "device_types", "REQUIRED_HOOKS", "ALL_HOOKS",
     "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
     "reinitialize_after_fork", "get_include", "get_cython_include",
-] + list(_memory.__all__) + list(_streams.__all__)
+] + list(_memory.__all__) + list(_streams.__all__) + list(_pool.__all__)
 from paddle_rt import ccl  # noqa: E402,F401

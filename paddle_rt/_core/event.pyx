@@ -7,7 +7,8 @@ from cpython.exc cimport PyErr_CheckSignals
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Event, C_Status, C_SUCCESS, C_WARNING
 from paddle_rt._core.device cimport Device, check_status
-from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream, fork_generation
+from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream, fork_generation, \
+    stream_notify_host_sync, stream_notify_wait
 from paddle_rt._core.includes.stream_support cimport (
     prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_current_worker,
 )
@@ -168,6 +169,7 @@ cdef class Event:
                 ok = self.core.wait_for(gen, POLL_US)
             if not ok:
                 PyErr_CheckSignals()
+        stream_notify_host_sync(self._stream, self._pos)
         if self._stream is not None and not self._stream.closed:
             self._stream.raise_errors(self._pos)
 
@@ -182,7 +184,10 @@ cdef class Event:
         cdef uint64_t gen = self._gen
         s._check_open()
         self._check_process()
-        if gen == 0 or self.core.is_done(gen):
+        if gen == 0:
+            return 0
+        if self.core.is_done(gen):
+            stream_notify_wait(s, self._stream, self._pos)
             return 0
         self.core.incref()
         try:
@@ -190,6 +195,7 @@ cdef class Event:
         except BaseException:
             self.core.decref()
             raise
+        stream_notify_wait(s, self._stream, self._pos)
         return 0
 
     def wait(self, stream=None):

@@ -51,6 +51,15 @@ cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) excep
 cdef uint64_t stream_position(Stream s) noexcept nogil
 cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
+# Ordering hooks for the stream-ordered pool (pool.pyx), called with the GIL: `host_sync(stream, pos)` after the host
+# waited until `stream` reached `pos` (Stream.synchronize, Event.synchronize); `wait(waiter, recorded, pos)` after
+# `waiter` was made to wait for position `pos` of `recorded` (Event.wait / Stream.wait_event). Arguments are borrowed
+# Stream objects as void*. One pair of hooks per process (NULL: none).
+ctypedef void (*stream_host_sync_hook_t)(void* s, uint64_t pos) noexcept
+ctypedef void (*stream_wait_hook_t)(void* waiter, void* recorded, uint64_t pos) noexcept
+cdef void stream_set_order_hooks(stream_host_sync_hook_t host_sync, stream_wait_hook_t wait) noexcept
+cdef void stream_notify_host_sync(Stream s, uint64_t pos) noexcept
+cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos) noexcept
 # Wait (on the worker) for the plugin stream behind ctx: 0, or -1 after recording the error.
 cdef int stream_ctx_plugin_sync(StreamCtx* ctx) noexcept nogil
 # Record a plugin error found on a worker as an error of the stream (takes the GIL).

@@ -173,6 +173,26 @@ cdef uintptr_t current_stream_tag(Device dev) noexcept nogil:
     return 0
 
 
+cdef stream_host_sync_hook_t _host_sync_hook = NULL
+cdef stream_wait_hook_t _wait_hook = NULL
+
+
+cdef void stream_set_order_hooks(stream_host_sync_hook_t host_sync, stream_wait_hook_t wait) noexcept:
+    global _host_sync_hook, _wait_hook
+    _host_sync_hook = host_sync
+    _wait_hook = wait
+
+
+cdef void stream_notify_host_sync(Stream s, uint64_t pos) noexcept:
+    if _host_sync_hook != NULL and s is not None:
+        _host_sync_hook(<void*>s, pos)
+
+
+cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos) noexcept:
+    if _wait_hook != NULL and waiter is not None and recorded is not None:
+        _wait_hook(<void*>waiter, <void*>recorded, pos)
+
+
 cdef class Stream:
     """An ordered queue of work on a device. ``Stream(device=None)`` creates one (with the plugin's
     ``create_stream`` when it has it); :meth:`from_handle` wraps a plugin stream created elsewhere."""
@@ -396,6 +416,7 @@ cdef class Stream:
         self._check_open()
         cdef uint64_t pos = self.ctx.core.submitted_now()
         self._wait_position(pos)
+        stream_notify_host_sync(self, pos)
         self.raise_errors(pos)
 
     def wait_event(self, event):

@@ -1,0 +1,50 @@
+# Stream-ordered memory (malloc_async / free_async) on top of the caching allocator and stream positions.
+#
+# C-level users: cimport paddle_rt._core.pool as P; P.pool_malloc(pool, n, stream) / P.pool_free(alloc, stream)
+# (with the GIL; see pool.pyx for the reuse rules).
+from libc.stdint cimport uintptr_t, uint64_t, int64_t
+from paddle_rt._core.allocator cimport Allocation, AllocatorCore
+from paddle_rt._core.device cimport Device
+from paddle_rt._core.stream cimport Stream
+
+# A block freed with free_async and still held by the pool (not yet given back to the allocator).
+cdef class _FreedBlock:
+    cdef uintptr_t ptr
+    cdef size_t size           # the block's rounded size
+    cdef Stream stream         # the stream the free was ordered on
+    cdef uint64_t pos          # that stream's position at the free (everything before it may still use the block)
+    cdef list recorded         # [(Stream, position at the free)] of record_stream streams, or None
+
+cdef class MemPool:
+    cdef AllocatorCore* core
+    cdef readonly Device device
+    cdef uintptr_t tag                 # the allocator stream tag of this pool's chunks
+    cdef readonly size_t release_threshold
+    cdef readonly bint reuse_follow_event_dependencies
+    cdef readonly bint reuse_allow_opportunistic
+    cdef readonly bint reuse_allow_internal_dependencies
+    cdef bint host_addressable
+    cdef dict _cache                   # Stream -> {block size: [_FreedBlock]}
+    cdef dict _synced                  # Stream -> highest position the host waited for
+    cdef dict _waits                   # (waiter Stream, recorded Stream) -> highest position waiter waits for
+    cdef int64_t used_cur, used_high, reserved_cur, reserved_high
+    cdef int64_t cached_bytes
+    cdef int64_t n_cross_reuse[4]      # reuses by: 0 host sync, 1 follow events, 2 opportunistic, 3 internal
+    cdef object __weakref__
+
+    cdef AsyncAllocation malloc_on(self, size_t n, Stream s)
+    cdef int free_on(self, AsyncAllocation a, Stream s) except -1
+    cdef int _reusable(self, _FreedBlock e, Stream b) except -1
+    cdef int _retire(self, _FreedBlock e) except -1
+    cdef int _retire_safe(self, int64_t keep) except -1
+    cdef int _drop_entry(self, _FreedBlock e) except -1
+    cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s)
+
+cdef class AsyncAllocation(Allocation):
+    cdef readonly MemPool pool
+    cdef readonly Stream stream        # the stream it was allocated on
+    cdef size_t block                  # rounded size
+    cdef list recorded                 # streams given to record_stream (None: none)
+
+cdef AsyncAllocation pool_malloc(MemPool pool, size_t n, Stream s)
+cdef int pool_free(AsyncAllocation a, Stream s) except -1

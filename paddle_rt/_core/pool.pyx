@@ -1,0 +1,528 @@
+# Stream-ordered memory: malloc_async / free_async like CUDA's cudaMallocAsync pools, on top of the caching
+# allocator (allocator.pyx) and cheap stream positions (stream.pyx).
+#
+# Design
+# - A MemPool takes its blocks from the device's caching allocator with its own stream tag (so they never share a
+#   chunk with paddle_rt.malloc's blocks) and keeps the blocks freed with free_async itself, per stream and per block
+#   size, each with (stream of the free, that stream's position at the free, record_stream positions).
+# - malloc_async(n, B) takes, in order:
+#     1. a block of that size freed on B itself (immediately reusable: B runs the free before the reuse);
+#     2. a block of that size freed on another stream A when the host already waited for A past the free (always
+#        allowed), or when a policy allows it: follow event dependencies (B already waits on an event recorded on A
+#        at or after the free; tracked through a hook in Event.wait), opportunistic (A has already run past the
+#        free);
+#     3. internal dependencies: a block of that size freed on another stream, after inserting into B a wait on an
+#        event recorded on A now;
+#     4. the allocator (after handing it every freed block that is safe for every stream: the free completed and the
+#        host saw it, or completed under the opportunistic policy), which may grow.
+#   Blocks with record_stream positions are reusable (by anyone) only once every recorded stream passed its position.
+# - Out of memory ladder of malloc_async: (1)-(4) above; then synchronize every stream holding pending frees (and
+#   recorded streams), after which any stream may reuse them: hand them all to the allocator and retry (the
+#   allocator's own ladder releases its idle chunks to the plugin); then OutOfMemoryError.
+# - Release threshold: at synchronize points (Stream.synchronize / Event.synchronize, seen through a hook in
+#   stream.pyx), freed blocks held above the threshold are given back to the allocator. trim_to(n) gives back safe
+#   blocks down to n held bytes and then returns the allocator's idle chunks to the plugin; it never touches memory in
+#   use or whose free has not completed.
+# The pool's bookkeeping is Python-level state (dicts) used with the GIL held; the allocator calls are nogil.
+from libc.stdint cimport uintptr_t, uint64_t, int64_t
+from paddle_rt._core.allocator cimport (
+    Allocation, AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
+)
+from paddle_rt._core.device cimport Device, resolve_device
+from paddle_rt._core.stream cimport (
+    Stream, stream_position, stream_reached, stream_set_order_hooks, current_stream, default_stream,
+)
+import weakref
+
+from paddle_rt._core import errors
+from paddle_rt._core import device as _device_mod
+
+_pools = weakref.WeakSet()
+cdef bint _torn_down = False
+
+
+cdef inline size_t _round(AllocatorCore* c, size_t nbytes) noexcept nogil:
+    # the allocator's rounding (allocator.pyx _round); a mismatch only costs a cache miss
+    cdef size_t n = nbytes + c.cfg.padding
+    cdef size_t a
+    if n == 0:
+        n = 1
+    if c.cfg.align_mask:
+        return (n + c.cfg.align_mask) & ~c.cfg.align_mask
+    a = c.cfg.alignment
+    if a <= 1:
+        return n
+    return ((n + a - 1) // a) * a
+
+
+cdef inline bint _recorded_done(_FreedBlock e) noexcept:
+    cdef Stream y
+    if e.recorded is None:
+        return True
+    for y, p in e.recorded:
+        if not stream_reached(y, p):
+            return False
+    return True
+
+
+cdef class _FreedBlock:
+    pass
+
+
+# -- ordering hooks (called by stream.pyx / event.pyx with the GIL) ---------------------------------------------------
+cdef void _on_host_sync(void* sp, uint64_t pos) noexcept:
+    cdef Stream s = <Stream>sp
+    cdef MemPool p
+    try:
+        for p in list(_pools):
+            if p.device is s.device:
+                if p._synced.get(s, 0) < pos:
+                    p._synced[s] = pos
+                if p.cached_bytes > <int64_t>p.release_threshold:
+                    p._retire_safe(p.release_threshold)
+    except BaseException:
+        pass                     # the hooks must not fail a synchronize; the pool stays conservative
+
+
+cdef void _on_wait(void* wp, void* rp, uint64_t pos) noexcept:
+    cdef Stream w = <Stream>wp
+    cdef Stream r = <Stream>rp
+    cdef MemPool p
+    try:
+        for p in list(_pools):
+            if p.device is w.device and p.reuse_follow_event_dependencies:
+                key = (w, r)
+                if p._waits.get(key, 0) < pos:
+                    p._waits[key] = pos
+    except BaseException:
+        pass
+
+
+stream_set_order_hooks(_on_host_sync, _on_wait)
+
+
+cdef class AsyncAllocation(Allocation):
+    """Memory from :func:`malloc_async`: an :class:`Allocation` that belongs to a :class:`MemPool` and a stream.
+    Free it with :func:`free_async` (or ``free()``/``with``, which free it on the stream it was allocated on)."""
+
+    def __dealloc__(self):
+        if not self._freed and self.pool is not None and not _torn_down:
+            try:
+                self.pool.free_on(self, self.stream)
+            except BaseException:
+                pass
+
+    cdef int _release(self) except -1:
+        if self._freed:
+            raise errors.InvalidArgument(f"{self.device}: free of 0x{self.ptr:x}: the allocation was already freed "
+                                         f"(double free)")
+        self.pool.free_on(self, self.stream)
+        return 0
+
+    def record_stream(self, Stream stream not None):
+        """Mark the memory as used by work on ``stream``: when it is freed, its reuse waits until ``stream`` has run
+        everything submitted to it before the free (PyTorch's ``record_stream``)."""
+        if self._freed:
+            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: the allocation was freed")
+        if stream.device is not self.device:
+            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: {stream.name} belongs to "
+                                         f"{stream.device}")
+        if stream is self.stream:
+            return
+        if self.recorded is None:
+            self.recorded = [stream]
+        elif stream not in self.recorded:
+            self.recorded.append(stream)
+
+    def __repr__(self):
+        state = "freed" if self._freed else f"ptr=0x{self.ptr:x}"
+        return f"<AsyncAllocation {self.size} bytes on {self.device}, stream {self.stream.name}, {state}>"
+
+
+cdef class MemPool:
+    """A stream-ordered memory pool of one device (like ``cudaMemPool_t``). See :func:`malloc_async` for the reuse
+    rules; the three ``reuse_*`` policies can each be switched off. ``release_threshold``: bytes of freed blocks the
+    pool keeps at synchronize points (the rest goes back to the caching allocator)."""
+
+    def __init__(self, device=None, release_threshold=0, reuse_follow_event_dependencies=True,
+                 reuse_allow_opportunistic=True, reuse_allow_internal_dependencies=True):
+        if self.device is not None:
+            raise errors.InvalidArgument("MemPool.__init__ called twice")
+        cdef Device dev = resolve_device(device)
+        if release_threshold < 0:
+            raise errors.InvalidArgument(f"{dev}: MemPool: release_threshold must be >= 0, not {release_threshold}")
+        self.core = get_core(dev, KIND_DEVICE)
+        self.device = dev
+        self.tag = <uintptr_t><void*>self
+        self.release_threshold = release_threshold
+        self.reuse_follow_event_dependencies = bool(reuse_follow_event_dependencies)
+        self.reuse_allow_opportunistic = bool(reuse_allow_opportunistic)
+        self.reuse_allow_internal_dependencies = bool(reuse_allow_internal_dependencies)
+        self._cache = {}
+        self._synced = {}
+        self._waits = {}
+        from paddle_rt._core.allocator import get_allocator
+        self.host_addressable = get_allocator(dev).host_addressable
+        _pools.add(self)
+
+    def __dealloc__(self):
+        # give held blocks back (their frees are ordered; the allocator's stream tags keep them apart)
+        cdef _FreedBlock e
+        if self.core == NULL or self._cache is None or _torn_down or self.core.torn_down:
+            return
+        try:
+            for d in self._cache.values():
+                for lst in d.values():
+                    for e in lst:
+                        with nogil:
+                            core_free(self.core, <void*>e.ptr)
+        except BaseException:
+            pass
+
+    def __repr__(self):
+        return (f"<MemPool on {self.device}: used {self.used_cur}, reserved {self.reserved_cur}, "
+                f"release_threshold {self.release_threshold}>")
+
+    def _check(self):
+        if self.core == NULL:
+            raise errors.InvalidArgument("MemPool not initialised (call MemPool(device))")
+        if _torn_down or self.core.torn_down:
+            raise errors.DeviceError(f"{self.device}: the memory pool was torn down (interpreter exit)")
+
+    # -- reuse ---------------------------------------------------------------------------------------------------------
+    cdef int _reusable(self, _FreedBlock e, Stream b) except -1:
+        """0: no; 1: same stream; 2: host synced; 3: follow events; 4: opportunistic."""
+        if e.recorded is not None and not _recorded_done(e):
+            return 0
+        if e.stream is b:
+            return 1
+        if self._synced.get(e.stream, 0) >= e.pos or e.stream.closed:
+            return 2
+        if self.reuse_follow_event_dependencies and self._waits.get((b, e.stream), 0) >= e.pos:
+            return 3
+        if self.reuse_allow_opportunistic and stream_reached(e.stream, e.pos):
+            return 4
+        return 0
+
+    cdef int _drop_entry(self, _FreedBlock e) except -1:
+        cdef dict d = self._cache[e.stream]
+        cdef list lst = d[e.size]
+        lst.remove(e)
+        if not lst:
+            del d[e.size]
+        if not d:
+            del self._cache[e.stream]
+        return 0
+
+    cdef int _retire(self, _FreedBlock e) except -1:
+        # give a freed block (already removed from the cache) back to the allocator
+        self.cached_bytes -= e.size
+        self.reserved_cur -= e.size
+        if not self.core.torn_down:
+            with nogil:
+                core_free(self.core, <void*>e.ptr)
+        return 0
+
+    cdef int _retire_safe(self, int64_t keep) except -1:
+        """Give back freed blocks that every stream may reuse (free completed and seen by the host, or completed under
+        the opportunistic policy) until at most ``keep`` bytes are held."""
+        cdef _FreedBlock e
+        cdef list safe = []
+        for s, d in self._cache.items():
+            for lst in d.values():
+                for e in lst:
+                    if not _recorded_done(e):
+                        continue
+                    if self._synced.get(e.stream, 0) >= e.pos or e.stream.closed or \
+                            (self.reuse_allow_opportunistic and stream_reached(e.stream, e.pos)):
+                        safe.append(e)
+        safe.sort(key=lambda x: -(<_FreedBlock>x).size)
+        for e in safe:
+            if self.cached_bytes <= keep:
+                break
+            self._drop_entry(e)
+            self._retire(e)
+        return 0
+
+    cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s):
+        cdef AsyncAllocation a = AsyncAllocation.__new__(AsyncAllocation)
+        a.core = NULL                 # the base class must not free it: the pool does
+        a.ptr = p
+        a.size = n
+        a.block = block
+        a.device = self.device
+        a.host_addressable = self.host_addressable
+        a.pool = self
+        a.stream = s
+        self.used_cur += block
+        if self.used_cur > self.used_high:
+            self.used_high = self.used_cur
+        return a
+
+    cdef AsyncAllocation malloc_on(self, size_t n, Stream s):
+        cdef size_t r = _round(self.core, n)
+        cdef dict d
+        cdef list lst
+        cdef _FreedBlock e
+        cdef int how, i
+        cdef void* p = NULL
+        if s.device is not self.device:
+            raise errors.InvalidArgument(f"{self.device}: malloc_async: {s.name} belongs to {s.device}, not to the "
+                                         f"pool's device")
+        s._check_open()
+        if self._cache:
+            # 1. freed on s itself
+            d = self._cache.get(s)
+            if d is not None:
+                lst = d.get(r)
+                if lst:
+                    for i in range(len(lst) - 1, -1, -1):
+                        e = lst[i]
+                        if e.recorded is None or _recorded_done(e):
+                            self._drop_entry(e)
+                            self.cached_bytes -= e.size
+                            return self._wrap(e.ptr, n, e.size, s)
+            # 2. freed on another stream, allowed by the host's synchronization or a policy
+            for other, d in self._cache.items():
+                if other is s:
+                    continue
+                lst = d.get(r)
+                if not lst:
+                    continue
+                for e in lst:
+                    how = self._reusable(e, s)
+                    if how:
+                        self.n_cross_reuse[how - 2] += 1
+                        self._drop_entry(e)
+                        self.cached_bytes -= e.size
+                        return self._wrap(e.ptr, n, e.size, s)
+            # 3. internal dependencies: make s wait for the stream of the free
+            if self.reuse_allow_internal_dependencies:
+                for other, d in self._cache.items():
+                    if other is s or (<Stream>other).closed:
+                        continue
+                    lst = d.get(r)
+                    if not lst:
+                        continue
+                    for e in lst:
+                        if e.recorded is not None and not _recorded_done(e):
+                            continue
+                        from paddle_rt._core.event import Event
+                        ev = Event()
+                        ev.record(e.stream)
+                        ev.wait(s)
+                        self.n_cross_reuse[3] += 1
+                        self._drop_entry(e)
+                        self.cached_bytes -= e.size
+                        return self._wrap(e.ptr, n, e.size, s)
+            # 4. hand the allocator what every stream may reuse
+            self._retire_safe(0)
+        try:
+            with nogil:
+                core_malloc(self.core, n, self.tag, &p)
+        except errors.OutOfMemoryError:
+            if not self._cache:
+                raise
+            self._oom_ladder()
+            with nogil:
+                core_malloc(self.core, n, self.tag, &p)
+        cdef size_t block = core_block_size(self.core, p)
+        self.reserved_cur += block
+        if self.reserved_cur > self.reserved_high:
+            self.reserved_high = self.reserved_cur
+        return self._wrap(<uintptr_t>p, n, block, s)
+
+    def _oom_ladder(self):
+        # synchronize the streams holding pending frees (and their recorded streams); then every stream may reuse
+        # the blocks: give them all back to the allocator
+        cdef _FreedBlock e
+        cdef Stream st
+        cdef dict need = {}
+        for s, d in self._cache.items():
+            for lst in d.values():
+                for e in lst:
+                    if need.get(e.stream, 0) < e.pos:
+                        need[e.stream] = e.pos
+                    if e.recorded is not None:
+                        for y, yp in e.recorded:
+                            if need.get(y, 0) < yp:
+                                need[y] = yp
+        for st, pos in need.items():
+            if not st.closed:
+                st._wait_position(pos)
+            if self._synced.get(st, 0) < pos:
+                self._synced[st] = pos
+        for s, d in list(self._cache.items()):
+            for lst in list(d.values()):
+                for e in list(lst):
+                    self._drop_entry(e)
+                    self._retire(e)
+
+    cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
+        cdef _FreedBlock e
+        cdef Stream y
+        if a._freed:
+            raise errors.InvalidArgument(f"{self.device}: free_async of 0x{a.ptr:x}: the allocation was already freed "
+                                         f"(double free)")
+        if a.pool is not self:
+            raise errors.InvalidArgument(f"{self.device}: free_async of 0x{a.ptr:x}: it belongs to another pool")
+        if s.device is not self.device:
+            raise errors.InvalidArgument(f"{self.device}: free_async of 0x{a.ptr:x} on {s.name}: the stream belongs "
+                                         f"to {s.device}, the memory to {self.device}")
+        if a.exports > 0:
+            raise BufferError(f"{self.device}: cannot free 0x{a.ptr:x}: {a.exports} view(s) of it are still exported "
+                              f"(release the memoryview/array first)")
+        if _torn_down or self.core.torn_down:
+            a._freed = 1
+            return 0
+        e = _FreedBlock.__new__(_FreedBlock)
+        e.ptr = a.ptr
+        e.size = a.block
+        e.stream = s
+        e.pos = stream_position(s)
+        if a.recorded is not None or a.stream is not s:
+            # work submitted to the recorded streams (and to the allocating stream, when the free is on another one)
+            # before the free may still use the block
+            e.recorded = [(y, stream_position(y)) for y in (a.recorded or []) if y is not s]
+            if a.stream is not s and not a.stream.closed:
+                e.recorded.append((a.stream, stream_position(a.stream)))
+            if not e.recorded:
+                e.recorded = None
+        a._freed = 1
+        self._cache.setdefault(s, {}).setdefault(e.size, []).append(e)
+        self.used_cur -= e.size
+        self.cached_bytes += e.size
+        return 0
+
+    # -- public methods ------------------------------------------------------------------------------------------------
+    def malloc_async(self, nbytes, stream=None):
+        """Allocate ``nbytes`` ordered on ``stream`` (default: the current stream of the pool's device)."""
+        self._check()
+        if nbytes < 0:
+            raise errors.InvalidArgument(f"{self.device}: malloc_async: nbytes must be >= 0, not {nbytes}")
+        cdef Stream s = current_stream(self.device) if stream is None else _as_stream(stream, self.device)
+        return self.malloc_on(nbytes, s)
+
+    def free_async(self, a, stream=None):
+        """Free ``a`` ordered on ``stream`` (default: the stream it was allocated on)."""
+        if not isinstance(a, AsyncAllocation):
+            raise errors.InvalidArgument(f"{self.device}: free_async needs an allocation from malloc_async, not "
+                                         f"{type(a).__name__}")
+        cdef Stream s = (<AsyncAllocation>a).stream if stream is None else _as_stream(stream, self.device)
+        self.free_on(<AsyncAllocation>a, s)
+
+    def trim_to(self, nbytes):
+        """Give back freed blocks down to ``nbytes`` held bytes (to the caching allocator, whose idle chunks then go
+        back to the plugin). Memory in use, or whose free has not completed, is never touched. Returns the bytes the
+        pool still holds in freed blocks."""
+        self._check()
+        if nbytes < 0:
+            raise errors.InvalidArgument(f"{self.device}: trim_to: nbytes must be >= 0, not {nbytes}")
+        self._retire_safe(nbytes)
+        with nogil:
+            core_empty_cache(self.core)
+        return self.cached_bytes
+
+    def stats(self):
+        """Bytes of the pool like cudaMemPool's attributes: ``reserved_mem_current``/``_high`` (held from the
+        allocator: in use + freed blocks kept), ``used_mem_current``/``_high`` (in use), plus ``cached`` and the
+        number of cross-stream reuses by reason."""
+        return {
+            "reserved_mem_current": self.reserved_cur, "reserved_mem_high": self.reserved_high,
+            "used_mem_current": self.used_cur, "used_mem_high": self.used_high,
+            "cached": self.cached_bytes,
+            "reuse_after_host_sync": self.n_cross_reuse[0], "reuse_follow_event_dependencies": self.n_cross_reuse[1],
+            "reuse_opportunistic": self.n_cross_reuse[2], "reuse_internal_dependencies": self.n_cross_reuse[3],
+        }
+
+    def reset_peak(self):
+        """Reset the high-water marks to the current values (cudaMemPoolAttrReservedMemHigh/UsedMemHigh = 0)."""
+        self.used_high = self.used_cur
+        self.reserved_high = self.reserved_cur
+
+    def pending_frees(self):
+        """[(stream name, position of the free, size)] of the freed blocks the pool holds (for tests and tools)."""
+        cdef _FreedBlock e
+        out = []
+        for s, d in self._cache.items():
+            for lst in d.values():
+                for e in lst:
+                    out.append((e.stream.name, e.pos, e.size))
+        return out
+
+
+cdef Stream _as_stream(object stream, Device dev):
+    if not isinstance(stream, Stream):
+        raise errors.InvalidArgument(f"{dev}: expected a paddle_rt Stream, not {type(stream).__name__}")
+    return <Stream>stream
+
+
+cdef AsyncAllocation pool_malloc(MemPool pool, size_t n, Stream s):
+    return pool.malloc_on(n, s)
+
+
+cdef int pool_free(AsyncAllocation a, Stream s) except -1:
+    return a.pool.free_on(a, s)
+
+
+def default_mem_pool(device=None):
+    """The default :class:`MemPool` of ``device`` (default: the current device), created on first use."""
+    cdef Device dev = resolve_device(device)
+    p = dev.layers.get("mem_pool")
+    if p is None:
+        p = MemPool(dev)
+        dev.layers["mem_pool"] = p
+    return p
+
+
+def malloc_async(nbytes, stream=None, pool=None):
+    """Allocate ``nbytes`` ordered on ``stream`` (default: the current stream) from ``pool`` (default: the
+    default pool of the stream's device). Memory freed on the same stream is reused at once; memory freed on another
+    stream only as the pool's policies allow (see :class:`MemPool`). Out of memory: after the policies, the pool
+    synchronizes the streams holding pending frees, hands every freed block back to the allocator and retries (the
+    allocator releases its idle chunks to the plugin), then raises :class:`OutOfMemoryError`."""
+    cdef Stream s
+    cdef MemPool p
+    if pool is not None:
+        if not isinstance(pool, MemPool):
+            raise errors.InvalidArgument(f"malloc_async: pool must be a MemPool, not {type(pool).__name__}")
+        p = pool
+        s = current_stream(p.device) if stream is None else _as_stream(stream, p.device)
+    else:
+        s = current_stream(None) if stream is None else _as_stream(stream, None)
+        p = default_mem_pool(s.device)
+    p._check()
+    if nbytes < 0:
+        raise errors.InvalidArgument(f"{p.device}: malloc_async: nbytes must be >= 0, not {nbytes}")
+    return p.malloc_on(nbytes, s)
+
+
+def free_async(a, stream=None):
+    """Free an allocation from :func:`malloc_async` ordered on ``stream`` (default: the stream it was allocated
+    on): later work on ``stream`` may reuse it at once; other streams as the pool's policies allow."""
+    if not isinstance(a, AsyncAllocation):
+        raise errors.InvalidArgument(f"free_async needs an allocation from malloc_async, not {type(a).__name__}")
+    cdef AsyncAllocation aa = <AsyncAllocation>a
+    if aa.pool is None:
+        raise errors.InvalidArgument("free_async: not an allocation of a MemPool")
+    cdef Stream s = aa.stream if stream is None else _as_stream(stream, aa.device)
+    aa.pool.free_on(aa, s)
+
+
+def _teardown_pools():
+    global _torn_down
+    cdef MemPool p
+    cdef _FreedBlock e
+    for p in list(_pools):
+        try:
+            for s, d in list(p._cache.items()):
+                for lst in list(d.values()):
+                    for e in list(lst):
+                        p._drop_entry(e)
+                        p._retire(e)
+        except BaseException:
+            pass
+    _torn_down = True
+
+
+_device_mod.register_teardown(_teardown_pools, 10)

@@ -1,0 +1,384 @@
+"""Stream-ordered memory (paddle_rt/_core/pool.pyx): malloc_async / free_async / MemPool policies / record_stream."""
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+import paddle_rt
+from paddle_rt import MemPool, malloc_async, free_async, InvalidArgument, OutOfMemoryError
+
+N = 4096
+ORIG = 0x5A
+POISON = 0xEE
+
+ALL_OFF = dict(reuse_follow_event_dependencies=False, reuse_allow_opportunistic=False,
+               reuse_allow_internal_dependencies=False)
+
+
+def only(**on):
+    kw = dict(ALL_OFF)
+    kw.update(on)
+    return kw
+
+
+@pytest.fixture
+def streams():
+    a, b = paddle_rt.Stream(), paddle_rt.Stream()
+    yield a, b
+    a.synchronize()
+    b.synchronize()
+    a.close()
+    b.close()
+
+
+class Reader:
+    """A gated host callback on a stream: when released it reads the buffer (the stream's pending work)."""
+
+    def __init__(self, stream, ptr, nbytes=N):
+        self.gate = threading.Event()
+        self.seen = None
+        self.ptr, self.nbytes = ptr, nbytes
+        stream.add_callback(self._run)
+
+    def _run(self):
+        assert self.gate.wait(20)
+        self.seen = ctypes.string_at(self.ptr, self.nbytes)
+
+
+def fill(a, value):
+    ctypes.memset(a.ptr, value, a.size)
+
+
+def test_same_stream_reuse_is_immediate(streams):
+    a, _ = streams
+    pool = MemPool(**ALL_OFF)
+    x = pool.malloc_async(N, a)
+    r = Reader(a, x.ptr)
+    p = x.ptr
+    pool.free_async(x, a)
+    y = pool.malloc_async(N, a)          # ordered after the reader on a: same memory at once
+    assert y.ptr == p
+    r.gate.set()
+    pool.free_async(y)
+    a.synchronize()
+
+
+def _race(pool, a, b, prepare_b=None):
+    """a's pending work reads x (filled with ORIG); x is freed on a; b allocates and writes POISON ordered on b.
+    Returns (same memory?, what a's pending work read)."""
+    x = pool.malloc_async(N, a)
+    fill(x, ORIG)
+    r = Reader(a, x.ptr)
+    p = x.ptr
+    pool.free_async(x, a)
+    if prepare_b is not None:
+        prepare_b()
+    y = pool.malloc_async(N, b)
+    paddle_rt.memset_async(y, POISON, stream=b)
+    r.gate.set()
+    a.synchronize()
+    b.synchronize()
+    assert r.seen == bytes([ORIG]) * N, "b's writes reached a's pending work"
+    assert bytes(np.asarray(y)) == bytes([POISON]) * N
+    same = y.ptr == p
+    pool.free_async(y, b)
+    return same
+
+
+def test_all_policies_off_no_cross_stream_reuse_until_host_sync(streams):
+    a, b = streams
+    pool = MemPool(**ALL_OFF)
+    assert not _race(pool, a, b)
+    # completed but not seen by the host: still not reusable by b
+    x = pool.malloc_async(N, a)
+    p = x.ptr
+    a.add_callback(lambda: None)          # work on a that may use x
+    pool.free_async(x, a)
+    while not a.query():
+        pass
+    y = pool.malloc_async(N, b)
+    assert y.ptr != p
+    a.synchronize()                       # the host saw the free: now b may take it
+    z = pool.malloc_async(N, b)
+    assert z.ptr == p
+    for m in (y, z):
+        pool.free_async(m)
+
+
+def test_internal_dependencies_on(streams):
+    a, b = streams
+    pool = MemPool(**only(reuse_allow_internal_dependencies=True))
+    assert _race(pool, a, b)              # same memory, b ordered after a's reader by the inserted wait
+    assert pool.stats()["reuse_internal_dependencies"] == 1
+
+
+def test_internal_dependencies_off(streams):
+    a, b = streams
+    pool = MemPool(**only(reuse_follow_event_dependencies=True, reuse_allow_opportunistic=True))
+    assert not _race(pool, a, b)
+    assert pool.stats()["reuse_internal_dependencies"] == 0
+
+
+def test_follow_event_dependencies_on(streams):
+    a, b = streams
+    pool = MemPool(**only(reuse_follow_event_dependencies=True))
+
+    def b_waits():
+        e = paddle_rt.Event()
+        e.record(a)
+        b.wait_event(e)
+
+    assert _race(pool, a, b, b_waits)
+    assert pool.stats()["reuse_follow_event_dependencies"] == 1
+
+
+def test_follow_event_dependencies_off(streams):
+    a, b = streams
+    pool = MemPool(**ALL_OFF)
+
+    def b_waits():
+        e = paddle_rt.Event()
+        e.record(a)
+        b.wait_event(e)
+
+    assert not _race(pool, a, b, b_waits)
+
+
+def test_follow_event_needs_an_event_after_the_free(streams):
+    a, b = streams
+    pool = MemPool(**only(reuse_follow_event_dependencies=True))
+    e = paddle_rt.Event()
+    x = pool.malloc_async(N, a)
+    e.record(a)                           # before the last use and the free
+    b.wait_event(e)
+    r = Reader(a, x.ptr)
+    p = x.ptr
+    pool.free_async(x, a)
+    y = pool.malloc_async(N, b)
+    assert y.ptr != p
+    r.gate.set()
+    pool.free_async(y)
+
+
+def test_opportunistic_on(streams):
+    a, b = streams
+    pool = MemPool(**only(reuse_allow_opportunistic=True))
+    assert not _race(pool, a, b)          # the free had not completed when b allocated
+    x = pool.malloc_async(N, a)
+    p = x.ptr
+    a.add_callback(lambda: None)          # work on a that may use x
+    pool.free_async(x, a)
+    while not a.query():                  # completed, not synchronized by the host
+        pass
+    y = pool.malloc_async(N, b)
+    assert y.ptr == p
+    assert pool.stats()["reuse_opportunistic"] >= 1
+    pool.free_async(y)
+
+
+def test_opportunistic_off(streams):
+    a, b = streams
+    pool = MemPool(**only(reuse_follow_event_dependencies=True))
+    x = pool.malloc_async(N, a)
+    p = x.ptr
+    a.add_callback(lambda: None)          # work on a that may use x
+    pool.free_async(x, a)
+    while not a.query():
+        pass
+    y = pool.malloc_async(N, b)
+    assert y.ptr != p
+    pool.free_async(y)
+
+
+def test_record_stream_defers_reuse_even_on_the_same_stream(streams):
+    a, c = streams
+    pool = MemPool(**ALL_OFF)
+    x = pool.malloc_async(N, a)
+    fill(x, ORIG)
+    r = Reader(c, x.ptr)                  # c uses x
+    x.record_stream(c)
+    p = x.ptr
+    pool.free_async(x, a)
+    y = pool.malloc_async(N, a)
+    assert y.ptr != p                     # c has not passed the free yet
+    paddle_rt.memset_async(y, POISON, stream=a)
+    r.gate.set()
+    c.synchronize()
+    assert r.seen == bytes([ORIG]) * N
+    z = pool.malloc_async(N, a)
+    assert z.ptr == p
+    pool.free_async(y)
+    pool.free_async(z)
+
+
+def test_free_on_another_stream_waits_for_the_allocating_stream(streams):
+    a, b = streams
+    pool = MemPool(**only(reuse_allow_opportunistic=True))
+    x = pool.malloc_async(N, a)
+    r = Reader(a, x.ptr)
+    p = x.ptr
+    pool.free_async(x, b)                 # ordered on b, but a's pending work still uses it
+    y = pool.malloc_async(N, b)
+    assert y.ptr != p
+    r.gate.set()
+    a.synchronize()
+    z = pool.malloc_async(N, b)
+    assert z.ptr == p
+    pool.free_async(y)
+    pool.free_async(z)
+
+
+def test_errors(streams):
+    a, b = streams
+    pool = MemPool()
+    x = pool.malloc_async(N, a)
+    if paddle_rt.device_count() > 1:
+        other = paddle_rt.Stream(paddle_rt.device(1) if hasattr(paddle_rt, "device") else 1)
+        with pytest.raises(InvalidArgument, match="rt_cpu:1"):
+            pool.free_async(x, other)
+        with pytest.raises(InvalidArgument, match="belongs to"):
+            pool.malloc_async(N, other)
+        other.close()
+    assert not x.freed
+    view = np.asarray(x)
+    with pytest.raises(BufferError):
+        free_async(x, a)
+    del view
+    free_async(x, a)
+    with pytest.raises(InvalidArgument, match="double free"):
+        free_async(x, a)
+    with pytest.raises(InvalidArgument, match="double free"):
+        x.free()
+    with pytest.raises(BufferError, match="freed"):
+        np.asarray(x)
+    with pytest.raises(InvalidArgument):
+        free_async(paddle_rt.malloc(16), a)
+    with pytest.raises(InvalidArgument):
+        malloc_async(-1, a)
+    with pytest.raises(InvalidArgument):
+        malloc_async(16, "stream")
+    with pytest.raises(InvalidArgument):
+        MemPool(release_threshold=-1)
+    with pytest.raises(InvalidArgument):
+        x.record_stream(b)
+    assert pool.stats()["used_mem_current"] == 0
+
+
+def test_stats_trim_and_threshold(streams):
+    a, b = streams
+    pool = MemPool(release_threshold=1 << 30)
+    xs = [pool.malloc_async(N * (i + 1), a) for i in range(4)]
+    st = pool.stats()
+    total = sum(x.size for x in xs)
+    assert st["used_mem_current"] >= total and st["used_mem_current"] == st["reserved_mem_current"]
+    high = st["used_mem_high"]
+    for x in xs:
+        pool.free_async(x, a)
+    st = pool.stats()
+    assert st["used_mem_current"] == 0 and st["reserved_mem_current"] == high and st["used_mem_high"] == high
+    a.synchronize()                       # below the threshold: kept
+    assert pool.stats()["cached"] == high
+    pool.reset_peak()
+    assert pool.stats()["used_mem_high"] == 0
+    y = pool.malloc_async(N, a)
+    r = Reader(a, y.ptr)
+    pool.free_async(y, a)                 # its free has not completed: trim_to never touches it
+    left = pool.trim_to(0)
+    assert left == y.ptr - y.ptr + pool.stats()["cached"] and left >= N
+    r.gate.set()
+    a.synchronize()
+    assert pool.trim_to(0) == 0
+    assert pool.stats()["reserved_mem_current"] == 0
+    # threshold 0: given back at the next synchronize
+    p0 = MemPool(release_threshold=0)
+    z = p0.malloc_async(N, a)
+    p0.free_async(z, a)
+    assert p0.stats()["cached"] > 0
+    a.synchronize()
+    assert p0.stats()["cached"] == 0
+
+
+def test_default_pool_and_current_stream(streams):
+    a, _ = streams
+    assert paddle_rt.default_mem_pool() is paddle_rt.default_mem_pool(0)
+    with paddle_rt.stream(a):
+        x = malloc_async(100)
+    assert x.stream is a and x.pool is paddle_rt.default_mem_pool()
+    with x:
+        pass
+    assert x.freed
+
+
+def test_gc_frees_on_its_stream(streams):
+    a, _ = streams
+    pool = MemPool(**ALL_OFF)
+    x = pool.malloc_async(N, a)
+    p = x.ptr
+    del x
+    assert pool.stats()["used_mem_current"] == 0
+    y = pool.malloc_async(N, a)
+    assert y.ptr == p
+
+
+OOM_CHILD = r"""
+import threading, paddle_rt
+from paddle_rt import MemPool, OutOfMemoryError
+MiB = 1 << 20
+a, b = paddle_rt.Stream(), paddle_rt.Stream()
+pool = MemPool(reuse_follow_event_dependencies=False, reuse_allow_opportunistic=False,
+               reuse_allow_internal_dependencies=False)
+x = pool.malloc_async(40 * MiB, a)
+gate = threading.Event()
+a.add_callback(lambda: gate.wait(20))
+threading.Timer(0.3, gate.set).start()
+pool.free_async(x, a)
+y = pool.malloc_async(48 * MiB, b)      # does not fit beside the pending 40 MiB: the ladder synchronizes a
+assert gate.is_set()
+assert pool.stats()["cached"] == 0
+try:
+    pool.malloc_async(80 * MiB, b)
+except OutOfMemoryError as e:
+    print("OOM", e.device)
+pool.free_async(y)
+print("OK")
+"""
+
+
+def test_oom_ladder_synchronizes_pending_frees(run_python):
+    res = run_python(OOM_CHILD, env={"RT_CPU_MEMORY_BYTES": str(64 << 20)})
+    assert res.returncode == 0, res.stderr
+    assert "OOM rt_cpu:0" in res.stdout and "OK" in res.stdout
+
+
+DELAY_CHILD = r"""
+import ctypes, paddle_rt, numpy as np
+from paddle_rt import MemPool
+N = 1 << 16
+for policy in ("none", "internal", "follow", "opportunistic"):
+    kw = dict(reuse_follow_event_dependencies=policy == "follow", reuse_allow_opportunistic=policy == "opportunistic",
+              reuse_allow_internal_dependencies=policy == "internal")
+    pool = MemPool(**kw)
+    a, b = paddle_rt.Stream(), paddle_rt.Stream()
+    x = pool.malloc_async(N, a)
+    src = paddle_rt.malloc(N)
+    ctypes.memset(x.ptr, 0x5A, N)
+    paddle_rt.memcpy_async(src, x, stream=a)      # a's pending (delayed) work reads x
+    p = x.ptr
+    pool.free_async(x, a)
+    if policy == "follow":
+        e = paddle_rt.Event(); e.record(a); b.wait_event(e)
+    y = pool.malloc_async(N, b)
+    paddle_rt.memset_async(y, 0xEE, stream=b)
+    a.synchronize(); b.synchronize()
+    assert bytes(np.asarray(src)) == b"\x5a" * N, policy
+    print(policy, y.ptr == p)
+    pool.free_async(y); src.free(); a.close(); b.close()
+"""
+
+
+def test_races_under_stream_delay(run_python):
+    res = run_python(DELAY_CHILD, env={"RT_CPU_STREAM_DELAY_US": "20000"})
+    assert res.returncode == 0, res.stderr
+    out = dict(line.split() for line in res.stdout.split("\n") if line)
+    assert out == {"none": "False", "internal": "True", "follow": "True", "opportunistic": "False"}
