@@ -719,6 +719,73 @@ def test_large_reductions_span_many_chunks(comms, name):
     check_matrix(comms, [100_003], dtypes=[name], ops=["sum", "avg", "max"], seed=7)
 
 
+# From 256 KiB per rank, rt_cpu's ranks compute an all_reduce/reduce together (each worker thread reduces slices of
+# the element range and writes them to every output); these counts take that path for every dtype (odd tails).
+SHARED_COUNT = (1 << 18) + 2053
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_shared_large_reductions_every_dtype_and_op(comms, name):
+    """Same results as the reference for every op, in place and out of place, all_reduce and reduce to a root."""
+    assert check_matrix(comms, [SHARED_COUNT], dtypes=[name], seed=11) > 0
+
+
+def test_shared_large_reductions_on_three_devices(run_python):
+    code = f"""
+    import sys
+    sys.path.insert(0, {HERE!r})
+    import paddle_rt
+    from paddle_rt import ccl
+    import test_ccl as T
+    comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1", "rt_cpu:2"])
+    checked = T.check_matrix(comms, [T.SHARED_COUNT], dtypes=["float32", "bfloat16", "int8", "float64"])
+    for c in comms:
+        c.destroy()
+    print("CHECKED", checked)
+    """
+    res = run_python(code, env={"RT_CPU_DEVICE_COUNT": 3}, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert int(res.stdout.split("CHECKED")[1]) > 100
+
+
+def test_group_of_large_reductions_from_one_thread(comms):
+    """Two large all_reduces per rank in one group (one stream operation per rank holding both): every rank's
+    worker helps with whichever of them it waits for, and both complete."""
+    n = len(comms)
+    count = 3 << 18
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(count).astype(np.float32) for _ in comms]
+    a = [alloc(c, count * 4) for c in comms]
+    b = [alloc(c, count * 4) for c in comms]
+    for i in range(n):
+        put(a[i], xs[i])
+        put(b[i], xs[i])
+    with ccl.group():
+        works = [ccl.all_reduce(a[i], a[i], "sum", comm=comms[i], dtype="float32") for i in range(n)]
+        works += [ccl.all_reduce(b[i], b[i], "min", comm=comms[i], dtype="float32") for i in range(n)]
+    wait_all(works)
+    for i in range(n):
+        np.testing.assert_array_equal(view(a[i], "float32", count), reduce_ref("sum", xs, "float32"))
+        np.testing.assert_array_equal(view(b[i], "float32", count), reduce_ref("min", xs, "float32"))
+
+
+def test_large_mismatched_counts_fail_and_leave_outputs_untouched():
+    cs = fresh_comms()
+    count = 1 << 20
+    sends = [alloc(c, (count + 1) * 4) for c in cs]
+    recvs = [alloc(c, (count + 1) * 4) for c in cs]
+    for s, r in zip(sends, recvs):
+        np.asarray(s)[:] = 1
+        np.asarray(r)[:] = 0x5A
+    works = [ccl.all_reduce(sends[i], recvs[i], comm=cs[i], count=count + i, dtype="float32") for i in range(2)]
+    for w in works:
+        with pytest.raises(ccl.CollectiveError, match="arguments differ"):
+            w.wait(timeout=60)
+    assert all((np.asarray(r) == 0x5A).all() for r in recvs)
+    for c in cs:
+        c.destroy()
+
+
 def test_buffers_are_kept_alive_until_the_collective_ran_then_released(comms):
     import gc
     import weakref

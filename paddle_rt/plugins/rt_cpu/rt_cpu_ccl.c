@@ -11,7 +11,10 @@
  *     rendezvous slot of its clique (matched by a per-communicator sequence number: ranks must issue the same
  *     collectives in the same order); the last rank to arrive computes the whole result into temporary buffers and
  *     writes every rank's output while the others wait on a condition variable (no spinning), so in-place calls
- *     (send == recv) are safe.
+ *     (send == recv) are safe. A large all_reduce or reduce (>= RT_CCL_PAR_MIN_BYTES per rank, outputs not
+ *     partially overlapping the inputs) is instead cut into slices of whole chunks that every arrived rank's thread
+ *     claims and computes (reduce of the slice from all sends, written to every output: a reduce-scatter and an
+ *     all-gather in one pass), and no rank returns before every slice is written.
  *   - send/recv are matched per (sender, receiver, n-th message between them). Between xccl_group_start and
  *     xccl_group_end, a thread's calls are deferred and each stream's share is enqueued as one operation at
  *     group_end that first arrives at all its slots and then waits for all of them, so a send and a recv between
@@ -238,6 +241,11 @@ typedef struct rt_slot {
   size_t arrived, departed;
   int done, failed, abandoned;
   part_args** args;   /* [nranks] for collectives, [2] (send, recv) for p2p */
+  /* A large all_reduce/reduce is computed by the participants together once all have arrived: its element range is
+   * cut into par_slices slices of par_unit elements that they claim one at a time (q->mu held) and compute outside
+   * the lock; the last one to finish a slice marks the slot done. */
+  int par;
+  size_t par_unit, par_slices, par_next, par_finished;
 } rt_slot;
 
 typedef struct rt_clique {
@@ -415,7 +423,50 @@ static int partial_overlap(rt_slot* s, size_t n, size_t bytes, long root) {
   return 0;
 }
 
-/* The last participant runs the operation for everyone (q->mu held). Returns 0, or -1 on mismatched arguments. */
+/* Reduce elements [begin, end) of an all_reduce/reduce chunk by chunk through tmp (chunk elements) and write each
+ * chunk to the output(s) with non-temporal stores (fenced before returning): every byte is read from the sends and
+ * written to the outputs once; exact in-place aliasing is safe chunk by chunk and disjoint ranges may run
+ * concurrently. srcs has room for n pointers. Returns 0 or -1 (out of memory in a half-precision reduction). */
+static int reduce_range(rt_slot* s, size_t n, size_t begin, size_t end, void* tmp, size_t chunk, const void** srcs) {
+  part_args* a0 = s->args[0];
+  size_t es = dtype_size(a0->dtype);
+  int rc = 0;
+  for (size_t off = begin; off < end && rc == 0; off += chunk) {
+    size_t m = end - off < chunk ? end - off : chunk;
+    for (size_t r = 0; r < n; r++) srcs[r] = (const char*)s->args[r]->send + off * es;
+    if (reduce(tmp, srcs, n, m, a0->dtype, a0->op) != 0) {
+      rc = -1;
+      break;
+    }
+    if (a0->kind == K_ALL_REDUCE) {
+      for (size_t r = 0; r < n; r++) nt_copy((char*)s->args[r]->recv + off * es, tmp, m * es);
+    } else {
+      nt_copy((char*)s->args[a0->root]->recv + off * es, tmp, m * es);
+    }
+  }
+  nt_fence();
+  return rc;
+}
+
+/* From this size on (bytes per rank) an all_reduce/reduce is shared out between the participants (slot->par); below
+ * it, waking the sleeping ranks costs more than it saves. */
+#define RT_CCL_PAR_MIN_BYTES ((size_t)256 * 1024)
+/* Largest slice a participant claims at once: small enough to balance the work between threads that start late. */
+#define RT_CCL_PAR_MAX_SLICE_BYTES ((size_t)1024 * 1024)
+
+/* Compute slice i of a shared reduction (no lock held). work: a chunk buffer followed by room for n pointers, or
+ * NULL when it could not be allocated (the slice then fails). Returns 0 or -1. */
+static int par_slice(rt_slot* s, size_t n, size_t i, void* work) {
+  if (!work) return -1;
+  size_t es = dtype_size(s->args[0]->dtype), count = s->args[0]->count;
+  size_t begin = i * s->par_unit, end = begin + s->par_unit < count ? begin + s->par_unit : count;
+  return reduce_range(s, n, begin, end, work, RT_CCL_CHUNK_BYTES / es,
+                      (const void**)((char*)work + RT_CCL_CHUNK_BYTES));
+}
+
+/* The last participant runs the operation for everyone (q->mu held), or, for a large all_reduce/reduce, sets the
+ * slot up to be computed by all participants (s->par; the slot is not done yet). Returns 0, or -1 on mismatched
+ * arguments. */
 static int slot_execute(rt_clique* q, rt_slot* s) {
   if (s->p2p) {
     part_args* snd = s->args[0];
@@ -444,25 +495,25 @@ static int slot_execute(rt_clique* q, rt_slot* s) {
     case K_ALL_REDUCE:
     case K_REDUCE:
       if (bytes > RT_CCL_CHUNK_BYTES && !partial_overlap(s, n, bytes, a0->kind == K_ALL_REDUCE ? -1 : (long)a0->root)) {
-        /* reduce chunk by chunk into a cache-sized buffer and write each chunk out at once: every byte is read
-         * from the sends and written to the outputs once (exact in-place aliasing is safe chunk by chunk) */
+        if (n > 1 && bytes >= RT_CCL_PAR_MIN_BYTES) {
+          /* slices of whole chunks, about four per rank, at most RT_CCL_PAR_MAX_SLICE_BYTES */
+          size_t chunk = RT_CCL_CHUNK_BYTES / es;
+          size_t chunks = (count + chunk - 1) / chunk;
+          size_t per = (chunks + 4 * n - 1) / (4 * n);
+          size_t max_per = RT_CCL_PAR_MAX_SLICE_BYTES / RT_CCL_CHUNK_BYTES;
+          if (per > max_per) per = max_per;
+          if (per < 1) per = 1;
+          s->par_unit = per * chunk;
+          s->par_slices = (count + s->par_unit - 1) / s->par_unit;
+          s->par_next = s->par_finished = 0;
+          s->par = 1;
+          break;
+        }
+        /* reduce chunk by chunk into a cache-sized buffer and write each chunk out at once */
         size_t chunk = RT_CCL_CHUNK_BYTES / es;
         tmp = scratch(q, chunk * es);
         if (!tmp) { rc = -1; break; }
-        for (size_t off = 0; off < count && rc == 0; off += chunk) {
-          size_t m = count - off < chunk ? count - off : chunk;
-          for (size_t r = 0; r < n; r++) srcs[r] = (const char*)s->args[r]->send + off * es;
-          if (reduce(tmp, srcs, n, m, a0->dtype, a0->op) != 0) {
-            rc = -1;
-            break;
-          }
-          if (a0->kind == K_ALL_REDUCE) {
-            for (size_t r = 0; r < n; r++) nt_copy((char*)s->args[r]->recv + off * es, tmp, m * es);
-          } else {
-            nt_copy((char*)s->args[a0->root]->recv + off * es, tmp, m * es);
-          }
-        }
-        nt_fence();
+        rc = reduce_range(s, n, 0, count, tmp, chunk, srcs);
         break;
       }
       tmp = scratch(q, bytes);
@@ -548,12 +599,13 @@ static void run_parts(rt_part* parts, size_t np) {
       s->arrived++;
       if (s->arrived == s->expect) {
         if (slot_execute(q, s) != 0) s->failed = 1;
-        s->done = 1;
+        if (!s->par) s->done = 1; /* else the participants compute it in their wait below */
         pthread_cond_broadcast(&q->cv);
       }
     }
     pthread_mutex_unlock(&q->mu);
   }
+  void* work = NULL; /* chunk buffer for the slices of shared reductions this thread computes */
   for (size_t i = 0; i < np; i++) {
     rt_part* p = &parts[i];
     rt_slot* s = p->slot;
@@ -561,8 +613,28 @@ static void run_parts(rt_part* parts, size_t np) {
     rt_clique* q = p->q;
     pthread_mutex_lock(&q->mu);
     while (!s->done && !s->abandoned) {
+      if (s->par) {
+        /* everyone has arrived: help compute it, then sleep until the slices others took are finished (no
+         * timeout: they are pure computation) */
+        if (s->par_next < s->par_slices) {
+          size_t slice = s->par_next++;
+          size_t n = q->nranks;
+          pthread_mutex_unlock(&q->mu);
+          if (!work) work = malloc(RT_CCL_CHUNK_BYTES + n * sizeof(void*));
+          int rc = par_slice(s, n, slice, work);
+          pthread_mutex_lock(&q->mu);
+          if (rc != 0) s->failed = 1;
+          if (++s->par_finished == s->par_slices) {
+            s->done = 1;
+            pthread_cond_broadcast(&q->cv);
+          }
+        } else {
+          pthread_cond_wait(&q->cv, &q->mu);
+        }
+        continue;
+      }
       int w = pthread_cond_timedwait(&q->cv, &q->mu, &deadline);
-      if (w == ETIMEDOUT && !s->done) {
+      if (w == ETIMEDOUT && !s->done && !s->par) {
         s->abandoned = 1;
         pthread_cond_broadcast(&q->cv);
       }
@@ -570,6 +642,7 @@ static void run_parts(rt_part* parts, size_t np) {
     if (s->failed || s->abandoned) p->failed = 1;
     pthread_mutex_unlock(&q->mu);
   }
+  free(work);
   for (size_t i = 0; i < np; i++) {
     rt_part* p = &parts[i];
     if (!p->slot) continue;
