@@ -382,3 +382,138 @@ def test_races_under_stream_delay(run_python):
     assert res.returncode == 0, res.stderr
     out = dict(line.split() for line in res.stdout.split("\n") if line)
     assert out == {"none": "False", "internal": "True", "follow": "True", "opportunistic": "False"}
+
+
+def test_allocator_functions_via_ctypes(streams):
+    a, _ = streams
+    alloc_addr, free_addr = paddle_rt.allocator_functions()
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(alloc_addr)
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(free_addr)
+    pool = paddle_rt.default_mem_pool(0)
+    used = pool.stats()["used_mem_current"]
+    p = alloc(1000, 0, a.handle)
+    assert p
+    ctypes.memset(p, 7, 1000)
+    assert pool.stats()["used_mem_current"] == used + 1024
+    free(p, 1000, 0, a.handle)
+    assert pool.stats()["used_mem_current"] == used
+    q = alloc(1000, 0, a.handle)          # same stream: same memory at once
+    assert q == p
+    free(q, 1000, 0, None)
+    # errors: NULL / nothing, the exception kept
+    free(q, 1000, 0, None)
+    assert isinstance(paddle_rt.allocator_functions_error(), InvalidArgument)
+    assert not alloc(16, 99, None)
+    assert paddle_rt.allocator_functions_error() is not None
+    assert not alloc(16, 0, 12345)
+    assert "not a live paddle_rt stream" in str(paddle_rt.allocator_functions_error())
+    assert paddle_rt.allocator_functions_error() is None
+
+
+# -- a hypothesis state machine over several streams -------------------------------------------------------------------
+from hypothesis import settings, strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, rule, initialize, invariant, precondition  # noqa: E402
+
+SIZES = [256, 512, 1024, 4096]
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Random malloc_async / free_async / record_stream / wait_event / synchronize on 3 streams, with an oracle of
+    the byte ranges freed but still touchable by their streams; a reuse must be justified by an ordering the pool was
+    allowed to use."""
+
+    @initialize(follow=st.booleans(), opp=st.booleans(), internal=st.booleans())
+    def setup(self, follow, opp, internal):
+        paddle_rt.empty_cache()
+        self.base_reserved = paddle_rt.memory_reserved()
+        self.pool = MemPool(reuse_follow_event_dependencies=follow, reuse_allow_opportunistic=opp,
+                            reuse_allow_internal_dependencies=internal)
+        self.policies = (follow, opp, internal)
+        self.streams = [paddle_rt.Stream() for _ in range(3)]
+        self.live = []             # (alloc, stream index)
+        self.freed = []            # [ptr, end, stream index, pos, [(stream index, pos)]] still guarded
+        self.waits = {}            # (waiter, recorded) -> position
+        self.synced = {}           # stream index -> position the host waited for
+
+    def _done(self, i, pos):
+        return self.streams[i].completed_position >= pos
+
+    @rule(size=st.sampled_from(SIZES), i=st.integers(0, 2))
+    def malloc(self, size, i):
+        before = self.pool.stats()["reuse_internal_dependencies"]
+        a = self.pool.malloc_async(size, self.streams[i])
+        internal = self.pool.stats()["reuse_internal_dependencies"] > before
+        follow, opp, allow_internal = self.policies
+        lo, hi = a.ptr, a.ptr + size
+        for f in self.freed:
+            if f[0] < hi and lo < f[1]:
+                _, _, j, pos, rec = f
+                for y, yp in rec:
+                    assert self._done(y, yp) or self.synced.get(y, 0) >= yp, "reuse before a recorded stream passed"
+                ok = (j == i or self.synced.get(j, 0) >= pos or
+                      (follow and self.waits.get((i, j), 0) >= pos) or
+                      (opp and self._done(j, pos)) or (allow_internal and internal))
+                assert ok, f"stream {i} reused memory freed on {j} at {pos} without an allowed ordering"
+        self.freed = [f for f in self.freed if not (f[0] < hi and lo < f[1])]
+        self.live.append((a, i))
+        self.streams[i].add_callback(lambda: None)          # a use of the memory on its stream
+
+    @precondition(lambda self: self.live)
+    @rule(k=st.integers(0, 100), j=st.integers(0, 2), busy=st.booleans())
+    def free(self, k, j, busy):
+        a, i = self.live.pop(k % len(self.live))
+        if busy:
+            import time
+            self.streams[j].add_callback(time.sleep, 0.002)
+        rec = [(self.streams.index(y), y.position) for y in (a.recorded or []) if y is not self.streams[j]]
+        if i != j:
+            rec.append((i, self.streams[i].position))
+        self.freed.append([a.ptr, a.ptr + a.block_size, j, self.streams[j].position, rec])
+        self.pool.free_async(a, self.streams[j])
+
+    @precondition(lambda self: self.live)
+    @rule(k=st.integers(0, 100), j=st.integers(0, 2))
+    def record(self, k, j):
+        a, i = self.live[k % len(self.live)]
+        self.streams[j].add_callback(lambda: None)
+        a.record_stream(self.streams[j])
+
+    @rule(i=st.integers(0, 2), j=st.integers(0, 2))
+    def wait(self, i, j):
+        if i == j:
+            return
+        e = paddle_rt.Event()
+        e.record(self.streams[j])
+        self.streams[i].wait_event(e)
+        self.waits[(i, j)] = max(self.waits.get((i, j), 0), self.streams[j].position)
+
+    @rule(i=st.integers(0, 2))
+    def sync(self, i):
+        self.streams[i].synchronize()
+        self.synced[i] = self.streams[i].position
+
+    @invariant()
+    def stats_add_up(self):
+        if hasattr(self, "pool"):
+            s = self.pool.stats()
+            assert s["reserved_mem_current"] == s["used_mem_current"] + s["cached"]
+
+    def teardown(self):
+        if not hasattr(self, "pool"):
+            return
+        for s in self.streams:
+            s.synchronize()
+        for a, i in self.live:
+            self.pool.free_async(a, self.streams[i])
+        for s in self.streams:
+            s.synchronize()
+        assert self.pool.trim_to(0) == 0
+        st_ = self.pool.stats()
+        assert st_["reserved_mem_current"] == 0 and st_["used_mem_current"] == 0
+        assert paddle_rt.memory_reserved() == self.base_reserved, "memory not returned to the plugin"
+        for s in self.streams:
+            s.close()
+
+
+PoolMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+test_pool_state_machine = PoolMachine.TestCase

@@ -129,10 +129,20 @@ cdef class AsyncAllocation(Allocation):
                                          f"{stream.device}")
         if stream is self.stream:
             return
-        if self.recorded is None:
-            self.recorded = [stream]
-        elif stream not in self.recorded:
-            self.recorded.append(stream)
+        if self._recorded is None:
+            self._recorded = [stream]
+        elif stream not in self._recorded:
+            self._recorded.append(stream)
+
+    @property
+    def block_size(self):
+        """Bytes the pool holds for it (the rounded size)."""
+        return self.block
+
+    @property
+    def recorded(self):
+        """The streams given to :meth:`record_stream` (a tuple)."""
+        return tuple(self._recorded or ())
 
     def __repr__(self):
         state = "freed" if self._freed else f"ptr=0x{self.ptr:x}"
@@ -380,10 +390,10 @@ cdef class MemPool:
         e.size = a.block
         e.stream = s
         e.pos = stream_position(s)
-        if a.recorded is not None or a.stream is not s:
+        if a._recorded is not None or a.stream is not s:
             # work submitted to the recorded streams (and to the allocating stream, when the free is on another one)
             # before the free may still use the block
-            e.recorded = [(y, stream_position(y)) for y in (a.recorded or []) if y is not s]
+            e.recorded = [(y, stream_position(y)) for y in (a._recorded or []) if y is not s]
             if a.stream is not s and not a.stream.closed:
                 e.recorded.append((a.stream, stream_position(a.stream)))
             if not e.recorded:
@@ -526,3 +536,79 @@ def _teardown_pools():
 
 
 _device_mod.register_teardown(_teardown_pools, 10)
+
+
+# -- C functions for other runtimes (the shape of PyTorch's pluggable allocators) -------------------------------------
+_ext_live = {}                # (device index, ptr) -> AsyncAllocation handed out through _ext_alloc
+_ext_errors = []              # the latest error of _ext_alloc/_ext_free (C callers get NULL / nothing)
+
+
+cdef Stream _ext_stream(Device dev, void* handle):
+    from paddle_rt._core.stream import _live_streams
+    if handle == NULL:
+        return current_stream(dev)
+    for st in list(_live_streams):
+        if (<Stream>st).device is dev and not (<Stream>st).closed and st.handle == <uintptr_t>handle:
+            return <Stream>st
+    raise errors.InvalidArgument(f"{dev}: stream handle 0x{<uintptr_t>handle:x} is not a live paddle_rt stream of "
+                                 f"this device")
+
+
+cdef void _ext_error(BaseException e):
+    _ext_errors[:] = [e]
+
+
+cdef void* _ext_alloc(size_t size, int device, void* stream) noexcept with gil:
+    cdef AsyncAllocation a
+    cdef Device dev
+    try:
+        dev = resolve_device(device)
+        pool = <MemPool>default_mem_pool(dev)
+        pool._check()
+        a = (<MemPool>pool).malloc_on(size, _ext_stream(dev, stream))
+        _ext_live[(dev.index, a.ptr)] = a
+        return <void*>a.ptr
+    except BaseException as e:
+        _ext_error(e)
+        return NULL
+
+
+cdef void _ext_free(void* ptr, size_t size, int device, void* stream) noexcept with gil:
+    cdef AsyncAllocation a
+    cdef Device dev
+    cdef Stream s
+    try:
+        if ptr == NULL:
+            return
+        dev = resolve_device(device)
+        a = _ext_live.get((dev.index, <uintptr_t>ptr))
+        if a is None:
+            raise errors.InvalidArgument(f"{dev}: free of 0x{<uintptr_t>ptr:x}: not allocated through "
+                                         f"allocator_functions() on this device (or already freed)")
+        if size != 0 and size != a.size:
+            raise errors.InvalidArgument(f"{dev}: free of 0x{<uintptr_t>ptr:x}: size {size} does not match the "
+                                         f"allocated {a.size}")
+        s = a.stream if stream == NULL else _ext_stream(dev, stream)
+        a.pool.free_on(a, s)
+        del _ext_live[(dev.index, <uintptr_t>ptr)]
+    except BaseException as e:
+        _ext_error(e)
+
+
+def allocator_functions(device=None):
+    """Addresses (ints) of two C functions that allocate stream-ordered through the default pool:
+    ``void* alloc(size_t size, int device, void* stream)`` and ``void free(void* ptr, size_t size, int device,
+    void* stream)`` (the shape of PyTorch's pluggable allocators). ``stream`` is NULL (the device's current stream)
+    or the ``handle`` of a live paddle_rt :class:`Stream`; ``free`` with NULL frees on the allocating stream. On an
+    error ``alloc`` returns NULL and ``free`` does nothing; :func:`allocator_functions_error` returns the exception.
+    ``device`` selects the device whose pool is created now (the functions serve every device by index)."""
+    default_mem_pool(device)
+    return <uintptr_t><void*>_ext_alloc, <uintptr_t><void*>_ext_free
+
+
+def allocator_functions_error(clear=True):
+    """The latest error of the C functions of :func:`allocator_functions` (None if none)."""
+    e = _ext_errors[0] if _ext_errors else None
+    if clear:
+        _ext_errors.clear()
+    return e
