@@ -38,6 +38,7 @@ cdef class MemPool:
     cdef int _retire(self, _FreedBlock e) except -1
     cdef int _retire_safe(self, int64_t keep) except -1
     cdef int _drop_entry(self, _FreedBlock e) except -1
+    cdef int _check(self) except -1
     cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s)
 
 cdef class AsyncAllocation(Allocation):

@@ -33,6 +33,7 @@ from paddle_rt._core.stream cimport (
     Stream, stream_position, stream_reached, stream_set_order_hooks, current_stream, default_stream,
 )
 import weakref
+cimport cython
 
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
@@ -65,6 +66,7 @@ cdef inline bint _recorded_done(_FreedBlock e) noexcept:
     return True
 
 
+@cython.freelist(256)
 cdef class _FreedBlock:
     pass
 
@@ -101,6 +103,7 @@ cdef void _on_wait(void* wp, void* rp, uint64_t pos) noexcept:
 stream_set_order_hooks(_on_host_sync, _on_wait)
 
 
+@cython.freelist(256)
 cdef class AsyncAllocation(Allocation):
     """Memory from :func:`malloc_async`: an :class:`Allocation` that belongs to a :class:`MemPool` and a stream.
     Free it with :func:`free_async` (or ``free()``/``with``, which free it on the stream it was allocated on)."""
@@ -193,11 +196,12 @@ cdef class MemPool:
         return (f"<MemPool on {self.device}: used {self.used_cur}, reserved {self.reserved_cur}, "
                 f"release_threshold {self.release_threshold}>")
 
-    def _check(self):
+    cdef int _check(self) except -1:
         if self.core == NULL:
             raise errors.InvalidArgument("MemPool not initialised (call MemPool(device))")
         if _torn_down or self.core.torn_down:
             raise errors.DeviceError(f"{self.device}: the memory pool was torn down (interpreter exit)")
+        return 0
 
     # -- reuse ---------------------------------------------------------------------------------------------------------
     cdef int _reusable(self, _FreedBlock e, Stream b) except -1:
@@ -218,10 +222,6 @@ cdef class MemPool:
         cdef dict d = self._cache[e.stream]
         cdef list lst = d[e.size]
         lst.remove(e)
-        if not lst:
-            del d[e.size]
-        if not d:
-            del self._cache[e.stream]
         return 0
 
     cdef int _retire(self, _FreedBlock e) except -1:
@@ -289,7 +289,7 @@ cdef class MemPool:
                     for i in range(len(lst) - 1, -1, -1):
                         e = lst[i]
                         if e.recorded is None or _recorded_done(e):
-                            self._drop_entry(e)
+                            del lst[i]        # empty containers stay (cheap steady state)
                             self.cached_bytes -= e.size
                             return self._wrap(e.ptr, n, e.size, s)
             # 2. freed on another stream, allowed by the host's synchronization or a policy
@@ -371,6 +371,8 @@ cdef class MemPool:
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
         cdef _FreedBlock e
         cdef Stream y
+        cdef dict d
+        cdef list lst
         if a._freed:
             raise errors.InvalidArgument(f"{self.device}: free_async of 0x{a.ptr:x}: the allocation was already freed "
                                          f"(double free)")
@@ -399,13 +401,19 @@ cdef class MemPool:
             if not e.recorded:
                 e.recorded = None
         a._freed = 1
-        self._cache.setdefault(s, {}).setdefault(e.size, []).append(e)
+        d = self._cache.get(s)
+        if d is None:
+            d = self._cache[s] = {}
+        lst = d.get(e.size)
+        if lst is None:
+            lst = d[e.size] = []
+        lst.append(e)
         self.used_cur -= e.size
         self.cached_bytes += e.size
         return 0
 
     # -- public methods ------------------------------------------------------------------------------------------------
-    def malloc_async(self, nbytes, stream=None):
+    def malloc_async(self, Py_ssize_t nbytes, stream=None):
         """Allocate ``nbytes`` ordered on ``stream`` (default: the current stream of the pool's device)."""
         self._check()
         if nbytes < 0:
@@ -561,11 +569,12 @@ cdef void _ext_error(BaseException e):
 cdef void* _ext_alloc(size_t size, int device, void* stream) noexcept with gil:
     cdef AsyncAllocation a
     cdef Device dev
+    cdef MemPool pool
     try:
         dev = resolve_device(device)
         pool = <MemPool>default_mem_pool(dev)
         pool._check()
-        a = (<MemPool>pool).malloc_on(size, _ext_stream(dev, stream))
+        a = pool.malloc_on(size, _ext_stream(dev, stream))
         _ext_live[(dev.index, a.ptr)] = a
         return <void*>a.ptr
     except BaseException as e:
