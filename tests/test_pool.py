@@ -517,3 +517,58 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
 test_pool_state_machine = PoolMachine.TestCase
+
+
+def test_replay_multi_stream_trace(tmp_path):
+    import json
+    import contextlib
+    import io
+    from paddle_rt.tools import replay
+    rows = ["Thread,Time,Action,Pointer,Size,Stream"]
+    ptrs = []
+    for i in range(60):
+        s = ["0x0", "0x1", "0x2"][i % 3]
+        rows.append(f"0,{i},allocate,0x{1000 + i:x},{256 * (1 + i % 5)},{s}")
+        ptrs.append((f"0x{1000 + i:x}", s))
+        if i % 2:
+            p, _ = ptrs.pop(0)
+            rows.append(f"0,{i},free,{p},0,{['0x0', '0x1', '0x2'][(i + 1) % 3]}")
+    for p, s in ptrs:
+        rows.append(f"0,99,free,{p},0,{s}")
+    path = tmp_path / "multi.csv"
+    path.write_text("\n".join(rows) + "\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert replay.main([str(path), "--json", "--no-min-capacity"]) == 0
+    res = json.loads(out.getvalue())
+    so = res["stream_ordered"]
+    assert so["streams"] == 3 and so["events"] == 120
+    assert so["used_mem_current"] == 0 and so["used_mem_high"] > 0
+    assert so["reserved_mem_high"] >= so["used_mem_high"]
+    # a single-stream log has no stream-ordered section
+    single = tmp_path / "single.csv"
+    single.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,256,0x0\n0,1,free,0x1,0,0x0\n")
+    assert replay.load_stream_trace(str(single)) is None
+
+
+def test_pool_does_not_keep_dropped_streams_alive():
+    import gc
+    import weakref
+    pool = MemPool()
+    a, b = paddle_rt.Stream(), paddle_rt.Stream()
+    x = pool.malloc_async(N, a)
+    a.add_callback(lambda: None)
+    pool.free_async(x, a)
+    e = paddle_rt.Event()
+    e.record(a)
+    b.wait_event(e)
+    a.synchronize()                       # threshold 0: the freed block goes back to the allocator
+    del x
+    assert pool.stats()["cached"] == 0
+    wa, wb = weakref.ref(a), weakref.ref(b)
+    b.synchronize()
+    a.close()
+    b.close()
+    del a, b, e
+    gc.collect()
+    assert wa() is None and wb() is None

@@ -25,8 +25,8 @@ cdef class MemPool:
     cdef readonly bint reuse_allow_internal_dependencies
     cdef bint host_addressable
     cdef dict _cache                   # Stream -> {block size: [_FreedBlock]}
-    cdef dict _synced                  # Stream -> highest position the host waited for
-    cdef dict _waits                   # (waiter Stream, recorded Stream) -> highest position waiter waits for
+    cdef object _synced                # weak Stream -> highest position the host waited for
+    cdef object _waits                 # weak waiter Stream -> weak recorded Stream -> highest position waited for
     cdef int64_t used_cur, used_high, reserved_cur, reserved_high
     cdef int64_t cached_bytes
     cdef int64_t n_cross_reuse[4]      # reuses by: 0 host sync, 1 follow events, 2 opportunistic, 3 internal
@@ -39,6 +39,7 @@ cdef class MemPool:
     cdef int _retire_safe(self, int64_t keep) except -1
     cdef int _drop_entry(self, _FreedBlock e) except -1
     cdef int _check(self) except -1
+    cdef int _prune(self) except -1
     cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s)
 
 cdef class AsyncAllocation(Allocation):

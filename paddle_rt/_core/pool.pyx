@@ -93,9 +93,11 @@ cdef void _on_wait(void* wp, void* rp, uint64_t pos) noexcept:
     try:
         for p in list(_pools):
             if p.device is w.device and p.reuse_follow_event_dependencies:
-                key = (w, r)
-                if p._waits.get(key, 0) < pos:
-                    p._waits[key] = pos
+                ws = p._waits.get(w)
+                if ws is None:
+                    ws = p._waits[w] = weakref.WeakKeyDictionary()
+                if ws.get(r, 0) < pos:
+                    ws[r] = pos
     except BaseException:
         pass
 
@@ -172,8 +174,8 @@ cdef class MemPool:
         self.reuse_allow_opportunistic = bool(reuse_allow_opportunistic)
         self.reuse_allow_internal_dependencies = bool(reuse_allow_internal_dependencies)
         self._cache = {}
-        self._synced = {}
-        self._waits = {}
+        self._synced = weakref.WeakKeyDictionary()    # streams dropped by the user are not kept alive
+        self._waits = weakref.WeakKeyDictionary()
         from paddle_rt._core.allocator import get_allocator
         self.host_addressable = get_allocator(dev).host_addressable
         _pools.add(self)
@@ -212,8 +214,10 @@ cdef class MemPool:
             return 1
         if self._synced.get(e.stream, 0) >= e.pos or e.stream.closed:
             return 2
-        if self.reuse_follow_event_dependencies and self._waits.get((b, e.stream), 0) >= e.pos:
-            return 3
+        if self.reuse_follow_event_dependencies:
+            ws = self._waits.get(b)
+            if ws is not None and ws.get(e.stream, 0) >= e.pos:
+                return 3
         if self.reuse_allow_opportunistic and stream_reached(e.stream, e.pos):
             return 4
         return 0
@@ -252,6 +256,17 @@ cdef class MemPool:
                 break
             self._drop_entry(e)
             self._retire(e)
+        self._prune()
+        return 0
+
+    cdef int _prune(self) except -1:
+        # drop empty containers (their Stream keys would keep dropped streams alive)
+        for s in list(self._cache):
+            d = self._cache[s]
+            for k in [k for k, v in d.items() if not v]:
+                del d[k]
+            if not d:
+                del self._cache[s]
         return 0
 
     cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s):
@@ -367,6 +382,7 @@ cdef class MemPool:
                 for e in list(lst):
                     self._drop_entry(e)
                     self._retire(e)
+        self._prune()
 
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
         cdef _FreedBlock e

@@ -7,6 +7,8 @@ API), the peak reserved bytes, the peak live requested bytes, their ratio and th
 rt_cpu also the smallest device capacity on which the trace still completes (bisected over ``RT_CPU_MEMORY_BYTES``,
 each probe in a fresh process). ``--baselines`` adds the figures of faithful models of Paddle's auto-growth
 allocator and of PyTorch's caching allocator on an unbounded device, for comparison.
+When the ``Stream`` column names several streams, the log is also replayed stream-ordered (``malloc_async`` /
+``free_async`` on that many paddle_rt streams, a fresh ``MemPool``) and the pool's figures are reported.
 """
 import argparse
 import bisect
@@ -69,6 +71,63 @@ def load_trace(path):
                 raise SystemExit(f"replay: {path}:{lineno}: unknown action {act!r}")
     return (np.array(actions, dtype=np.int8), np.array(sizes, dtype=np.int64), np.array(slots, dtype=np.int64),
             max(nslots, 1), peak)
+
+
+def load_stream_trace(path):
+    """[(is_alloc, size, slot, stream index)] and the stream names, in first-seen order, from the ``Stream`` column
+    (None when the log has no such column or names a single stream)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
+        reader = csv.DictReader(f)
+        if "Stream" not in (reader.fieldnames or ()):
+            return None
+        names, index, events, slot_of, free_slots = [], {}, [], {}, []
+        for row in reader:
+            name = row["Stream"].strip()
+            k = index.get(name)
+            if k is None:
+                k = index[name] = len(names)
+                names.append(name)
+            ptr = row["Pointer"].strip()
+            if row["Action"].strip() == "allocate":
+                slot = free_slots.pop() if free_slots else len(slot_of) + len(free_slots)
+                slot_of[ptr] = slot
+                events.append((1, int(row["Size"]), slot, k))
+            else:
+                slot = slot_of.pop(ptr)
+                free_slots.append(slot)
+                events.append((0, 0, slot, k))
+    return (events, names) if len(names) > 1 else None
+
+
+def run_streams(events, names, device=None):
+    """Replay a multi-stream log through stream-ordered memory: one paddle_rt stream per name, malloc_async on the
+    allocating row's stream and free_async on the freeing row's stream (a fresh MemPool, default policies)."""
+    import paddle_rt
+
+    dev = paddle_rt.device(device) if device else paddle_rt.get_device()
+    streams = [paddle_rt.Stream(dev) for _ in names]
+    pool = paddle_rt.MemPool(dev)
+    table = {}
+    t0 = time.perf_counter_ns()
+    try:
+        for is_alloc, size, slot, k in events:
+            if is_alloc:
+                table[slot] = pool.malloc_async(size, streams[k])
+            else:
+                pool.free_async(table.pop(slot), streams[k])
+        ns = time.perf_counter_ns() - t0
+    finally:
+        for a in table.values():
+            pool.free_async(a)
+        for st in streams:
+            st.synchronize()
+    res = {"streams": len(names), "events": len(events), "ns_per_event": ns / max(1, len(events))}
+    res.update(pool.stats())
+    pool.trim_to(0)
+    for st in streams:
+        st.close()
+    return res
 
 
 def _conf_dict(text):
@@ -294,6 +353,9 @@ def main(argv=None):
         return 0
 
     res = run_once(args.trace, args.device, conf, trace)
+    multi = load_stream_trace(args.trace)
+    if multi is not None:
+        res["stream_ordered"] = run_streams(multi[0], multi[1], args.device)
     dev = paddle_rt.device(res["device"])
     if dev.type == "rt_cpu" and not args.no_min_capacity:
         bar = None
@@ -323,6 +385,10 @@ def main(argv=None):
     print(f"  peak live requested   {_mib(res['peak_live_requested'])} ({res['peak_live_requested']} B)")
     print(f"  ratio                 {res['ratio']:.3f}")
     print(f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})")
+    if "stream_ordered" in res:
+        so = res["stream_ordered"]
+        print(f"  stream-ordered on {so['streams']} streams: {so['ns_per_event']:.0f} ns per event, peak reserved "
+              f"{_mib(so['reserved_mem_high'])}, peak used {_mib(so['used_mem_high'])}")
     if "min_capacity" in res:
         print(f"  min device capacity   {_mib(res['min_capacity'])} ({res['min_capacity']} B)")
     if args.baselines:
