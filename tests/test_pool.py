@@ -572,3 +572,38 @@ def test_pool_does_not_keep_dropped_streams_alive():
     del a, b, e
     gc.collect()
     assert wa() is None and wb() is None
+
+
+def test_threads_share_a_pool():
+    pool = MemPool()
+    errors = []
+
+    def worker(k):
+        try:
+            s = paddle_rt.Stream()
+            other = []
+            for i in range(300):
+                a = pool.malloc_async(256 * (1 + (i + k) % 4), s)
+                fill(a, k)
+                other.append(a)
+                if len(other) > 3:
+                    b = other.pop(0)
+                    assert ctypes.string_at(b.ptr, b.size) == bytes([k]) * b.size
+                    pool.free_async(b, s)
+                if i % 50 == 0:
+                    s.synchronize()
+            for b in other:
+                pool.free_async(b, s)
+            s.synchronize()
+            s.close()
+        except BaseException as e:   # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(k + 1,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    assert pool.stats()["used_mem_current"] == 0
+    assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0

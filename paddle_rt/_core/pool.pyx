@@ -223,9 +223,15 @@ cdef class MemPool:
         return 0
 
     cdef int _drop_entry(self, _FreedBlock e) except -1:
-        cdef dict d = self._cache[e.stream]
-        cdef list lst = d[e.size]
-        lst.remove(e)
+        # 1 when removed, 0 when another thread took it meanwhile (a wait released the GIL)
+        cdef dict d = self._cache.get(e.stream)
+        cdef list lst = d.get(e.size) if d is not None else None
+        if lst is None:
+            return 0
+        for i in range(len(lst)):
+            if lst[i] is e:
+                del lst[i]
+                return 1
         return 0
 
     cdef int _retire(self, _FreedBlock e) except -1:
@@ -233,8 +239,7 @@ cdef class MemPool:
         self.cached_bytes -= e.size
         self.reserved_cur -= e.size
         if not self.core.torn_down:
-            with nogil:
-                core_free(self.core, <void*>e.ptr)
+            core_free(self.core, <void*>e.ptr)     # with the GIL: the pool's dicts stay consistent
         return 0
 
     cdef int _retire_safe(self, int64_t keep) except -1:
@@ -254,8 +259,8 @@ cdef class MemPool:
         for e in safe:
             if self.cached_bytes <= keep:
                 break
-            self._drop_entry(e)
-            self._retire(e)
+            if self._drop_entry(e):
+                self._retire(e)
         self._prune()
         return 0
 
@@ -316,14 +321,13 @@ cdef class MemPool:
                     continue
                 for e in lst:
                     how = self._reusable(e, s)
-                    if how:
+                    if how and self._drop_entry(e):
                         self.n_cross_reuse[how - 2] += 1
-                        self._drop_entry(e)
                         self.cached_bytes -= e.size
                         return self._wrap(e.ptr, n, e.size, s)
             # 3. internal dependencies: make s wait for the stream of the free
             if self.reuse_allow_internal_dependencies:
-                for other, d in self._cache.items():
+                for other, d in list(self._cache.items()):
                     if other is s or (<Stream>other).closed:
                         continue
                     lst = d.get(r)
@@ -336,8 +340,9 @@ cdef class MemPool:
                         ev = Event()
                         ev.record(e.stream)
                         ev.wait(s)
+                        if not self._drop_entry(e):
+                            break                 # taken meanwhile by another thread: allocate instead
                         self.n_cross_reuse[3] += 1
-                        self._drop_entry(e)
                         self.cached_bytes -= e.size
                         return self._wrap(e.ptr, n, e.size, s)
             # 4. hand the allocator what every stream may reuse
@@ -380,8 +385,8 @@ cdef class MemPool:
         for s, d in list(self._cache.items()):
             for lst in list(d.values()):
                 for e in list(lst):
-                    self._drop_entry(e)
-                    self._retire(e)
+                    if self._drop_entry(e):
+                        self._retire(e)
         self._prune()
 
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
@@ -552,8 +557,8 @@ def _teardown_pools():
             for s, d in list(p._cache.items()):
                 for lst in list(d.values()):
                     for e in list(lst):
-                        p._drop_entry(e)
-                        p._retire(e)
+                        if p._drop_entry(e):
+                            p._retire(e)
         except BaseException:
             pass
     _torn_down = True
