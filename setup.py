@@ -12,7 +12,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext as _build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-INCLUDE = os.path.join("paddle_rt", "include")
+SRC = "src"
+INCLUDE = os.path.join(SRC, "paddle_rt", "include")
 
 SANITIZE = os.environ.get("PADDLE_RT_SANITIZE", "")
 # Development: PADDLE_RT_ONLY=plugin,device,librt_cpu builds only the named extensions (last name component).
@@ -56,13 +57,13 @@ def cython_extensions():
     from Cython.Build import cythonize
 
     exts = []
-    for pyx in sorted(glob.glob(os.path.join("paddle_rt", "_core", "*.pyx"))):
-        name = pyx[:-4].replace(os.sep, ".")
+    for pyx in sorted(glob.glob(os.path.join(SRC, "paddle_rt", "_core", "*.pyx"))):
+        name = os.path.relpath(pyx, SRC)[:-4].replace(os.sep, ".")
         if not wanted(name):
             continue
         exts.append(Extension(
             name, [pyx],
-            include_dirs=[INCLUDE, os.path.join("paddle_rt", "_core")],
+            include_dirs=[INCLUDE, os.path.join(SRC, "paddle_rt", "_core")],
             language="c++",
             extra_compile_args=common_compile + ["-std=c++17"],
             extra_link_args=common_link + ["-ldl"],
@@ -71,14 +72,14 @@ def cython_extensions():
         exts,
         compiler_directives={"language_level": "3", "embedsignature": True, "binding": False,
                              "boundscheck": False, "wraparound": False, "cdivision": True},
-        include_path=["."],
+        include_path=[SRC],
     )
 
 
 plain = [
     Extension(
         "paddle_rt.plugins.librt_cpu",
-        sorted(glob.glob(os.path.join("paddle_rt", "plugins", "rt_cpu", "*.c"))),
+        sorted(glob.glob(os.path.join(SRC, "paddle_rt", "plugins", "rt_cpu", "*.c"))),
         include_dirs=[INCLUDE],
         extra_compile_args=common_compile + ["-std=gnu11", "-fvisibility=hidden", "-Wall"],
         extra_link_args=common_link,
@@ -86,7 +87,7 @@ plain = [
     ),
     Extension(
         "paddle_rt._core.libpaddle_rt_host",
-        [os.path.join("paddle_rt", "_core", "host_symbols.c")],
+        [os.path.join(SRC, "paddle_rt", "_core", "host_symbols.c")],
         include_dirs=[INCLUDE],
         extra_compile_args=common_compile + ["-std=gnu11", "-Wall"],
         extra_link_args=common_link,
@@ -95,4 +96,4 @@ plain = [
 
 plain = [e for e in plain if wanted(e.name)]
 
-setup(ext_modules=plain + cython_extensions(), cmdclass={"build_ext": build_ext})
+setup(ext_modules=plain + cython_extensions(), cmdclass={"build_ext": build_ext}, package_dir={"": SRC})

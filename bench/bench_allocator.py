@@ -27,8 +27,8 @@ import numpy as np
 
 try:
     import paddle_rt
-except ImportError:     # running from a checkout with an in-place build
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
     import paddle_rt
 from paddle_rt._core import _bench_alloc as B
 

@@ -17,8 +17,14 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+try:
+    import paddle_rt
+except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    import paddle_rt
+
+# The children import the same paddle_rt as this process.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
 
 
 def sizes(max_bytes):
@@ -107,7 +113,7 @@ def main():
         if n == 2 and "RT_CPU_DEVICE_COUNT" not in os.environ:
             rows = run(2, max_bytes, args.reps)
         else:
-            env = dict(os.environ, RT_CPU_DEVICE_COUNT=str(n), PYTHONPATH=ROOT)
+            env = dict(os.environ, RT_CPU_DEVICE_COUNT=str(n), PYTHONPATH=PACKAGE_PARENT)
             res = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(n), "--reps",
                                   str(args.reps), "--max-mib", str(args.max_mib)], env=env, capture_output=True,
                                  text=True)

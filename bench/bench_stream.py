@@ -13,9 +13,11 @@ import os
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import paddle_rt
+try:
+    import paddle_rt
+except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    import paddle_rt
 from paddle_rt._core import _bench_stream as cb
 
 

@@ -29,7 +29,7 @@ def include_dir():
 
         return paddle_rt.get_include()
     except Exception:
-        return os.path.join(REPO_ROOT, "paddle_rt", "include")
+        return os.path.join(REPO_ROOT, "src", "paddle_rt", "include")
 
 
 def _define_args(defines):

@@ -14,8 +14,8 @@ import pytest
 
 pytestmark = pytest.mark.interop
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUGIN = os.path.join(REPO_ROOT, "paddle_rt", "plugins", "librt_cpu.so")
+# The rt_cpu of the paddle_rt under test (installed, or src/ in development), located without importing it.
+PLUGIN = os.path.join(os.path.dirname(importlib.util.find_spec("paddle_rt").origin), "plugins", "librt_cpu.so")
 
 
 @pytest.fixture(scope="module")

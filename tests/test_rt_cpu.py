@@ -17,7 +17,9 @@ import importlib.util
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUGINS_INIT = os.path.join(REPO_ROOT, "paddle_rt", "plugins", "__init__.py")
+# The paddle_rt under test (installed, or src/ in development), located without importing it.
+PACKAGE_DIR = os.path.dirname(importlib.util.find_spec("paddle_rt").origin)
+PLUGINS_INIT = os.path.join(PACKAGE_DIR, "plugins", "__init__.py")
 
 
 def _load_plugins_module():
@@ -30,7 +32,7 @@ def _load_plugins_module():
 
 plugins = _load_plugins_module()
 DRIVER_SOURCE = os.path.join(REPO_ROOT, "tests", "c", "rt_cpu_driver.c")
-INCLUDE = os.path.join(REPO_ROOT, "paddle_rt", "include")
+INCLUDE = os.path.join(PACKAGE_DIR, "include")
 
 # every RT_CPU_* variable is cleared in the children unless a test sets it
 RT_CPU_VARS = [
