@@ -21,7 +21,10 @@ from paddle_rt import plugins
 from conftest import run_python_code, include_dir
 
 MiB = 1 << 20
-TRACES = "/work/shared/traces"
+# The workload traces live in shared/ beside the checkout (as on the developers' machines and in CI);
+# PADDLE_RT_TRACES points elsewhere.
+TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
 
 # The table of ABI.md (measured on Paddle 3.3.1): (min_chunk, padding) -> [(request, plugin allocation)].
 ABI_TABLE = {

@@ -10,7 +10,10 @@ import paddle_rt
 from paddle_rt.tools import replay
 
 MiB = 1 << 20
-TRACES = "/work/shared/traces"
+# The workload traces live in shared/ beside the checkout (as on the developers' machines and in CI);
+# PADDLE_RT_TRACES points elsewhere.
+TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
 
 
 def write_trace(path, events, gz=False):
