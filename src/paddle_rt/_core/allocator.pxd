@@ -136,3 +136,19 @@ cdef class Allocation:
     cdef object __weakref__
     cdef int _release(self) except -1
     cdef int _check_host(self) except -1
+
+
+# The size a request of `nbytes` holds: Paddle's round_up(nbytes + extra_padding, min_chunk), at least one byte of
+# payload. Shared by the allocator and the stream-ordered pool, so both key their caches by the same sizes. The
+# caller has checked nbytes + padding for overflow.
+cdef inline size_t round_request(AllocatorCore* c, size_t nbytes) noexcept nogil:
+    cdef size_t n = nbytes + c.cfg.padding
+    cdef size_t a
+    if n == 0:
+        n = 1
+    if c.cfg.align_mask:
+        return (n + c.cfg.align_mask) & ~c.cfg.align_mask
+    a = c.cfg.alignment
+    if a <= 1:
+        return n
+    return ((n + a - 1) // a) * a

@@ -230,18 +230,6 @@ cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_
     return b
 
 
-cdef inline size_t _round(AllocatorCore* c, size_t nbytes) noexcept nogil:
-    # caller checked for overflow
-    cdef size_t n = nbytes + c.cfg.padding
-    cdef size_t a
-    if n == 0:
-        n = 1
-    if c.cfg.align_mask:
-        return (n + c.cfg.align_mask) & ~c.cfg.align_mask
-    a = c.cfg.alignment
-    return ((n + a - 1) // a) * a
-
-
 # Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.
 cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
     cdef Block* r
@@ -688,7 +676,7 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     if c.torn_down:
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
-    size = _round(c, nbytes)
+    size = round_request(c, nbytes)
     pool = _pool_of(c, size)
     c.cx.mu.lock()
     if c.torn_down:
@@ -1061,7 +1049,7 @@ cdef class DeviceAllocator:
 
     def round_size(self, size_t nbytes):
         """The block size a request of ``nbytes`` gets: round_up(nbytes + extra_padding, min_chunk)."""
-        return _round(self.core, nbytes)
+        return round_request(self.core, nbytes)
 
     def malloc(self, nbytes, stream=0):
         return _make_allocation(self, nbytes, stream)
@@ -1479,7 +1467,7 @@ cdef inline void* _fast_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noe
     if not c.cx.mu.try_lock():
         return NULL
     if not c.torn_down:
-        b = _alloc_cached(c, _round(c, n), n, stream, &fail)
+        b = _alloc_cached(c, round_request(c, n), n, stream, &fail)
     c.cx.mu.unlock()
     if b == NULL:
         return NULL

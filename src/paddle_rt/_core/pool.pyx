@@ -27,6 +27,7 @@
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
 from paddle_rt._core.allocator cimport (
     Allocation, AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
+    round_request,
 )
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
@@ -40,20 +41,6 @@ from paddle_rt._core import device as _device_mod
 
 _pools = weakref.WeakSet()
 cdef bint _torn_down = False
-
-
-cdef inline size_t _round(AllocatorCore* c, size_t nbytes) noexcept nogil:
-    # the allocator's rounding (allocator.pyx _round); a mismatch only costs a cache miss
-    cdef size_t n = nbytes + c.cfg.padding
-    cdef size_t a
-    if n == 0:
-        n = 1
-    if c.cfg.align_mask:
-        return (n + c.cfg.align_mask) & ~c.cfg.align_mask
-    a = c.cfg.alignment
-    if a <= 1:
-        return n
-    return ((n + a - 1) // a) * a
 
 
 cdef inline bint _recorded_done(_FreedBlock e) noexcept:
@@ -290,7 +277,7 @@ cdef class MemPool:
         return a
 
     cdef AsyncAllocation malloc_on(self, size_t n, Stream s):
-        cdef size_t r = _round(self.core, n)
+        cdef size_t r = round_request(self.core, n)
         cdef dict d
         cdef list lst
         cdef _FreedBlock e
