@@ -992,19 +992,27 @@ cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, roo
     return _submit(w, c)
 
 
+cdef tuple _single_buffer_args(buf, rank, str rank_name, Communicator cm, count, dtype, str where):
+    """Validate the arguments of a one-buffer collective (broadcast, send, recv), in this order: the dtype (data
+    movement: any non-complex type), the root/peer rank, the buffer, the count (default buf.size // itemsize) and that
+    the buffer holds count elements. Returns (dtype name, C_DataType value, rank, buffer address, count)."""
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,)), where)
+    rank = _rank_value(rank, cm, rank_name, where)
+    bp, bsize = _buffer(buf, "buf", cm, where)
+    if count is None:
+        count = bsize // isz
+    count = _count_value(count, where)
+    _need(bsize, count, isz, "buf", dname, where)
+    return dname, cval, rank, bp, count
+
+
 def broadcast(buf, root=0, comm=None, stream=None, count=None, dtype=None):
     """Copy root's ``buf`` into every other rank's ``buf`` (``xccl_broadcast``, in place). count defaults to
     buf.size // itemsize."""
     _check_comm(comm, "broadcast")
     cdef Communicator cm = comm
     where = _where(cm, "broadcast")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,)), where)
-    root = _rank_value(root, cm, "root", where)
-    bp, bsize = _buffer(buf, "buf", cm, where)
-    if count is None:
-        count = bsize // isz
-    count = _count_value(count, where)
-    _need(bsize, count, isz, "buf", dname, where)
+    dname, cval, root, bp, count = _single_buffer_args(buf, root, "root", cm, count, dtype, where)
     cdef CclCall* c
     cdef Work w = _prepare(K_BROADCAST, cm, stream, &c)
     c.send = <void*><uintptr_t>bp
@@ -1062,13 +1070,7 @@ cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
     _check_comm(comm, name)
     cdef Communicator cm = comm
     where = _where(cm, name)
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,)), where)
-    peer = _rank_value(peer, cm, "peer", where)
-    bp, bsize = _buffer(buf, "buf", cm, where)
-    if count is None:
-        count = bsize // isz
-    count = _count_value(count, where)
-    _need(bsize, count, isz, "buf", dname, where)
+    dname, cval, peer, bp, count = _single_buffer_args(buf, peer, "peer", cm, count, dtype, where)
     cdef CclCall* c
     cdef Work w = _prepare(kind, cm, stream, &c)
     if kind == K_SEND:
