@@ -3,6 +3,8 @@ models of Paddle's and PyTorch's allocators (checked against the anchors of /wor
 import gzip
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -50,8 +52,33 @@ def test_load_trace(tmp_path):
 ])
 def test_bad_traces(tmp_path, events, match):
     p = write_trace(tmp_path / "bad.csv", events)
-    with pytest.raises(SystemExit, match=match):
+    with pytest.raises(replay.TraceFormatError, match=match):
         replay.load_trace(p)
+
+
+def test_bad_trace_from_the_command_line(tmp_path, capsys):
+    p = write_trace(tmp_path / "bad.csv", [("free", 0x10, 5)])
+    assert replay.main([p, "--no-min-capacity"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.csv:2: free of 0x10 which is not live" in err
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    assert replay.main([str(tmp_path / "x.csv")]) == 2
+    assert "missing columns" in capsys.readouterr().err
+    assert replay.main([str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert replay.main([p, "--conf", "growth"]) == 2
+
+
+def test_gzip_recognised_by_content(tmp_path):
+    p = write_trace(tmp_path / "t.log", SMALL, gz=True)        # no .gz suffix
+    assert list(replay.load_trace(p)[0]) == [1, 1, 0, 1, 1, 0, 0]
+
+
+def test_live_requested(tmp_path):
+    trace = replay.load_trace(write_trace(tmp_path / "t.csv", SMALL))
+    live = replay.live_requested(*trace[:3])
+    assert live.tolist() == [3 * MiB, 3 * MiB + 100, 100, 2 * MiB + 100, 7 * MiB + 100, 7 * MiB, 5 * MiB]
+    assert live.max() == trace[4]
 
 
 def test_replay_json(tmp_path, capsys):
@@ -99,3 +126,75 @@ def test_default_policy_beats_both_on_real_traces(name, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["peak_reserved"] <= res["paddle"]["peak_reserved"]
     assert res["device_allocs"] <= res["torch"]["device_allocs"]
+
+
+def test_recorded_replay_matches_the_plain_one(tmp_path):
+    """Recording the timeline (the log replayed in pieces, peaks read in between) changes no allocator decision."""
+    path = os.path.join(TRACES, "resnet18_train.csv.gz")
+    if not os.path.exists(path):
+        path = write_trace(tmp_path / "t.csv", SMALL)
+    trace = replay.load_trace(path)
+    plain = replay.run_once(path, "rt_cpu:1", {}, trace)
+    for samples in (10_000, 500):
+        rec = replay.run_once(path, "rt_cpu:1", {}, trace, record=True, samples=samples)
+        assert (rec["peak_reserved"], rec["device_allocs"]) == (plain["peak_reserved"], plain["device_allocs"])
+        tl = rec["timeline"]
+        assert tl["event"][0] == 0 and tl["event"][-1] == plain["events"]
+        assert max(tl["reserved"]) == plain["peak_reserved"]
+        assert max(tl["requested"]) == plain["peak_live_requested"]
+        assert sum(s["total_size"] for s in rec["segments"]) == tl["reserved"][-1]
+    assert paddle_rt.memory_reserved("rt_cpu:1") == 0
+
+
+def test_replay_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    p = write_trace(tmp_path / "t.csv", SMALL)
+    out = tmp_path / "r.png"
+    assert replay.main([p, "--device", "rt_cpu:1", "--no-min-capacity", "--plot", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["plot"] == str(out) and "timeline" not in res
+    assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 20_000
+
+
+def _run_replay(args, block_tqdm=False):
+    pre = "import sys; sys.modules['tqdm'] = None; " if block_tqdm else "import sys; "
+    code = pre + f"from paddle_rt.__main__ import main; sys.exit(main({['replay'] + args!r}))"
+    src = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=src), capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_progress_bar(tmp_path):
+    pytest.importorskip("tqdm")
+    p = write_trace(tmp_path / "t.csv", SMALL)
+    forced = _run_replay([p, "--no-min-capacity", "--progress", "--json"])
+    assert forced.returncode == 0, forced.stderr
+    assert "replay: 100%" in forced.stderr and "reading: 100%" in forced.stderr
+    assert json.loads(forced.stdout)["events"] == len(SMALL)           # stdout stays clean JSON
+    auto = _run_replay([p, "--no-min-capacity"])                         # stderr is a pipe, not a terminal
+    assert auto.returncode == 0 and auto.stderr == ""
+    assert _run_replay([p, "--progress", "--no-progress"]).returncode == 2    # mutually exclusive
+
+
+def test_progress_without_tqdm(tmp_path):
+    p = write_trace(tmp_path / "t.csv", SMALL)
+    r = _run_replay([p, "--no-min-capacity", "--progress"], block_tqdm=True)
+    assert r.returncode == 0, r.stderr
+    assert 'pip install "paddle_rt[progress]"' in r.stderr and "Traceback" not in r.stderr
+    assert "ns per event" in r.stdout
+    r = _run_replay([p, "--no-min-capacity"], block_tqdm=True)
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_progress_factory_modes():
+    import io
+    assert replay.progress_factory(False) is None
+    assert replay.progress_factory(None, io.StringIO()) is None          # not a terminal
+    pytest.importorskip("tqdm")
+    buf = io.StringIO()
+    make = replay.progress_factory(True, buf)
+    bar = make("probing", total=3, unit="probe")
+    for _ in range(3):
+        bar.update(1)
+    bar.close()
+    assert "probing: 100%" in buf.getvalue() and "3/3" in buf.getvalue()

@@ -9,6 +9,10 @@ each probe in a fresh process). ``--baselines`` adds the figures of faithful mod
 allocator and of PyTorch's caching allocator on an unbounded device, for comparison.
 When the ``Stream`` column names several streams, the log is also replayed stream-ordered (``malloc_async`` /
 ``free_async`` on that many paddle_rt streams, a fresh ``MemPool``) and the pool's figures are reported.
+
+``--plot out.png`` draws the replay's memory timeline and the segment map at the end of the log (matplotlib, the
+``plot`` extra). Long traces show a progress bar on stderr when it is a terminal (tqdm, the ``progress`` extra;
+without it, no bar): ``--progress`` forces it, ``--no-progress`` turns it off.
 """
 import argparse
 import bisect
@@ -21,63 +25,147 @@ import subprocess
 import sys
 import time
 
+from paddle_rt._core.errors import InvalidArgument
+
 MiB = 1 << 20
+PROGRESS_EXTRA = 'pip install "paddle_rt[progress]"'
 
 
-def load_trace(path):
+class TraceFormatError(InvalidArgument):
+    """The allocation log is not a well-formed RMM log (the message names the file and line)."""
+
+
+def progress_factory(mode, stream=None):
+    """A function making tqdm bars on ``stream`` (default stderr), or None for no bars. ``mode``: True (forced),
+    False (off), None (automatic: only when ``stream`` is a terminal, and only for work lasting over half a second).
+    Without tqdm there are no bars (forced: a one-line note on ``stream``)."""
+    stream = sys.stderr if stream is None else stream
+    if mode is False:
+        return None
+    if mode is None:
+        try:
+            if not stream.isatty():
+                return None
+        except (AttributeError, ValueError):
+            return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        if mode:
+            print(f"paddle_rt: no progress bar: tqdm is not installed ({PROGRESS_EXTRA})", file=stream)
+        return None
+
+    def make(desc, total=None, unit="it", **kw):
+        return tqdm(desc=desc, total=total, unit=unit, file=stream, delay=0 if mode else 0.5, leave=bool(mode),
+                    dynamic_ncols=True, **kw)
+    return make
+
+
+def _open_text(path, raw=None):
+    """A text stream over ``path``, gzip-compressed or not (recognised by content)."""
+    raw = raw or open(path, "rb")
+    if raw.peek(2)[:2] == b"\x1f\x8b" if hasattr(raw, "peek") else False:
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), newline="")
+    return io.TextIOWrapper(raw, newline="")
+
+
+def load_trace(path, progress=None):
     """(is_alloc int8 array, sizes int64, slots int64, number of slots, peak live requested bytes)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # idle BLAS threads would disturb the timing
     import numpy as np
 
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = {"Action", "Pointer", "Size"} - set(reader.fieldnames or ())
-        if missing:
-            raise SystemExit(f"replay: {path} is not an RMM allocation log (missing columns: {sorted(missing)})")
-        actions, sizes, slots = [], [], []
-        slot_of, free_slots = {}, []
-        nslots = 0
-        live = peak = 0
-        size_of = {}
-        for lineno, row in enumerate(reader, 2):
-            act = row["Action"].strip()
-            ptr = row["Pointer"].strip()
-            if act == "allocate":
-                n = int(row["Size"])
-                if ptr in slot_of:
-                    raise SystemExit(f"replay: {path}:{lineno}: {ptr} allocated twice without a free")
-                s = free_slots.pop() if free_slots else None
-                if s is None:
-                    s = nslots
-                    nslots += 1
-                slot_of[ptr] = s
-                size_of[ptr] = n
-                live += n
-                peak = max(peak, live)
-                actions.append(1)
-                sizes.append(n)
-                slots.append(s)
-            elif act == "free":
-                if ptr not in slot_of:
-                    raise SystemExit(f"replay: {path}:{lineno}: free of {ptr} which is not live")
-                s = slot_of.pop(ptr)
-                live -= size_of.pop(ptr)
-                free_slots.append(s)
-                actions.append(0)
-                sizes.append(0)
-                slots.append(s)
-            else:
-                raise SystemExit(f"replay: {path}:{lineno}: unknown action {act!r}")
+    if not os.path.exists(path):
+        raise TraceFormatError(f"replay: {path}: no such file")
+    raw = open(path, "rb")
+    bar = progress("reading", total=os.path.getsize(path), unit="B", unit_scale=True) if progress else None
+    done_bytes = 0
+    try:
+        with _open_text(path, raw) as f:
+            reader = csv.DictReader(f)
+            try:
+                fields = reader.fieldnames
+            except (UnicodeDecodeError, OSError, EOFError) as exc:
+                raise TraceFormatError(f"replay: {path} is not an RMM allocation log ({exc})") from None
+            missing = {"Action", "Pointer", "Size"} - set(fields or ())
+            if missing:
+                raise TraceFormatError(f"replay: {path} is not an RMM allocation log (missing columns: "
+                                       f"{sorted(missing)})")
+            actions, sizes, slots = [], [], []
+            slot_of, free_slots = {}, []
+            nslots = 0
+            live = peak = 0
+            size_of = {}
+            for lineno, row in enumerate(reader, 2):
+                if bar is not None and not lineno & 0x1fff:
+                    pos = raw.tell()
+                    bar.update(pos - done_bytes)
+                    done_bytes = pos
+                act = (row["Action"] or "").strip()
+                ptr = (row["Pointer"] or "").strip()
+                if act == "allocate":
+                    try:
+                        n = int(row["Size"])
+                    except (TypeError, ValueError):
+                        raise TraceFormatError(f"replay: {path}:{lineno}: size {row['Size']!r} is not an "
+                                               f"integer") from None
+                    if n < 0:
+                        raise TraceFormatError(f"replay: {path}:{lineno}: negative size {n}")
+                    if ptr in slot_of:
+                        raise TraceFormatError(f"replay: {path}:{lineno}: {ptr} allocated twice without a free")
+                    s = free_slots.pop() if free_slots else None
+                    if s is None:
+                        s = nslots
+                        nslots += 1
+                    slot_of[ptr] = s
+                    size_of[ptr] = n
+                    live += n
+                    peak = max(peak, live)
+                    actions.append(1)
+                    sizes.append(n)
+                    slots.append(s)
+                elif act == "free":
+                    if ptr not in slot_of:
+                        raise TraceFormatError(f"replay: {path}:{lineno}: free of {ptr} which is not live")
+                    s = slot_of.pop(ptr)
+                    live -= size_of.pop(ptr)
+                    free_slots.append(s)
+                    actions.append(0)
+                    sizes.append(0)
+                    slots.append(s)
+                else:
+                    raise TraceFormatError(f"replay: {path}:{lineno}: unknown action {act!r}")
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceFormatError(f"replay: {path}: unreadable ({exc})") from None
+    finally:
+        if bar is not None:
+            bar.update(max(0, os.path.getsize(path) - done_bytes))
+            bar.close()
+        raw.close()
     return (np.array(actions, dtype=np.int8), np.array(sizes, dtype=np.int64), np.array(slots, dtype=np.int64),
             max(nslots, 1), peak)
+
+
+def live_requested(is_alloc, sizes, slots):
+    """Live requested bytes after each event (int64 array): +size on an allocation, minus the size of the slot's
+    allocation on a free."""
+    import numpy as np
+    n = len(is_alloc)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.arange(n), slots))           # each slot's events in time order: alloc, free, alloc...
+    s_sorted = sizes[order]
+    prev = np.empty_like(s_sorted)
+    prev[0] = 0
+    prev[1:] = s_sorted[:-1]
+    delta = np.empty(n, dtype=np.int64)
+    delta[order] = np.where(is_alloc[order] != 0, s_sorted, -prev)
+    return np.cumsum(delta)
 
 
 def load_stream_trace(path):
     """[(is_alloc, size, slot, stream index)] and the stream names, in first-seen order, from the ``Stream`` column
     (None when the log has no such column or names a single stream)."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", newline="") as f:
+    with _open_text(path) as f:
         reader = csv.DictReader(f)
         if "Stream" not in (reader.fieldnames or ()):
             return None
@@ -136,19 +224,24 @@ def _conf_dict(text):
         item = item.strip()
         if item:
             if ":" not in item:
-                raise SystemExit(f"replay: --conf item {item!r} is not key:value")
+                raise InvalidArgument(f"replay: --conf item {item!r} is not key:value")
             k, _, v = item.partition(":")
             conf[k.strip()] = v.strip()
     return conf
 
 
-def run_once(path, device, conf, trace=None):
-    """Replay in this process. Returns a dict of figures, or raises OutOfMemoryError."""
+def run_once(path, device, conf, trace=None, record=False, progress=None, samples=10_000):
+    """Replay in this process. Returns a dict of figures, or raises OutOfMemoryError.
+
+    ``record``: also return ``"timeline"`` ({"event", "allocated", "reserved", "requested", "stride"}: the bytes
+    after each event, or with more than ``samples`` events the maxima over every ``stride`` events, the first point
+    being the level before the replay) and ``"segments"`` (the allocator's snapshot at the end of the log, before the
+    replay gives its memory back). ``progress``: a bar factory (see :func:`progress_factory`)."""
     import numpy as np
     import paddle_rt
     from paddle_rt._core import _bench_alloc
 
-    is_alloc, sizes, slots, nslots, peak_live = trace or load_trace(path)
+    is_alloc, sizes, slots, nslots, peak_live = trace or load_trace(path, progress=progress)
     dev = paddle_rt.device(device) if device else paddle_rt.get_device()
     alloc = paddle_rt.get_allocator(dev)
     alloc.empty_cache()
@@ -157,21 +250,71 @@ def run_once(path, device, conf, trace=None):
     alloc.reset_peak_stats()
     before = alloc.stats()
     table = np.zeros(nslots, dtype=np.uintp)
+    n = len(is_alloc)
+    if record:
+        stride = max(1, -(-n // samples))
+    elif progress:
+        stride = max(20_000, -(-n // 200))
+    else:
+        stride = max(1, n)              # one nogil loop over the whole log
+    bar = progress("replay", total=n, unit="event", unit_scale=True) if progress else None
+    if record:
+        from paddle_rt.memory import (memory_allocated, memory_reserved, max_memory_allocated, max_memory_reserved,
+                                      reset_peak_memory_stats)
+        req = live_requested(is_alloc, sizes, slots)
+        tl_event, tl_alloc, tl_res, tl_req = [0], [memory_allocated(dev)], [memory_reserved(dev)], [0]
+    ns = 0
+    i = 0
+    segments = None
     try:
-        ns, done = _bench_alloc.replay(dev, is_alloc, sizes, slots, table)
+        while i < n:
+            j = min(n, i + stride)
+            if record and stride > 1:
+                reset_peak_memory_stats(dev)       # read back below as the maxima over this interval
+            k_ns, _ = _bench_alloc.replay(dev, is_alloc[i:j], sizes[i:j], slots[i:j], table)
+            ns += k_ns
+            if record:
+                if stride == 1:
+                    tl_event.append(j)
+                    tl_alloc.append(memory_allocated(dev))
+                    tl_res.append(memory_reserved(dev))
+                    tl_req.append(int(req[i]))
+                else:
+                    tl_event.append(i)
+                    tl_alloc.append(max_memory_allocated(dev))
+                    tl_res.append(max_memory_reserved(dev))
+                    tl_req.append(max(int(req[i - 1]) if i else 0, int(req[i:j].max())))
+            if bar is not None:
+                bar.update(j - i)
+            i = j
+        if record:
+            if stride > 1:
+                tl_event.append(n)
+                tl_alloc.append(memory_allocated(dev))
+                tl_res.append(memory_reserved(dev))
+                tl_req.append(int(req[-1]) if n else 0)
+            segments = alloc.snapshot()
     finally:
+        if bar is not None:
+            bar.close()
         after = alloc.stats()
         for p in table[table != 0]:
             paddle_rt.raw_free(int(p), dev)
         alloc.empty_cache()
-    return {
-        "device": str(dev), "events": int(len(is_alloc)), "ns_per_event": ns / max(1, len(is_alloc)),
-        "peak_reserved": after["reserved_bytes.all.peak"], "peak_live_requested": int(peak_live),
-        "ratio": after["reserved_bytes.all.peak"] / peak_live if peak_live else float("nan"),
+    peak_reserved = max(tl_res) if record else after["reserved_bytes.all.peak"]
+    res = {
+        "device": str(dev), "events": int(n), "ns_per_event": ns / max(1, n),
+        "peak_reserved": peak_reserved, "peak_live_requested": int(peak_live),
+        "ratio": peak_reserved / peak_live if peak_live else float("nan"),
         "device_allocs": after["num_device_alloc"] - before["num_device_alloc"],
         "device_frees": after["num_device_free"] - before["num_device_free"],
         "config": alloc.config(),
     }
+    if record:
+        res["timeline"] = {"event": tl_event, "allocated": tl_alloc, "reserved": tl_res, "requested": tl_req,
+                           "stride": stride}
+        res["segments"] = segments
+    return res
 
 
 def _probe(path, device, conf_text, capacity):
@@ -204,6 +347,15 @@ def min_capacity(path, device, conf_text, lo, hi, tol=None, progress=None):
         if progress:
             progress(probes)
     return hi
+
+
+def _bisection_steps(lo, hi, tol=None):
+    tol = tol or max(256 * 1024, hi // 400)
+    steps = 0
+    while hi - lo > tol:
+        hi -= (hi - lo) // 2
+        steps += 1
+    return steps
 
 
 # -- reference models (unbounded device) -------------------------------------------------------------------------------
@@ -337,11 +489,32 @@ def main(argv=None):
                     help="also model Paddle's auto-growth and PyTorch's caching allocator (unbounded device)")
     ap.add_argument("--no-min-capacity", action="store_true", help="skip the minimum-capacity bisection")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--progress", action="store_true", help="show a progress bar during the bisection (tqdm)")
+    ap.add_argument("--plot", metavar="OUT.png", default=None,
+                    help="draw the memory timeline of the replay and the final segment map (matplotlib)")
+    bar = ap.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="show progress bars on stderr even when it is not a terminal (tqdm)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
-    trace = load_trace(args.trace)
+    try:
+        return _main(args)
+    except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
+        print(f"paddle_rt {exc}" if str(exc).startswith("replay:") else f"paddle_rt replay: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(args):
+    if args.plot:
+        from paddle_rt.tools import plot
+        try:
+            plot.require_matplotlib()            # fail before a long replay, not after it
+        except plot.MissingExtraError as exc:
+            print(f"paddle_rt replay: --plot: {exc}", file=sys.stderr)
+            return 2
+    progress = None if args.probe else progress_factory(args.progress)
+    trace = load_trace(args.trace, progress=progress)
     conf = _conf_dict(args.conf)
     import paddle_rt
 
@@ -352,35 +525,40 @@ def main(argv=None):
             return 3
         return 0
 
-    res = run_once(args.trace, args.device, conf, trace)
+    res = run_once(args.trace, args.device, conf, trace, record=bool(args.plot), progress=progress)
+    plot_data = None
+    if args.plot:
+        from paddle_rt.tools import plot
+        plot_data = plot.from_replay(res, args.trace)
+        del res["timeline"], res["segments"]
     multi = load_stream_trace(args.trace)
     if multi is not None:
         res["stream_ordered"] = run_streams(multi[0], multi[1], args.device)
     dev = paddle_rt.device(res["device"])
     if dev.type == "rt_cpu" and not args.no_min_capacity:
-        bar = None
-        if args.progress:
-            try:
-                from tqdm import tqdm
-                bar = tqdm(desc="min capacity", unit="probe")
-            except ImportError:
-                bar = None
         lo = trace[4]
         hi = max(res["peak_reserved"], lo + 1)
-        res["min_capacity"] = min_capacity(args.trace, args.device, args.conf, lo, hi,
-                                           progress=(lambda k: bar.update(1)) if bar else None)
-        if bar:
-            bar.close()
+        bar = progress("min capacity", total=_bisection_steps(lo, hi), unit="probe") if progress else None
+        try:
+            res["min_capacity"] = min_capacity(args.trace, args.device, args.conf, lo, hi,
+                                               progress=(lambda k: bar.update(1)) if bar is not None else None)
+        finally:
+            if bar is not None:
+                bar.close()
     if args.baselines:
         res["paddle"] = run_model(PaddleAutoGrowthModel(res["config"]["alignment"], res["config"]["padding"]), trace)
         res["torch"] = run_model(TorchCachingModel(), trace)
+    if plot_data is not None:
+        plot.plot_memory(plot_data, args.plot)
+        res["plot"] = args.plot
     if args.json:
         print(json.dumps(res, indent=1, default=str))
         return 0
     name = os.path.basename(args.trace)
     mode = "paddle_compat" if res["config"]["paddle_compat"] else f"default ({res['config']['growth']})"
     print(f"{name} on {res['device']}, {mode}, {res['events']} events")
-    print(f"  ns per event          {res['ns_per_event']:.0f}")
+    print(f"  ns per event          {res['ns_per_event']:.0f}"
+          + ("  (replayed in pieces for --plot: not comparable)" if args.plot else ""))
     print(f"  peak reserved         {_mib(res['peak_reserved'])} ({res['peak_reserved']} B)")
     print(f"  peak live requested   {_mib(res['peak_live_requested'])} ({res['peak_live_requested']} B)")
     print(f"  ratio                 {res['ratio']:.3f}")
@@ -389,6 +567,8 @@ def main(argv=None):
         so = res["stream_ordered"]
         print(f"  stream-ordered on {so['streams']} streams: {so['ns_per_event']:.0f} ns per event, peak reserved "
               f"{_mib(so['reserved_mem_high'])}, peak used {_mib(so['used_mem_high'])}")
+    if "plot" in res:
+        print(f"  plot                  {res['plot']}")
     if "min_capacity" in res:
         print(f"  min device capacity   {_mib(res['min_capacity'])} ({res['min_capacity']} B)")
     if args.baselines:
