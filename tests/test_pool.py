@@ -299,6 +299,38 @@ def test_stats_trim_and_threshold(streams):
     assert p0.stats()["cached"] == 0
 
 
+@pytest.mark.parametrize("how", ["paddle_rt.synchronize", "Device.synchronize"])
+def test_device_synchronize_is_a_synchronize_point(streams, how):
+    """After a device synchronize every stream of the device has passed the frees before it: with every policy off,
+    another stream reuses them, and cached bytes above the release threshold are given back."""
+    a, b = streams
+    sync = paddle_rt.synchronize if how == "paddle_rt.synchronize" else paddle_rt.device(0).synchronize
+    pool = MemPool(release_threshold=1 << 30, **ALL_OFF)
+    x = pool.malloc_async(N, a)
+    g = threading.Event()
+    a.add_callback(lambda: g.wait(20))    # a has work pending at the free
+    p = x.ptr
+    pool.free_async(x, a)
+    y = pool.malloc_async(N, b)
+    assert y.ptr != p                     # no policy allows it and the host has not synchronized with a
+    g.set()
+    sync()
+    z = pool.malloc_async(N, b)
+    assert z.ptr == p
+    assert pool.stats()["reuse_after_host_sync"] == 1
+    pool.free_async(y)
+    pool.free_async(z)
+    # the release threshold applies at the device synchronize
+    p0 = MemPool(release_threshold=N)
+    ws = [p0.malloc_async(N, a) for _ in range(3)]
+    a.add_callback(lambda: None)
+    for w in ws:
+        p0.free_async(w, a)
+    assert p0.stats()["cached"] == 3 * N
+    sync()
+    assert p0.stats()["cached"] == N and p0.stats()["reserved_mem_current"] == N
+
+
 def test_default_pool_and_current_stream(streams):
     a, _ = streams
     assert paddle_rt.default_mem_pool() is paddle_rt.default_mem_pool(0)

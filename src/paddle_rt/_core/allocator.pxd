@@ -112,6 +112,7 @@ cdef struct AllocatorCore:
     int64_t q_blocks
     int quick              # quick reuse enabled (not in paddle_compat, not with release on free)
     size_t capacity        # device total memory at creation (0: unknown)
+    int64_t deferred_pending   # frees waiting for record_stream streams (atomic; see core_wait_deferred)
 
 # With the GIL: the allocator of `device` (None: current device) for KIND_DEVICE or KIND_HOST, created on first use.
 cdef AllocatorCore* get_core(object device, int kind) except NULL
@@ -122,6 +123,10 @@ cdef int core_free(AllocatorCore* core, void* ptr) except -1 nogil
 cdef size_t core_block_size(AllocatorCore* core, void* ptr) noexcept nogil
 # Give every idle chunk back to the plugin; returns the number of bytes released, or -1 with an exception set.
 cdef int64_t core_empty_cache(AllocatorCore* core) except -1 nogil
+# Frees deferred by record_stream (Allocation.record_stream): the number still waiting for their streams, and a
+# wait (with the GIL; released while polling, Ctrl-C raises) until none is left. Used by the out-of-memory ladders.
+cdef int64_t core_deferred_pending(AllocatorCore* core) noexcept nogil
+cdef int core_wait_deferred(AllocatorCore* core) except -1
 
 cdef class Allocation:
     cdef AllocatorCore* core
@@ -133,9 +138,13 @@ cdef class Allocation:
     cdef int host_addressable
     cdef Py_ssize_t shape[1]
     cdef Py_ssize_t strides[1]
+    cdef readonly uintptr_t stream_tag  # the allocator stream tag it was allocated with (its stream)
+    cdef list _recorded                # Streams given to record_stream (None: none)
     cdef object __weakref__
     cdef int _release(self) except -1
     cdef int _check_host(self) except -1
+    # True when `stream` (a Stream) is the stream the memory belongs to (record_stream of it is a no-op).
+    cdef bint _own_stream(self, object stream) except -1
 
 
 # The size a request of `nbytes` holds: Paddle's round_up(nbytes + extra_padding, min_chunk), at least one byte of

@@ -26,7 +26,9 @@ Two policies:
   merged back before the allocator grows, releases, snapshots or reports stats, so no memory is held because of it.
 
 Out of memory (a plugin returning ``C_FAILED``, or success with a NULL pointer, or the ``limit`` reached): the ladder
-is best fit -> grow -> retry with exactly the request -> give back every idle chunk and retry -> ``OutOfMemoryError``.
+is best fit -> grow -> retry with exactly the request -> give back every idle chunk and retry -> (``malloc``, when frees
+deferred by ``Allocation.record_stream`` are pending) wait until their streams passed them and retry the whole ladder
+-> ``OutOfMemoryError``.
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
 back by the ladder stay given back.
 
@@ -50,6 +52,7 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 """
 import os
 import threading
+import weakref
 
 cimport cython
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
@@ -64,6 +67,10 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device
+from paddle_rt._core.stream cimport (
+    Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation,
+)
+from paddle_rt._core.includes.atomics cimport prt_atomic_add_i64, prt_atomic_load_i64, prt_atomic_add_int
 from paddle_rt._core.includes.alloc_support cimport (
     prt_alloc_containers, prt_free_set, prt_free_key, prt_ptr_table, prt_chunk_map, prt_free_rekey,
     _long_as_ssize, PyErr_Occurred,
@@ -1051,7 +1058,7 @@ cdef class DeviceAllocator:
         """The block size a request of ``nbytes`` gets: round_up(nbytes + extra_padding, min_chunk)."""
         return round_request(self.core, nbytes)
 
-    def malloc(self, nbytes, stream=0):
+    def malloc(self, nbytes, stream=None):
         return _make_allocation(self, nbytes, stream)
 
     def raw_malloc(self, nbytes, stream=0):
@@ -1290,6 +1297,160 @@ cdef inline uintptr_t _check_ptr(object ptr) except? 0:
     return ptr
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Deferred frees (record_stream): a block used on other streams goes back to the allocator only after every recorded
+# stream has run everything submitted to it before the free. The free enqueues a host function on each recorded stream;
+# the last one to run returns the block (under the core's lock, on that stream's worker, no GIL).
+# ---------------------------------------------------------------------------------------------------------------------
+cdef struct DeferredFree:
+    AllocatorCore* core
+    uintptr_t ptr
+    int remaining              # host functions still to run, +1 while the free is being enqueued (atomic)
+
+
+_deferred_waits = {}           # core address -> [(weakref to Stream, position of its host function)] (OOM ladder)
+
+
+cdef void _deferred_finish(DeferredFree* d) noexcept nogil:
+    cdef AllocatorCore* c = d.core
+    c.cx.mu.lock()
+    if not c.torn_down:
+        _free_locked(c, d.ptr)
+    c.cx.mu.unlock()
+    prt_atomic_add_i64(&c.deferred_pending, -1)
+    c_free(d)
+
+
+cdef void _deferred_step(void* arg) noexcept nogil:
+    cdef DeferredFree* d = <DeferredFree*>arg
+    if prt_atomic_add_int(&d.remaining, -1) == 0:
+        _deferred_finish(d)
+
+
+cdef inline int _free_now(AllocatorCore* c, uintptr_t ptr) except -1:
+    if not _fast_free(c, ptr):
+        with nogil:
+            core_free(c, <void*>ptr)
+    return 0
+
+
+cdef int _free_after_streams(AllocatorCore* c, uintptr_t ptr, list streams) except -1:
+    """Free `ptr` once every stream of `streams` has passed this point (with the GIL)."""
+    cdef Stream st
+    cdef DeferredFree* d
+    cdef uint64_t pos
+    cdef list live = []
+    if c.torn_down:
+        return 0
+    for st in streams:
+        if not st.closed and st.ctx != NULL and st._fork_gen == fork_generation():
+            live.append(st)
+    if not live:
+        return _free_now(c, ptr)
+    d = <DeferredFree*>c_malloc(sizeof(DeferredFree))
+    if d == NULL:
+        raise MemoryError(f"{<object>c.device}: free of 0x{ptr:x}: no host memory to defer the free")
+    d.core = c
+    d.ptr = ptr
+    d.remaining = len(live) + 1
+    prt_atomic_add_i64(&c.deferred_pending, 1)
+    waits = _deferred_waits.get(<uintptr_t>c)
+    if waits is None:
+        waits = _deferred_waits[<uintptr_t>c] = []
+    elif len(waits) >= 64:
+        waits[:] = [w for w in waits if _wait_pending(w)]
+    err = None
+    try:
+        for st in live:
+            try:
+                pos = stream_launch_host_func(st, _deferred_step, <void*>d)
+                waits.append((weakref.ref(st), pos))
+            except (errors.StreamError, MemoryError):
+                # the stream is closing (its work has run) or has no memory for the operation: wait for it here
+                try:
+                    if not st.closed and st.ctx != NULL:
+                        st._wait_position(stream_position(st))
+                except BaseException as e:
+                    err = e
+                _deferred_step(<void*>d)
+    finally:
+        _deferred_step(<void*>d)          # drop the guard: the block goes back when the last stream passed
+    if err is not None:
+        raise err
+    return 0
+
+
+cdef bint _wait_pending(object w) except -1:
+    cdef Stream st = w[0]()
+    if st is None or st.closed or st.ctx == NULL:
+        return False
+    return not st.ctx.core.reached(<uint64_t>w[1])
+
+
+cdef int64_t core_deferred_pending(AllocatorCore* c) noexcept nogil:
+    return prt_atomic_load_i64(&c.deferred_pending)
+
+
+cdef int core_wait_deferred(AllocatorCore* c) except -1:
+    cdef Stream st
+    waits = _deferred_waits.get(<uintptr_t>c)
+    if not waits:
+        return 0
+    for w in list(waits):
+        st = w[0]()
+        if st is None or st.closed or st.ctx == NULL:
+            continue
+        try:
+            st._wait_position(<uint64_t>w[1])
+        except errors.StreamError:
+            pass                          # a callback of that very stream: its free cannot complete before it
+    waits[:] = [w for w in waits if _wait_pending(w)]
+    return 0
+
+
+# Allocate with the OOM ladder's last step: when the allocator is out of memory while frees deferred by
+# record_stream are pending, wait for their streams to pass them and retry once.
+cdef int _malloc_waiting(AllocatorCore* c, size_t n, uintptr_t s, void** p) except -1:
+    try:
+        with nogil:
+            core_malloc(c, n, s, p)
+    except errors.OutOfMemoryError:
+        if core_deferred_pending(c) == 0:
+            raise
+        core_wait_deferred(c)
+        with nogil:
+            core_malloc(c, n, s, p)
+    return 0
+
+
+def _deferred_frees_pending(device=None):
+    """Number of frees of ``device``'s allocator still waiting for record_stream streams (for tests and tools)."""
+    return core_deferred_pending(_dev_alloc(device).core)
+
+
+cdef inline uintptr_t _tag_of(Stream s) noexcept:
+    # the allocator tag of a stream: 0 for the device's default stream (what current_stream_tag gives when no
+    # stream is selected), else its queue's address
+    if s.ctx == NULL or (<Device>s.device).layers.get("streams.default") is s:
+        return 0
+    return <uintptr_t>s.ctx.core
+
+
+cdef uintptr_t _stream_arg(DeviceAllocator a, object stream) except? 0:
+    if stream is None:
+        return 0 if a.core.kind == KIND_HOST else current_stream_tag(a.device)
+    if isinstance(stream, Stream):
+        if (<Stream>stream).device is not a.device:
+            raise errors.InvalidArgument(f"{a.device}: malloc: {(<Stream>stream).name} belongs to "
+                                         f"{(<Stream>stream).device}")
+        (<Stream>stream)._check_open()
+        return _tag_of(<Stream>stream)
+    if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream <= <object>SIZE_MAX:
+        raise errors.InvalidArgument(f"{a.device}: malloc: stream must be a Stream, None or an int tag, not "
+                                     f"{stream!r}")
+    return <uintptr_t>stream
+
+
 @cython.freelist(64)
 @cython.no_gc
 cdef class Allocation:
@@ -1305,6 +1466,12 @@ cdef class Allocation:
         cdef AllocatorCore* c = self.core
         if not self._freed and c != NULL:
             self._freed = 1
+            if self._recorded is not None:
+                try:
+                    _free_after_streams(c, self.ptr, self._recorded)
+                except BaseException:
+                    pass
+                return
             if _fast_free(c, self.ptr):
                 return
             try:
@@ -1321,14 +1488,51 @@ cdef class Allocation:
                               f"exported (release the memoryview/array first)")
         cdef AllocatorCore* c = self.core
         cdef void* p = <void*>self.ptr
+        cdef list rec = self._recorded
         self._freed = 1
+        if rec is not None:
+            self._recorded = None
+            return _free_after_streams(c, self.ptr, rec)
         if not _fast_free(c, self.ptr):
             with nogil:
                 core_free(c, p)
         return 0
 
+    cdef bint _own_stream(self, object stream) except -1:
+        return _tag_of(<Stream>stream) == self.stream_tag or \
+            (self.stream_tag != 0 and (<Stream>stream).ctx != NULL and
+             self.stream_tag == <uintptr_t>(<Stream>stream).ctx.core)
+
+    def record_stream(self, stream):
+        """Mark the memory as used by work on ``stream`` (PyTorch's ``record_stream``): when it is freed, its reuse
+        waits until ``stream`` has run everything submitted to it before the free (the block goes back to the
+        allocator from ``stream``'s worker). Recording the stream the memory belongs to does nothing."""
+        if not isinstance(stream, Stream):
+            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: expected a paddle_rt "
+                                         f"Stream, not {type(stream).__name__}")
+        cdef Stream st = <Stream>stream
+        if self._freed:
+            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: the allocation was freed")
+        if st.device is not self.device:
+            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: {st.name} belongs to "
+                                         f"{st.device}")
+        if st.closed:
+            return                        # nothing of it can run after the free
+        if self._own_stream(st):
+            return
+        if self._recorded is None:
+            self._recorded = [st]
+        elif st not in self._recorded:
+            self._recorded.append(st)
+
+    @property
+    def recorded(self):
+        """The streams given to :meth:`record_stream` (a tuple)."""
+        return tuple(self._recorded or ())
+
     def free(self):
-        """Give the memory back to the allocator (not to the device: it stays cached)."""
+        """Give the memory back to the allocator (not to the device: it stays cached). After
+        :meth:`record_stream`, it becomes reusable once every recorded stream has passed this point."""
         self._release()
 
     @property
@@ -1490,24 +1694,28 @@ cdef inline int _fast_free(AllocatorCore* c, uintptr_t p) noexcept:
 
 cdef Allocation _make_allocation(DeviceAllocator a, object nbytes, object stream):
     cdef size_t n = _check_nbytes(nbytes)
-    cdef uintptr_t s = 0 if stream is None else stream
+    cdef uintptr_t s = _stream_arg(a, stream)
     cdef AllocatorCore* c = a.core
     cdef void* p = _fast_malloc(c, n, s)
     if p == NULL:
-        with nogil:
-            core_malloc(c, n, s, &p)
+        _malloc_waiting(c, n, s, &p)
     cdef Allocation r = Allocation.__new__(Allocation)
     r.core = c
     r.ptr = <uintptr_t>p
     r.size = n
     r.device = a.device
     r.host_addressable = a.host_addressable
+    r.stream_tag = s
     return r
 
 
-def malloc(nbytes, device=None, stream=0):
+def malloc(nbytes, device=None, stream=None):
     """Allocate ``nbytes`` on ``device`` (default: the current device) from the caching allocator; returns an
-    :class:`Allocation`. Raises OutOfMemoryError when the device cannot hold it."""
+    :class:`Allocation`. The block belongs to ``stream`` (default: the calling thread's current stream, see
+    ``paddle_rt.stream``; an int is a raw allocator tag): freed, it is reused at once by later allocations on the
+    same stream, never by another stream's (use :meth:`Allocation.record_stream` for other streams that use it).
+    Raises OutOfMemoryError when the device cannot hold it, after the ladder: cached blocks, growth, giving back
+    idle chunks, then waiting for frees deferred by ``record_stream`` and retrying."""
     return _make_allocation(_dev_alloc(device), nbytes, stream)
 
 

@@ -46,7 +46,6 @@ cdef class AsyncAllocation(Allocation):
     cdef readonly MemPool pool
     cdef readonly Stream stream        # the stream it was allocated on
     cdef size_t block                  # rounded size
-    cdef list _recorded                # streams given to record_stream (None: none)
 
 cdef AsyncAllocation pool_malloc(MemPool pool, size_t n, Stream s)
 cdef int pool_free(AsyncAllocation a, Stream s) except -1

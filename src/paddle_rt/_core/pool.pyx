@@ -18,16 +18,18 @@
 #   Blocks with record_stream positions are reusable (by anyone) only once every recorded stream passed its position.
 # - Out of memory ladder of malloc_async: (1)-(4) above; then synchronize every stream holding pending frees (and
 #   recorded streams), after which any stream may reuse them: hand them all to the allocator and retry (the
-#   allocator's own ladder releases its idle chunks to the plugin); then OutOfMemoryError.
+#   allocator's own ladder releases its idle chunks to the plugin), after also waiting for the device's frees deferred
+#   by record_stream on paddle_rt.malloc blocks; then OutOfMemoryError.
 # - Release threshold: at synchronize points (Stream.synchronize / Event.synchronize, seen through a hook in
-#   stream.pyx), freed blocks held above the threshold are given back to the allocator. trim_to(n) gives back safe
+#   stream.pyx; paddle_rt.synchronize / Device.synchronize synchronize every stream of the device through the stream
+#   layer's device hook, so they count for every stream), freed blocks held above the threshold are given back to the allocator. trim_to(n) gives back safe
 #   blocks down to n held bytes and then returns the allocator's idle chunks to the plugin; it never touches memory in
 #   use or whose free has not completed.
 # The pool's bookkeeping is Python-level state (dicts) used with the GIL held; the allocator calls are nogil.
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
 from paddle_rt._core.allocator cimport (
     Allocation, AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
-    round_request,
+    round_request, core_deferred_pending, core_wait_deferred,
 )
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
@@ -111,30 +113,13 @@ cdef class AsyncAllocation(Allocation):
         self.pool.free_on(self, self.stream)
         return 0
 
-    def record_stream(self, Stream stream not None):
-        """Mark the memory as used by work on ``stream``: when it is freed, its reuse waits until ``stream`` has run
-        everything submitted to it before the free (PyTorch's ``record_stream``)."""
-        if self._freed:
-            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: the allocation was freed")
-        if stream.device is not self.device:
-            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: {stream.name} belongs to "
-                                         f"{stream.device}")
-        if stream is self.stream:
-            return
-        if self._recorded is None:
-            self._recorded = [stream]
-        elif stream not in self._recorded:
-            self._recorded.append(stream)
+    cdef bint _own_stream(self, object stream) except -1:
+        return stream is self.stream
 
     @property
     def block_size(self):
         """Bytes the pool holds for it (the rounded size)."""
         return self.block
-
-    @property
-    def recorded(self):
-        """The streams given to :meth:`record_stream` (a tuple)."""
-        return tuple(self._recorded or ())
 
     def __repr__(self):
         state = "freed" if self._freed else f"ptr=0x{self.ptr:x}"
@@ -271,6 +256,7 @@ cdef class MemPool:
         a.host_addressable = self.host_addressable
         a.pool = self
         a.stream = s
+        a.stream_tag = self.tag
         self.used_cur += block
         if self.used_cur > self.used_high:
             self.used_high = self.used_cur
@@ -338,7 +324,7 @@ cdef class MemPool:
             with nogil:
                 core_malloc(self.core, n, self.tag, &p)
         except errors.OutOfMemoryError:
-            if not self._cache:
+            if not self._cache and core_deferred_pending(self.core) == 0:
                 raise
             self._oom_ladder()
             with nogil:
@@ -375,6 +361,8 @@ cdef class MemPool:
                     if self._drop_entry(e):
                         self._retire(e)
         self._prune()
+        # blocks of paddle_rt.malloc whose frees wait for record_stream streams: let them reach the allocator
+        core_wait_deferred(self.core)
 
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
         cdef _FreedBlock e
@@ -409,6 +397,7 @@ cdef class MemPool:
             if not e.recorded:
                 e.recorded = None
         a._freed = 1
+        a._recorded = None
         d = self._cache.get(s)
         if d is None:
             d = self._cache[s] = {}

@@ -1,0 +1,354 @@
+"""record_stream on blocks of paddle_rt.malloc (paddle_rt/_core/allocator.pyx): blocks belong to the thread's current
+stream; a free after record_stream(s) returns the block only once s has passed the free."""
+import ctypes
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import paddle_rt
+from paddle_rt import InvalidArgument
+from paddle_rt import plugins
+from paddle_rt._core.allocator import _deferred_frees_pending
+from conftest import run_python_code
+
+N = 1 << 16
+ORIG = 0x5A
+POISON = 0xEE
+
+
+@pytest.fixture
+def streams():
+    a, b = paddle_rt.Stream(), paddle_rt.Stream()
+    yield a, b
+    for s in (a, b):
+        if not s.closed:
+            s.synchronize()
+            s.close()
+
+
+class Gate:
+    """A host callback on a stream that blocks the stream until released, then reads `nbytes` at `ptr`."""
+
+    def __init__(self, stream, ptr=0, nbytes=0):
+        self.event = threading.Event()
+        self.seen = None
+        self.ptr, self.nbytes = ptr, nbytes
+        stream.add_callback(self._run)
+
+    def _run(self):
+        assert self.event.wait(20)
+        if self.ptr:
+            self.seen = ctypes.string_at(self.ptr, self.nbytes)
+
+
+def test_malloc_belongs_to_the_current_stream(streams):
+    a, _ = streams
+    with paddle_rt.stream(a):
+        x = paddle_rt.malloc(N)
+    assert x.stream_tag != 0
+    y = paddle_rt.malloc(N)                    # the default stream: tag 0, another chunk
+    assert y.stream_tag == 0
+    p = x.ptr
+    x.free()
+    z = paddle_rt.malloc(N)                    # not a's block: another stream's allocation never reuses it
+    assert z.ptr != p
+    with paddle_rt.stream(a):
+        w = paddle_rt.malloc(N)                # a again: reused at once
+    assert w.ptr == p
+    assert paddle_rt.malloc(16, stream=a).stream_tag == w.stream_tag
+    assert paddle_rt.malloc(16, stream=paddle_rt.default_stream()).stream_tag == 0
+    tags = {seg["stream"] for seg in paddle_rt.memory_snapshot()}
+    assert {0, w.stream_tag} <= tags
+    for m in (y, z, w):
+        m.free()
+
+
+def test_record_stream_defers_reuse_until_the_stream_passed_the_free(streams):
+    a, b = streams
+    x = paddle_rt.malloc(N)
+    ctypes.memset(x.ptr, ORIG, N)
+    g = Gate(b, x.ptr, N)                      # b's pending work reads x
+    x.record_stream(b)
+    assert x.recorded == (b,)
+    p = x.ptr
+    x.free()
+    assert _deferred_frees_pending() == 1
+    y = paddle_rt.malloc(N)                    # same stream, same size: must not get x's memory yet
+    assert y.ptr != p
+    ctypes.memset(y.ptr, POISON, N)
+    g.event.set()
+    b.synchronize()                            # b ran the reader, then the deferred free
+    assert g.seen == bytes([ORIG]) * N
+    assert _deferred_frees_pending() == 0
+    z = paddle_rt.malloc(N)
+    assert z.ptr == p                          # back in the allocator
+    y.free()
+    z.free()
+
+
+def test_without_record_stream_the_block_is_reused_at_once(streams):
+    """The control of the test above: the same sequence without record_stream hands out the same memory."""
+    a, b = streams
+    x = paddle_rt.malloc(N)
+    g = Gate(b)
+    p = x.ptr
+    x.free()
+    y = paddle_rt.malloc(N)
+    assert y.ptr == p
+    g.event.set()
+    y.free()
+
+
+def test_deferred_free_through_garbage_collection(streams):
+    a, b = streams
+    x = paddle_rt.malloc(N)
+    g = Gate(b)
+    x.record_stream(b)
+    p = x.ptr
+    before = paddle_rt.memory_allocated()
+    del x
+    gc.collect()
+    assert _deferred_frees_pending() == 1
+    assert paddle_rt.memory_allocated() == before     # still held until b passes the free
+    g.event.set()
+    b.synchronize()
+    assert _deferred_frees_pending() == 0
+    assert paddle_rt.memory_allocated() < before
+    y = paddle_rt.malloc(N)
+    assert y.ptr == p
+    y.free()
+
+
+def test_several_recorded_streams_and_closed_ones(streams):
+    a, b = streams
+    c = paddle_rt.Stream()
+    x = paddle_rt.malloc(N)
+    ga, gc_ = Gate(a), Gate(c)
+    x.record_stream(a)
+    x.record_stream(c)
+    x.record_stream(a)                         # recorded once
+    assert x.recorded == (a, c)
+    p = x.ptr
+    x.free()
+    ga.event.set()
+    a.synchronize()
+    assert _deferred_frees_pending() == 1       # c has not passed it
+    y = paddle_rt.malloc(N)
+    assert y.ptr != p
+    gc_.event.set()
+    c.synchronize()
+    assert _deferred_frees_pending() == 0
+    z = paddle_rt.malloc(N)
+    assert z.ptr == p
+    # a stream closed before the free has nothing left to run: the free is immediate
+    z.record_stream(c)
+    c.close()
+    z.free()
+    assert _deferred_frees_pending() == 0
+    w = paddle_rt.malloc(N)
+    assert w.ptr == p
+    # recording a closed stream does nothing
+    w.record_stream(c)
+    assert w.recorded == ()
+    w.free()
+    y.free()
+
+
+def test_recording_the_own_stream_is_a_no_op(streams):
+    a, b = streams
+    with paddle_rt.stream(a):
+        x = paddle_rt.malloc(N)
+        x.record_stream(a)
+        assert x.recorded == ()
+    y = paddle_rt.malloc(N)
+    y.record_stream(paddle_rt.default_stream())
+    assert y.recorded == ()
+    x.free()
+    y.free()
+    assert _deferred_frees_pending() == 0
+
+
+def test_bad_paths(streams):
+    a, b = streams
+    x = paddle_rt.malloc(N)
+    with pytest.raises(InvalidArgument, match=r"rt_cpu:0: record_stream .*expected a paddle_rt Stream"):
+        x.record_stream("b")
+    if paddle_rt.device_count() > 1:
+        other = paddle_rt.Stream(paddle_rt.device("rt_cpu:1"))
+        with pytest.raises(InvalidArgument, match=r"rt_cpu:0: record_stream .*belongs to rt_cpu:1"):
+            x.record_stream(other)
+        with pytest.raises(InvalidArgument, match=r"rt_cpu:0: malloc: .*belongs to rt_cpu:1"):
+            paddle_rt.malloc(16, stream=other)
+        other.close()
+    assert x.recorded == ()
+    with pytest.raises(InvalidArgument, match="rt_cpu:0: malloc: stream must be"):
+        paddle_rt.malloc(16, stream="s")
+    with pytest.raises(InvalidArgument, match="stream must be"):
+        paddle_rt.malloc(16, stream=-1)
+    x.record_stream(b)
+    x.free()
+    with pytest.raises(InvalidArgument, match=r"rt_cpu:0: record_stream of 0x[0-9a-f]+: the allocation was freed"):
+        x.record_stream(b)
+    with pytest.raises(InvalidArgument, match="already freed"):
+        x.free()
+    closed = paddle_rt.Stream()
+    closed.close()
+    with pytest.raises(paddle_rt.StreamError, match="closed"):
+        paddle_rt.malloc(16, stream=closed)
+    b.synchronize()
+    assert _deferred_frees_pending() == 0
+
+
+def test_views_block_the_free_and_the_state_is_unchanged(streams):
+    a, b = streams
+    x = paddle_rt.malloc(N)
+    x.record_stream(b)
+    v = np.asarray(x)
+    with pytest.raises(BufferError):
+        x.free()
+    assert not x.freed and x.recorded == (b,) and _deferred_frees_pending() == 0
+    del v
+    x.free()
+    b.synchronize()
+    assert _deferred_frees_pending() == 0
+
+
+RACE_CHILD = r"""
+import ctypes, paddle_rt, numpy as np
+from paddle_rt._core.allocator import _deferred_frees_pending
+N = 1 << 16
+a, b = paddle_rt.Stream(), paddle_rt.Stream()
+for record in (True, False):
+    with paddle_rt.stream(a):
+        x = paddle_rt.malloc(N)
+    ctypes.memset(x.ptr, 0x5A, N)
+    dst = paddle_rt.malloc(N)
+    paddle_rt.memcpy_async(dst, x, stream=b)     # b's pending (delayed) work reads x
+    if record:
+        x.record_stream(b)
+    p = x.ptr
+    x.free()
+    with paddle_rt.stream(a):
+        y = paddle_rt.malloc(N)                  # a's next allocation of the same size
+        paddle_rt.memset_async(y, 0xEE, stream=a)
+    same = y.ptr == p
+    a.synchronize(); b.synchronize()
+    if record:
+        assert bytes(np.asarray(dst)) == b"\x5a" * N     # what a wrote never reached b's read
+        with paddle_rt.stream(a):
+            z = paddle_rt.malloc(N)              # b passed the free: now it is reused
+        print("after", z.ptr == p)
+        z.free()
+    print("record" if record else "plain", same)
+    y.free(); dst.free()
+print("pending", _deferred_frees_pending())
+"""
+
+
+def test_poison_race_under_stream_delay():
+    res = run_python_code(RACE_CHILD, env={"RT_CPU_STREAM_DELAY_US": "20000"})
+    assert res.returncode == 0, res.stderr
+    out = dict(line.split() for line in res.stdout.split("\n") if line)
+    assert out == {"record": "False", "after": "True", "plain": "True", "pending": "0"}
+
+
+OOM_CHILD = r"""
+import threading, paddle_rt
+from paddle_rt import plugins, OutOfMemoryError
+from paddle_rt._core.allocator import _deferred_frees_pending
+MiB = 1 << 20
+b = paddle_rt.Stream()
+x = paddle_rt.malloc(40 * MiB)
+gate = threading.Event()
+b.add_callback(lambda: gate.wait(20))
+x.record_stream(b)
+x.free()
+assert _deferred_frees_pending() == 1
+assert paddle_rt.memory_allocated() >= 40 * MiB
+threading.Timer(0.3, gate.set).start()
+y = paddle_rt.malloc(48 * MiB)     # does not fit beside the deferred 40 MiB: the ladder waits for b, then retries
+assert gate.is_set() and _deferred_frees_pending() == 0
+st = paddle_rt.memory_stats()
+print("retries", st["num_alloc_retries"] >= 1)
+try:
+    paddle_rt.malloc(80 * MiB)
+except OutOfMemoryError as e:
+    print("OOM", e.device)
+y.free()
+b.synchronize()
+paddle_rt.empty_cache()
+print("live", plugins.rt_cpu_live_bytes(0))
+"""
+
+
+def test_oom_ladder_waits_for_deferred_frees():
+    res = run_python_code(OOM_CHILD, env={"RT_CPU_MEMORY_BYTES": str(64 << 20)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[:3] == ["retries True", "OOM rt_cpu:0", "live 0"]
+
+
+POOL_OOM_CHILD = r"""
+import threading, paddle_rt
+from paddle_rt import MemPool
+from paddle_rt._core.allocator import _deferred_frees_pending
+MiB = 1 << 20
+b = paddle_rt.Stream()
+x = paddle_rt.malloc(40 * MiB)
+gate = threading.Event()
+b.add_callback(lambda: gate.wait(20))
+x.record_stream(b)
+x.free()
+threading.Timer(0.3, gate.set).start()
+pool = MemPool()
+y = pool.malloc_async(48 * MiB, b)  # the pool's ladder also waits for the allocator's deferred frees
+assert gate.is_set() and _deferred_frees_pending() == 0
+pool.free_async(y)
+print("OK")
+"""
+
+
+def test_pool_oom_ladder_waits_for_deferred_frees():
+    res = run_python_code(POOL_OOM_CHILD, env={"RT_CPU_MEMORY_BYTES": str(64 << 20)})
+    assert res.returncode == 0, res.stderr
+    assert "OK" in res.stdout
+
+
+EXIT_CHILD = r"""
+import atexit, time, paddle_rt
+from paddle_rt import plugins
+b = paddle_rt.Stream()
+x = paddle_rt.malloc(1 << 20)
+b.add_callback(time.sleep, 0.3)
+x.record_stream(b)
+x.free()                           # still pending at exit: the streams' teardown runs it, then the allocator's
+y = paddle_rt.malloc(1 << 20)
+y.record_stream(b)                 # never freed: returned by the allocator's teardown
+print("exiting")
+"""
+
+
+def test_pending_deferred_free_at_exit():
+    res = run_python_code(EXIT_CHILD)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "exiting"
+    assert "teardown" not in res.stderr and "Error" not in res.stderr, res.stderr
+
+
+def test_nothing_leaked(streams):
+    a, b = streams
+    allocated = paddle_rt.memory_allocated()
+    for i in range(50):
+        with paddle_rt.stream(a if i % 2 else None):
+            x = paddle_rt.malloc(N + i * 512)
+        x.record_stream(b if i % 3 else a)
+        if i % 5 == 0:
+            b.add_callback(lambda: None)
+        x.free()
+    a.synchronize()
+    b.synchronize()
+    assert _deferred_frees_pending() == 0
+    assert paddle_rt.memory_allocated() == allocated
+    paddle_rt.empty_cache()
+    assert plugins.rt_cpu_live_bytes(0) == paddle_rt.memory_reserved()
