@@ -25,6 +25,8 @@ COMMANDS = {
     "info": (_info, "plugins, device types, devices with properties and memory, implemented and missing hooks"),
     "replay": (_forward("replay"), "replay an RMM-format allocation log through the allocator"),
     "check": (_forward("check"), "conformance checks for a plugin .so (each check in a child process)"),
+    "plot": (_forward("plot"), "memory timeline and segment map of a snapshot, a profiler trace or an allocation log"),
+    "bench": (_forward("bench"), "run the benchmark suite: each figure with its target, met or missed"),
 }
 
 

@@ -1,0 +1,141 @@
+"""paddle_rt/tools/bench.py and paddle_rt/tools/benchmarks: the ``bench`` command's discovery of areas, its table and
+JSON, error isolation between areas, and the bench/*.py wrappers over the same code. Speed is not asserted here."""
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+import paddle_rt
+from paddle_rt.tools import bench, benchmarks
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+ROOT = os.path.dirname(SRC)
+KEYS = {"area", "name", "value", "unit", "target", "met", "note"}
+
+
+def run(args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.run([sys.executable] + args, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+def check_result(r, area):
+    assert set(r) == KEYS, r
+    assert r["area"] == area
+    assert isinstance(r["name"], str) and r["name"].strip()
+    assert isinstance(r["value"], float) and r["value"] == r["value"]          # a number, not NaN
+    assert isinstance(r["unit"], str) and isinstance(r["note"], str)
+    assert (r["target"] is None) == (r["met"] is None)
+    if r["target"] is not None:
+        assert isinstance(r["target"], str) and r["target"][:2] in ("<=", ">=")
+        assert isinstance(r["met"], bool)
+
+
+def test_bench_quick_json_allocator():
+    r = run(["-m", "paddle_rt", "bench", "--quick", "--json", "--only", "allocator"])
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["quick"] is True and out["errors"] == []
+    assert out["paddle_rt"] == paddle_rt.__version__ and out["machine"]["cpus"] >= 1
+    assert set(out["seconds"]) == {"total", "allocator"}
+    res = out["results"]
+    assert len(res) >= 10
+    for x in res:
+        check_result(x, "allocator")
+    names = [x["name"] for x in res]
+    assert "Python pair malloc(256).free()" in names
+    targets = {x["name"]: x["target"] for x in res if x["target"]}
+    assert targets["Python pair malloc(256).free()"] == "<= 100 ns"
+    assert "<= 3x" in targets.values() and "<= 2x" in targets.values()
+    # met agrees with the value and the target
+    for x in res:
+        if x["target"]:
+            op, bound = x["target"].split()[0], float(x["target"].split()[1].rstrip("x%").split()[0])
+            assert x["met"] == (x["value"] <= bound if op == "<=" else x["value"] >= bound)
+
+
+def test_bench_table_and_bad_area():
+    r = run(["-m", "paddle_rt", "bench", "--quick", "--only", "allocator"])
+    assert r.returncode == 0, r.stderr
+    assert "area" in r.stdout and "target" in r.stdout and "figures with a target" in r.stdout
+    assert "<= 100 ns" in r.stdout and ("met" in r.stdout or "MISSED" in r.stdout)
+    r = run(["-m", "paddle_rt", "bench", "--only", "allocator,nonsense"])
+    assert r.returncode == 2
+    assert "unknown area(s) nonsense" in r.stderr and "allocator" in r.stderr
+
+
+def test_every_module_with_measure_is_an_area():
+    names = benchmarks.area_names()
+    assert names[:2] == ["allocator", "streams"] and "ccl" in names
+    here = os.path.dirname(benchmarks.__file__)
+    modules = sorted(f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_"))
+    assert sorted(names) == modules                       # pool.py is picked up when it is there
+    for n in names:
+        mod = benchmarks.load_area(n)
+        assert mod is not None and callable(mod.measure), n
+    r = run(["-m", "paddle_rt", "bench", "--list"])
+    assert r.returncode == 0 and r.stdout.split() == names
+
+
+def test_one_broken_area_does_not_stop_the_others(monkeypatch):
+    def good(quick):
+        return [benchmarks.result("good", "a figure", 5, "ns", *benchmarks.at_most(5, 10, "ns")),
+                benchmarks.result("good", "b figure", 0.5, "x", *benchmarks.at_least(0.5, 2, "x")),
+                benchmarks.result("good", "no target", 3, "GB/s")]
+
+    def broken(quick):
+        raise RuntimeError("plugin went away")
+
+    def incomplete(quick):
+        return [{"area": "half", "name": "x", "value": 1.0}]
+
+    mods = {"good": types.SimpleNamespace(measure=good), "broken": types.SimpleNamespace(measure=broken),
+            "half": types.SimpleNamespace(measure=incomplete), "nomeasure": None}
+    monkeypatch.setattr(benchmarks, "area_names", lambda: list(mods))
+    monkeypatch.setattr(benchmarks, "load_area", lambda n: mods[n])
+    results, errors, seconds = bench.run_suite(quick=True)
+    assert [r["name"] for r in results] == ["a figure", "b figure", "no target"]
+    assert [e["area"] for e in errors] == ["broken", "half"]
+    assert "plugin went away" in errors[0]["error"] and "without" in errors[1]["error"]
+    assert results[0]["target"] == "<= 10 ns" and results[0]["met"] is True
+    assert results[1]["target"] == ">= 2x" and results[1]["met"] is False
+    table = bench.format_table(results, errors)
+    assert "MISSED" in table and " met" in table and "ERROR" in table
+    assert "2 figures with a target: 1 met, 1 missed; 2 area(s) failed to run" in table
+    with pytest.raises(ValueError, match="unknown area"):
+        bench.run_suite(only=["zzz"])
+
+
+def test_bench_scripts_wrap_the_same_code():
+    """bench/*.py keep their command lines and output (bench/RESULTS.md cites them)."""
+    r = run([os.path.join("bench", "bench_allocator.py"), "--reps", "5", "--json"])
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == {"device", "reps", "python", "nogil", "many_live"} and out["reps"] == 5
+    r = run([os.path.join("bench", "bench_allocator.py"), "--reps", "2"])
+    assert r.returncode == 2 and "--reps must be >= 5" in r.stderr
+    r = run([os.path.join("bench", "bench_stream.py"), "--reps", "1"])
+    assert r.returncode == 0, r.stderr
+    assert "Event record+query from Python, idle stream (target <= 300 ns)" in r.stdout
+    assert "median of per-pair ratios (target >= 90%)" in r.stdout
+    r = run([os.path.join("bench", "bench_ccl.py"), "--reps", "1", "--max-mib", "1", "--devices", "2,4"])
+    assert r.returncode == 0, r.stderr
+    assert "# all_reduce float32 sum, 2 ranks" in r.stdout and "# all_reduce float32 sum, 4 ranks" in r.stdout
+    assert r.stdout.count("\n   1048576 ") == 2
+
+
+@pytest.mark.slow
+def test_whole_quick_suite_json():
+    r = run(["-m", "paddle_rt", "bench", "--quick", "--json"], timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["errors"] == []
+    areas = {x["area"] for x in out["results"]}
+    assert {"allocator", "streams", "ccl"} <= areas
+    for x in out["results"]:
+        check_result(x, x["area"])
+    targets = {x["target"] for x in out["results"] if x["target"]}
+    assert {"<= 300 ns", "<= 50 us", ">= 90%", ">= 1 M/s", ">= 50%"} <= targets
