@@ -285,16 +285,21 @@ def test_round_trip_of_a_real_snapshot(tmp_path):
     from paddle_rt import memory
     if not hasattr(memory, "dump_snapshot"):
         pytest.skip("paddle_rt.memory.dump_snapshot is not there yet")
-    if hasattr(memory, "record_history"):
+    recording = hasattr(memory, "record_history")
+    if recording:
         memory.record_history()
-    keep = [paddle_rt.malloc(n, "rt_cpu:0") for n in (100, 3 * MiB, 5 * MiB)]
-    keep[1].free()
-    path = str(tmp_path / "snap.json")
     try:
-        memory.dump_snapshot(path)
+        keep = [paddle_rt.malloc(n, "rt_cpu:0") for n in (100, 3 * MiB, 5 * MiB)]
+        keep[1].free()
+        path = str(tmp_path / "snap.json")
+        try:
+            memory.dump_snapshot(path)
+        finally:
+            keep[0].free()
+            keep[2].free()
     finally:
-        keep[0].free()
-        keep[2].free()
+        if recording:
+            memory.record_history(False)
     data = plot.load_memory_data(path, device="rt_cpu:0")
     d = data["devices"][0]
     s = plot.segment_summary(d["segments"])
