@@ -198,3 +198,27 @@ def test_progress_factory_modes():
         bar.update(1)
     bar.close()
     assert "probing: 100%" in buf.getvalue() and "3/3" in buf.getvalue()
+
+
+class _Tty(__import__("io").StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_automatic_on_a_terminal_only_for_long_work():
+    """On a terminal the bar appears by itself, but only once the work has lasted half a second."""
+    pytest.importorskip("tqdm")
+    import time
+    tty = _Tty()
+    make = replay.progress_factory(None, tty)
+    assert make is not None
+    quick = make("quick", total=10)
+    quick.update(10)
+    quick.close()
+    assert "quick" not in tty.getvalue()                  # short: no bar at all
+    slow = make("slow", total=2)
+    time.sleep(0.6)
+    slow.update(1)
+    slow.update(1)
+    slow.close()
+    assert "slow" in tty.getvalue()

@@ -96,7 +96,11 @@ def _machine():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m paddle_rt bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m paddle_rt bench",
+        description="Run the benchmark suite (every module of paddle_rt.tools.benchmarks that defines measure) and "
+                    "print one table: each figure, its target and whether this run met it. Exit status 1 when an "
+                    "area failed to run (missed targets do not change it).")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes (under a minute)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--only", default=None, metavar="AREA[,AREA]", help="run only these areas")

@@ -429,9 +429,10 @@ def _draw_segments(ax, d):
     ax.set_xlabel("offset in segment (MiB)")
     ax.grid(True, axis="x", alpha=0.3)
     more = f", showing the {len(shown)} with the most free bytes" if len(shown) < len(segments) else ""
-    ax.set_title(f"{d['device']}: segments ({s['segments']}{more}); reserved {_fmt_mib(s['reserved'])}, "
-                 f"allocated {_fmt_mib(s['allocated'])}, free {_fmt_mib(s['free'])} in {s['holes']} holes, "
-                 f"largest hole {_fmt_mib(s['largest_hole'])}", loc="left", fontweight="bold", fontsize="medium")
+    ax.set_title(f"{d['device']}: segments ({s['segments']}{more})\n"
+                 f"reserved {_fmt_mib(s['reserved'])}, allocated {_fmt_mib(s['allocated'])}, free "
+                 f"{_fmt_mib(s['free'])} in {s['holes']} holes, largest hole {_fmt_mib(s['largest_hole'])}",
+                 loc="left", fontweight="bold", fontsize="medium")
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(facecolor=COLOR_ALLOCATED, label="allocated block"),
                        Patch(facecolor=COLOR_FREE, edgecolor="#b5651d", hatch="//", label="free hole (cached)")],
@@ -449,7 +450,7 @@ def plot_memory(data, path, title=None, dpi=110):
         panels.append(("timeline", d, 3.2))
         if d.get("segments"):
             rows = min(len(d["segments"]), MAX_SEGMENT_ROWS)
-            panels.append(("segments", d, max(1.6, 0.75 + 0.24 * rows)))
+            panels.append(("segments", d, max(1.8, 0.95 + 0.24 * rows)))
     if not panels:
         raise _error(f"plot: {data.get('source')}: nothing to plot")
     fig = Figure(figsize=(13, sum(h for _, _, h in panels) + 0.6), layout="constrained")
@@ -473,9 +474,11 @@ def plot_memory(data, path, title=None, dpi=110):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m paddle_rt plot", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:3]))
+    ap = argparse.ArgumentParser(
+        prog="python -m paddle_rt plot", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Draw a memory timeline (allocated and reserved bytes over time) and a segment map (each\n"
+                    "segment's blocks, free holes highlighted). Needs matplotlib: " + PLOT_EXTRA,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:3]).replace("``", ""))
     ap.add_argument("input", help="memory snapshot JSON, Chrome trace JSON or RMM allocation log CSV (.gz too)")
     ap.add_argument("-o", "--output", required=True, help="image to write (.png, .svg, .pdf)")
     ap.add_argument("--device", default=None, help="only this device (snapshot, trace) / replay on it (log)")
