@@ -92,19 +92,24 @@ def test_one_broken_area_does_not_stop_the_others(monkeypatch):
     def incomplete(quick):
         return [{"area": "half", "name": "x", "value": 1.0}]
 
+    def cannot(quick):
+        raise benchmarks.AreaSkipped("needs 8 devices")
+
     mods = {"good": types.SimpleNamespace(measure=good), "broken": types.SimpleNamespace(measure=broken),
-            "half": types.SimpleNamespace(measure=incomplete), "nomeasure": None}
+            "half": types.SimpleNamespace(measure=incomplete), "nomeasure": None,
+            "skips": types.SimpleNamespace(measure=cannot)}
     monkeypatch.setattr(benchmarks, "area_names", lambda: list(mods))
     monkeypatch.setattr(benchmarks, "load_area", lambda n: mods[n])
     results, errors, seconds = bench.run_suite(quick=True)
     assert [r["name"] for r in results] == ["a figure", "b figure", "no target"]
-    assert [e["area"] for e in errors] == ["broken", "half"]
+    assert [e["area"] for e in errors] == ["broken", "half", "skips"]
+    assert [e["skipped"] for e in errors] == [False, False, True]
     assert "plugin went away" in errors[0]["error"] and "without" in errors[1]["error"]
     assert results[0]["target"] == "<= 10 ns" and results[0]["met"] is True
     assert results[1]["target"] == ">= 2x" and results[1]["met"] is False
     table = bench.format_table(results, errors)
-    assert "MISSED" in table and " met" in table and "ERROR" in table
-    assert "2 figures with a target: 1 met, 1 missed; 2 area(s) failed to run" in table
+    assert "MISSED" in table and " met" in table and "ERROR" in table and "(skipped: needs 8 devices)" in table
+    assert "2 figures with a target: 1 met, 1 missed; 2 area(s) failed to run; 1 skipped" in table
     with pytest.raises(ValueError, match="unknown area"):
         bench.run_suite(only=["zzz"])
 
@@ -125,6 +130,15 @@ def test_bench_scripts_wrap_the_same_code():
     assert r.returncode == 0, r.stderr
     assert "# all_reduce float32 sum, 2 ranks" in r.stdout and "# all_reduce float32 sum, 4 ranks" in r.stdout
     assert r.stdout.count("\n   1048576 ") == 2
+
+
+def test_ccl_area_skipped_without_devices():
+    env = dict(os.environ, PYTHONPATH=SRC, PADDLE_RT_NO_RT_CPU="1")
+    env.pop("RT_CPU_DEVICE_COUNT", None)
+    r = subprocess.run([sys.executable, "-m", "paddle_rt", "bench", "--quick", "--only", "ccl"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "(skipped: needs 2 rt_cpu devices, this process has 0)" in r.stdout
 
 
 @pytest.mark.slow

@@ -26,7 +26,8 @@ def _fmt_value(v, unit):
 
 def run_suite(quick=False, only=None, log=None):
     """Run the areas (all, or the names in ``only``); returns (results, errors, seconds per area). An area that
-    raises is reported in ``errors`` ({"area", "error", "traceback"}) and the others still run."""
+    raises is reported in ``errors`` ({"area", "error", "traceback"}; ``"skipped": True`` when it raised
+    ``AreaSkipped``) and the others still run."""
     from paddle_rt.tools import benchmarks
     names = benchmarks.area_names()
     if only:
@@ -49,9 +50,11 @@ def run_suite(quick=False, only=None, log=None):
                 if missing:
                     raise TypeError(f"{name}.measure() returned a figure without {sorted(missing)}: {r!r}")
             results.extend(rows)
+        except benchmarks.AreaSkipped as exc:
+            errors.append({"area": name, "error": str(exc), "traceback": "", "skipped": True})
         except Exception as exc:      # one broken area does not stop the suite
             errors.append({"area": name, "error": f"{type(exc).__name__}: {exc}",
-                           "traceback": traceback.format_exc()})
+                           "traceback": traceback.format_exc(), "skipped": False})
         seconds[name] = time.perf_counter() - t0
     return results, errors, seconds
 
@@ -64,7 +67,8 @@ def format_table(results, errors=()):
         verdict = "" if r["met"] is None else ("met" if r["met"] else "MISSED")
         rows.append((r["area"], r["name"], _fmt_value(r["value"], r["unit"]), r["target"] or "", verdict))
     for e in errors:
-        rows.append((e["area"], "(failed to run)", "", "", "ERROR"))
+        rows.append((e["area"], f"(skipped: {e['error']})" if e.get("skipped") else "(failed to run)", "", "",
+                     "skipped" if e.get("skipped") else "ERROR"))
     widths = [max(len(h), *(len(x[i]) for x in rows)) if rows else len(h) for i, h in enumerate(head)]
     widths[1] = min(widths[1], 64)
     lines = ["  ".join(h.ljust(w) if i != 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))),
@@ -79,11 +83,22 @@ def format_table(results, errors=()):
     with_target = [r for r in results if r["met"] is not None]
     missed = [r for r in with_target if not r["met"]]
     lines.append("")
+    failed = [e for e in errors if not e.get("skipped")]
+    skipped = [e for e in errors if e.get("skipped")]
     lines.append(f"{len(with_target)} figures with a target: {len(with_target) - len(missed)} met, "
-                 f"{len(missed)} missed" + (f"; {len(errors)} area(s) failed to run" if errors else ""))
-    for e in errors:
+                 f"{len(missed)} missed" + (f"; {len(failed)} area(s) failed to run" if failed else "")
+                 + (f"; {len(skipped)} skipped" if skipped else ""))
+    for e in failed:
         lines.append(f"  {e['area']}: {e['error']}")
     return "\n".join(lines)
+
+
+def _device_name():
+    import paddle_rt
+    try:
+        return str(paddle_rt.get_device())
+    except Exception:           # no device at all: the areas say what they could not do
+        return "no device"
 
 
 def _machine():
@@ -124,19 +139,20 @@ def main(argv=None):
     total = time.perf_counter() - t0
     machine = _machine()
     if args.json:
-        print(json.dumps({"paddle_rt": paddle_rt.__version__, "quick": args.quick, "device": str(paddle_rt.get_device()),
+        print(json.dumps({"paddle_rt": paddle_rt.__version__, "quick": args.quick, "device": _device_name(),
                           "machine": machine, "seconds": {"total": total, **seconds}, "results": results,
                           "errors": errors}, indent=1))
     else:
         load = f", load {machine['loadavg_1min']:.1f}" if machine["loadavg_1min"] is not None else ""
         print(f"paddle_rt {paddle_rt.__version__} benchmarks{' (quick)' if args.quick else ''} on "
-              f"{paddle_rt.get_device()}, python {machine['python']}, {machine['cpus']} CPUs{load}; "
+              f"{_device_name()}, python {machine['python']}, {machine['cpus']} CPUs{load}; "
               f"medians; {total:.0f} s")
         print()
         print(format_table(results, errors))
         for e in errors:
-            print(f"\n{e['area']}:\n{e['traceback']}", file=sys.stderr)
-    return 1 if errors else 0
+            if not e.get("skipped"):
+                print(f"\n{e['area']}:\n{e['traceback']}", file=sys.stderr)
+    return 1 if any(not e.get("skipped") for e in errors) else 0
 
 
 if __name__ == "__main__":

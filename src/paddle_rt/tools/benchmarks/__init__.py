@@ -13,9 +13,14 @@ minute on two cores). Ratios are measured within one run, both sides interleaved
 import importlib
 import pkgutil
 
-__all__ = ["ORDER", "area_names", "load_area", "result", "at_most", "at_least"]
+__all__ = ["ORDER", "AreaSkipped", "area_names", "load_area", "result", "at_most", "at_least"]
 
 ORDER = ("allocator", "streams", "pool", "ccl")     # the others follow, by name
+
+
+class AreaSkipped(Exception):
+    """Raised by ``measure`` when the area cannot run here (e.g. the devices it needs are missing): the suite
+    reports it as skipped, with the reason, not as a failure."""
 
 
 def area_names():

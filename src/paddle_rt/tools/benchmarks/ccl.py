@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import paddle_rt
-from paddle_rt.tools.benchmarks import result, at_least
+from paddle_rt.tools.benchmarks import AreaSkipped, result, at_least
 
 AREA = "ccl"
 BUSBW_PERCENT = 50.0
@@ -130,6 +130,12 @@ def _mib(n):
 def measure(quick=False):
     """all_reduce on 2 ranks at 1 MiB and 64 MiB (and, not quick, 4 ranks at 64 MiB in a child process)."""
     reps = 3 if quick else 5
+    try:
+        have = paddle_rt.device_count("rt_cpu")
+    except Exception:             # rt_cpu not loaded (PADDLE_RT_NO_RT_CPU=1)
+        have = 0
+    if have < 2 and "RT_CPU_DEVICE_COUNT" not in os.environ:
+        raise AreaSkipped(f"needs 2 rt_cpu devices, this process has {have}")
     out = []
     for r in run_on(2, TARGET_BYTES, reps, [1 << 20, TARGET_BYTES]):
         tag = f"all_reduce 2 ranks {_mib(r['bytes'])}"
