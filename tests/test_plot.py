@@ -66,7 +66,11 @@ def make_chrome_trace():
           {"ph": "C", "name": "memory", "pid": 7, "ts": 3000.0, "args": {"allocated": 0, "reserved": 2 * MiB}},
           {"ph": "C", "name": "memory", "pid": 7, "ts": 2000.0, "args": {"allocated": 3 * MiB, "reserved": 4 * MiB}},
           {"ph": "C", "name": "memory", "pid": 8, "ts": 1500.0, "args": {"allocated": 256, "reserved": 2 * MiB}},
-          {"ph": "C", "name": "memory", "pid": 8, "ts": 2500.0, "args": {"reserved": 0}}]
+          {"ph": "C", "name": "memory", "pid": 8, "ts": 2500.0, "args": {"reserved": 0}},
+          {"ph": "i", "s": "p", "name": "oom", "cat": "memory", "pid": 7, "tid": 1, "ts": 2500.0, "args": {}},
+          {"ph": "i", "s": "t", "name": "alloc", "cat": "memory", "pid": 7, "tid": 1, "ts": 2000.0, "args": {}},
+          {"ph": "C", "name": "memory (pinned host)", "pid": 7, "ts": 1200.0,
+           "args": {"allocated": 4096, "reserved": 2 * MiB}}]
     return {"traceEvents": ev, "displayTimeUnit": "ms"}
 
 
@@ -129,8 +133,10 @@ def test_snapshot_history_without_times_uses_event_order():
 
 def test_chrome_trace_counters():
     data = plot.from_chrome_trace(make_chrome_trace())
-    assert [d["device"] for d in data["devices"]] == ["rt_cpu:0", "rt_cpu:1"]
-    d0, d1 = data["devices"]
+    assert [d["device"] for d in data["devices"]] == ["rt_cpu:0", "rt_cpu:0 pinned host", "rt_cpu:1"]
+    d0, pinned, d1 = data["devices"]
+    assert pinned["time"] == [0.2] and pinned["allocated"] == [4096] and pinned["markers"] == []
+    assert d0["markers"] == [(1.5, "oom")]
     assert d0["time"] == [0.0, 1.0, 2.0]                    # us -> ms from the first counter, sorted by ts
     assert d0["allocated"] == [MiB, 3 * MiB, 0] and d0["reserved"] == [2 * MiB, 4 * MiB, 2 * MiB]
     assert d1["allocated"] == [256, 256] and d1["reserved"] == [2 * MiB, 0]   # a missing arg keeps its last value
@@ -237,7 +243,7 @@ def test_plot_command(tmp_path, capsys):
     assert main(["plot", trace, "-o", str(tmp_path / "t.png"), "--device", "rt_cpu:1"]) == 0
     assert_png(tmp_path / "t.png")
     log = write_log(tmp_path / "log.csv", LOG)
-    assert main(["plot", log, "-o", str(tmp_path / "l.svg"), "--device", "rt_cpu:1"]) == 0
+    assert main(["plot", log, "-o", str(tmp_path / "l.svg"), "--device", "rt_cpu:1", "--no-progress"]) == 0
     assert (tmp_path / "l.svg").read_text().lstrip().startswith("<?xml")
     # errors: exit status 2 and one line naming the problem, no traceback
     bad = tmp_path / "bad.txt"

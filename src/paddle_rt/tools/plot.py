@@ -235,30 +235,35 @@ def from_snapshot(obj, source="<snapshot>"):
 
 
 def from_chrome_trace(obj, source="<trace>"):
-    """The plotting form of a Chrome trace: the ``"C"`` (counter) events named ``memory`` with args ``allocated``
-    and ``reserved``, per ``pid`` (named by ``process_name`` metadata); ``ts`` in microseconds."""
+    """The plotting form of a Chrome trace: the ``"C"`` (counter) events named ``memory`` (and ``memory (pinned
+    host)``, drawn as a device of its own) with args ``allocated`` and ``reserved``, per ``pid`` (named by
+    ``process_name`` metadata); ``ts`` in microseconds. Instant events ``oom`` and ``empty_cache`` (category
+    ``memory``) become markers."""
     events = obj["traceEvents"] if isinstance(obj, dict) else obj
     if not isinstance(events, list):
         raise _error(f"plot: {source}: \"traceEvents\" is not a list")
-    names, series = {}, {}
+    names, series, marks = {}, {}, {}
     for ev in events:
         if not isinstance(ev, dict):
             continue
-        ph = ev.get("ph")
-        if ph == "M" and ev.get("name") == "process_name":
+        ph, name = ev.get("ph"), ev.get("name")
+        if ph == "M" and name == "process_name":
             names[ev.get("pid")] = str((ev.get("args") or {}).get("name", ev.get("pid")))
-        elif ph == "C" and ev.get("name") == "memory":
+        elif ph == "C" and name in ("memory", "memory (pinned host)"):
             args = ev.get("args") or {}
             ts = ev.get("ts")
             if not isinstance(ts, (int, float)):
                 raise _error(f"plot: {source}: a memory counter event has no numeric \"ts\"")
-            series.setdefault(ev.get("pid"), []).append((ts, args.get("allocated"), args.get("reserved")))
+            series.setdefault((ev.get("pid"), name), []).append((ts, args.get("allocated"), args.get("reserved")))
+        elif ph == "i" and ev.get("cat") == "memory" and name in ("oom", "empty_cache") \
+                and isinstance(ev.get("ts"), (int, float)):
+            marks.setdefault(ev.get("pid"), []).append((ev["ts"], name))
     if not series:
         raise _error(f"plot: {source}: no memory counters in this trace (Chrome trace \"C\" events named "
                      f"\"memory\"): was memory recorded by the profiler?")
     t0 = min(p[0] for pts in series.values() for p in pts)
     out = []
-    for pid, pts in series.items():
+    for (pid, name), pts in series.items():
         pts.sort(key=lambda p: p[0])
         time, allocated, reserved = [], [], []
         a = r = 0
@@ -268,8 +273,10 @@ def from_chrome_trace(obj, source="<trace>"):
             time.append((ts - t0) / 1000.0)
             allocated.append(a)
             reserved.append(r)
-        out.append({"device": names.get(pid, f"pid {pid}"), "time": time, "time_unit": "ms", "allocated": allocated,
-                    "reserved": reserved, "requested": None, "markers": [], "note": None, "segments": None})
+        label = names.get(pid, f"pid {pid}") + (" pinned host" if name != "memory" else "")
+        markers = sorted(((ts - t0) / 1000.0, k) for ts, k in marks.get(pid, ())) if name == "memory" else []
+        out.append({"device": label, "time": time, "time_unit": "ms", "allocated": allocated,
+                    "reserved": reserved, "requested": None, "markers": markers, "note": None, "segments": None})
     out.sort(key=lambda d: d["device"])
     return {"source": source, "kind": "chrome_trace", "devices": out}
 
@@ -484,11 +491,17 @@ def main(argv=None):
     ap.add_argument("--device", default=None, help="only this device (snapshot, trace) / replay on it (log)")
     ap.add_argument("--conf", default="", help="allocator config key:value,... for replaying a log")
     ap.add_argument("--title", default=None)
+    bar = ap.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="progress bars while replaying a log, even when stderr is not a terminal (tqdm)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     args = ap.parse_args(argv)
     from paddle_rt._core.errors import PaddleRTError
     try:
         require_matplotlib()
-        data = load_memory_data(args.input, device=args.device, conf=args.conf)
+        from paddle_rt.tools.replay import progress_factory
+        data = load_memory_data(args.input, device=args.device, conf=args.conf,
+                                progress=progress_factory(args.progress))
         plot_memory(data, args.output, title=args.title)
     except MissingExtraError as exc:
         print(f"paddle_rt plot: {exc}", file=sys.stderr)
