@@ -61,10 +61,10 @@ def progress_factory(mode, stream=None):
     return make
 
 
-def _open_text(path, raw=None):
-    """A text stream over ``path``, gzip-compressed or not (recognised by content)."""
-    raw = raw or open(path, "rb")
-    if raw.peek(2)[:2] == b"\x1f\x8b" if hasattr(raw, "peek") else False:
+def _open_text(raw):
+    """A text stream over the binary file ``raw`` (an ``open(path, "rb")``), gzip-compressed or not (recognised by
+    content). The caller closes ``raw``."""
+    if raw.peek(2)[:2] == b"\x1f\x8b":
         return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), newline="")
     return io.TextIOWrapper(raw, newline="")
 
@@ -80,7 +80,7 @@ def load_trace(path, progress=None):
     bar = progress("reading", total=os.path.getsize(path), unit="B", unit_scale=True) if progress else None
     done_bytes = 0
     try:
-        with _open_text(path, raw) as f:
+        with _open_text(raw) as f:
             reader = csv.DictReader(f)
             try:
                 fields = reader.fieldnames
@@ -165,7 +165,7 @@ def live_requested(is_alloc, sizes, slots):
 def load_stream_trace(path):
     """[(is_alloc, size, slot, stream index)] and the stream names, in first-seen order, from the ``Stream`` column
     (None when the log has no such column or names a single stream)."""
-    with _open_text(path) as f:
+    with open(path, "rb") as raw, _open_text(raw) as f:
         reader = csv.DictReader(f)
         if "Stream" not in (reader.fieldnames or ()):
             return None
