@@ -331,6 +331,49 @@ def test_device_synchronize_is_a_synchronize_point(streams, how):
     assert p0.stats()["cached"] == N and p0.stats()["reserved_mem_current"] == N
 
 
+def test_same_stream_frees_are_seen_by_every_pool_operation(streams):
+    """Frees on the allocating stream take a C-level fast path (up to 16 blocks, then moved into the pool's
+    cache): cross-stream reuse, pending_frees, stats, trim_to and the OOM ladder see them all the same."""
+    a, b = streams
+    pool = MemPool(release_threshold=1 << 30, **ALL_OFF)
+    xs = [pool.malloc_async(N, a) for _ in range(20)]
+    g = threading.Event()
+    a.add_callback(lambda: g.wait(20))
+    ptrs = [x.ptr for x in xs]
+    for x in xs:
+        pool.free_async(x, a)
+    assert pool.stats()["cached"] == 20 * N and pool.stats()["used_mem_current"] == 0
+    assert sorted(e[2] for e in pool.pending_frees()) == [N] * 20
+    y = pool.malloc_async(N, b)
+    assert y.ptr not in ptrs              # every free is pending on a
+    assert pool.trim_to(0) == 20 * N      # none of them has completed
+    z = pool.malloc_async(N, a)
+    assert z.ptr == ptrs[-1]              # a itself: the newest free first
+    g.set()
+    a.synchronize()
+    w = pool.malloc_async(N, b)
+    assert w.ptr in ptrs and pool.stats()["reuse_after_host_sync"] == 1
+    for v in (y, z, w):
+        pool.free_async(v)
+    a.synchronize()
+    b.synchronize()
+    assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0
+
+
+def test_hot_blocks_given_back_when_the_pool_goes():
+    s = paddle_rt.Stream()
+    before = paddle_rt.memory_allocated()
+    pool = MemPool()
+    for _ in range(3):
+        pool.free_async(pool.malloc_async(N, s), s)
+    assert paddle_rt.memory_allocated() > before
+    del pool
+    import gc
+    gc.collect()
+    assert paddle_rt.memory_allocated() == before
+    s.close()
+
+
 def test_default_pool_and_current_stream(streams):
     a, _ = streams
     assert paddle_rt.default_mem_pool() is paddle_rt.default_mem_pool(0)
@@ -486,6 +529,9 @@ class PoolMachine(RuleBasedStateMachine):
                       (follow and self.waits.get((i, j), 0) >= pos) or
                       (opp and self._done(j, pos)) or (allow_internal and internal))
                 assert ok, f"stream {i} reused memory freed on {j} at {pos} without an allowed ordering"
+                if internal and j != i:
+                    # the pool made stream i wait for an event recorded on j now: later reuses may follow it
+                    self.waits[(i, j)] = max(self.waits.get((i, j), 0), self.streams[j].position)
         self.freed = [f for f in self.freed if not (f[0] < hi and lo < f[1])]
         self.live.append((a, i))
         self.streams[i].add_callback(lambda: None)          # a use of the memory on its stream

@@ -1309,6 +1309,7 @@ cdef struct DeferredFree:
 
 
 _deferred_waits = {}           # core address -> [(weakref to Stream, position of its host function)] (OOM ladder)
+_deferred_prune_at = {}        # core address -> length at which the list is pruned next (amortised O(1) per free)
 
 
 cdef void _deferred_finish(DeferredFree* d) noexcept nogil:
@@ -1357,8 +1358,9 @@ cdef int _free_after_streams(AllocatorCore* c, uintptr_t ptr, list streams) exce
     waits = _deferred_waits.get(<uintptr_t>c)
     if waits is None:
         waits = _deferred_waits[<uintptr_t>c] = []
-    elif len(waits) >= 64:
+    elif len(waits) >= _deferred_prune_at.get(<uintptr_t>c, 64):
         waits[:] = [w for w in waits if _wait_pending(w)]
+        _deferred_prune_at[<uintptr_t>c] = max(64, 2 * len(waits))
     err = None
     try:
         for st in live:

@@ -15,6 +15,18 @@ cdef class _FreedBlock:
     cdef uint64_t pos          # that stream's position at the free (everything before it may still use the block)
     cdef list recorded         # [(Stream, position at the free)] of record_stream streams, or None
 
+# A block freed on the stream it was allocated on, with no record_stream streams: kept at C level for the next
+# malloc_async of its size on that stream (the hot path). Moved into the Python-level cache (as _FreedBlock) before any
+# other pool operation looks at freed blocks.
+cdef struct HotBlock:
+    void* stream               # owned reference to the Stream of the free
+    uintptr_t ptr
+    size_t size                # the block's rounded size
+    uint64_t pos               # the stream's position at the free
+
+cdef enum:
+    HOT_N = 16
+
 cdef class MemPool:
     cdef AllocatorCore* core
     cdef readonly Device device
@@ -30,6 +42,8 @@ cdef class MemPool:
     cdef int64_t used_cur, used_high, reserved_cur, reserved_high
     cdef int64_t cached_bytes
     cdef int64_t n_cross_reuse[4]      # reuses by: 0 host sync, 1 follow events, 2 opportunistic, 3 internal
+    cdef HotBlock hot[16]              # HOT_N same-stream frees, newest last
+    cdef int n_hot
     cdef object __weakref__
 
     cdef AsyncAllocation malloc_on(self, size_t n, Stream s)
@@ -39,6 +53,7 @@ cdef class MemPool:
     cdef int _retire_safe(self, int64_t keep) except -1
     cdef int _drop_entry(self, _FreedBlock e) except -1
     cdef int _check(self) except -1
+    cdef int _spill(self) except -1    # move the hot blocks into _cache
     cdef int _prune(self) except -1
     cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s)
 

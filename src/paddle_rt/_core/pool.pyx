@@ -27,6 +27,7 @@
 #   use or whose free has not completed.
 # The pool's bookkeeping is Python-level state (dicts) used with the GIL held; the allocator calls are nogil.
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from paddle_rt._core.allocator cimport (
     Allocation, AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
     round_request, core_deferred_pending, core_wait_deferred,
@@ -94,8 +95,8 @@ cdef void _on_wait(void* wp, void* rp, uint64_t pos) noexcept:
 stream_set_order_hooks(_on_host_sync, _on_wait)
 
 
-@cython.freelist(256)
-cdef class AsyncAllocation(Allocation):
+@cython.no_gc        # references only its pool and stream, which never reference it back: no cycles (and no GC
+cdef class AsyncAllocation(Allocation):   # bookkeeping on the hot path)
     """Memory from :func:`malloc_async`: an :class:`Allocation` that belongs to a :class:`MemPool` and a stream.
     Free it with :func:`free_async` (or ``free()``/``with``, which free it on the stream it was allocated on)."""
 
@@ -155,7 +156,18 @@ cdef class MemPool:
     def __dealloc__(self):
         # give held blocks back (their frees are ordered; the allocator's stream tags keep them apart)
         cdef _FreedBlock e
-        if self.core == NULL or self._cache is None or _torn_down or self.core.torn_down:
+        cdef int i
+        cdef bint give_back = not (self.core == NULL or _torn_down or self.core.torn_down)
+        for i in range(self.n_hot):
+            if give_back:
+                try:
+                    with nogil:
+                        core_free(self.core, <void*>self.hot[i].ptr)
+                except BaseException:
+                    pass
+            Py_DECREF(<object>self.hot[i].stream)
+        self.n_hot = 0
+        if not give_back or self._cache is None:
             return
         try:
             for d in self._cache.values():
@@ -175,6 +187,35 @@ cdef class MemPool:
             raise errors.InvalidArgument("MemPool not initialised (call MemPool(device))")
         if _torn_down or self.core.torn_down:
             raise errors.DeviceError(f"{self.device}: the memory pool was torn down (interpreter exit)")
+        return 0
+
+    cdef int _spill(self) except -1:
+        # the hot blocks (oldest first) become _FreedBlock entries of the cache, keeping the newest last in each list
+        cdef _FreedBlock e
+        cdef HotBlock tmp[16]
+        cdef HotBlock* h
+        cdef dict d
+        cdef list lst
+        cdef int i, n = self.n_hot
+        # copied first: creating objects may run a garbage collection whose finalizers free into the hot table
+        for i in range(n):
+            tmp[i] = self.hot[i]
+        self.n_hot = 0
+        for i in range(n):
+            h = &tmp[i]
+            e = _FreedBlock.__new__(_FreedBlock)
+            e.ptr = h.ptr
+            e.size = h.size
+            e.stream = <Stream>h.stream
+            Py_DECREF(<object>h.stream)        # e.stream holds it now
+            e.pos = h.pos
+            d = self._cache.get(e.stream)
+            if d is None:
+                d = self._cache[e.stream] = {}
+            lst = d.get(e.size)
+            if lst is None:
+                lst = d[e.size] = []
+            lst.append(e)
         return 0
 
     # -- reuse ---------------------------------------------------------------------------------------------------------
@@ -219,6 +260,8 @@ cdef class MemPool:
         the opportunistic policy) until at most ``keep`` bytes are held."""
         cdef _FreedBlock e
         cdef list safe = []
+        if self.n_hot:
+            self._spill()
         for s, d in self._cache.items():
             for lst in d.values():
                 for e in lst:
@@ -273,6 +316,19 @@ cdef class MemPool:
             raise errors.InvalidArgument(f"{self.device}: malloc_async: {s.name} belongs to {s.device}, not to the "
                                          f"pool's device")
         s._check_open()
+        # 0. the hot blocks: freed on s itself, newest first
+        for i in range(self.n_hot - 1, -1, -1):
+            if self.hot[i].stream == <void*>s and self.hot[i].size == r:
+                p = <void*>self.hot[i].ptr
+                self.n_hot -= 1
+                while i < self.n_hot:
+                    self.hot[i] = self.hot[i + 1]
+                    i += 1
+                Py_DECREF(s)
+                self.cached_bytes -= r
+                return self._wrap(<uintptr_t>p, n, r, s)
+        if self.n_hot:
+            self._spill()
         if self._cache:
             # 1. freed on s itself
             d = self._cache.get(s)
@@ -341,6 +397,8 @@ cdef class MemPool:
         cdef _FreedBlock e
         cdef Stream st
         cdef dict need = {}
+        if self.n_hot:
+            self._spill()
         for s, d in self._cache.items():
             for lst in d.values():
                 for e in lst:
@@ -382,6 +440,22 @@ cdef class MemPool:
                               f"(release the memoryview/array first)")
         if _torn_down or self.core.torn_down:
             a._freed = 1
+            return 0
+        cdef HotBlock* h
+        if a._recorded is None and a.stream is s:
+            # the hot path: a C-level entry, reused first by the next malloc_async of this size on s
+            while self.n_hot >= HOT_N:
+                self._spill()
+            h = &self.hot[self.n_hot]
+            h.stream = <void*>s
+            Py_INCREF(s)
+            h.ptr = a.ptr
+            h.size = a.block
+            h.pos = stream_position(s)
+            self.n_hot += 1
+            a._freed = 1
+            self.used_cur -= a.block
+            self.cached_bytes += a.block
             return 0
         e = _FreedBlock.__new__(_FreedBlock)
         e.ptr = a.ptr
@@ -459,6 +533,7 @@ cdef class MemPool:
         """[(stream name, position of the free, size)] of the freed blocks the pool holds (for tests and tools)."""
         cdef _FreedBlock e
         out = []
+        self._spill()
         for s, d in self._cache.items():
             for lst in d.values():
                 for e in lst:
@@ -530,6 +605,7 @@ def _teardown_pools():
     cdef _FreedBlock e
     for p in list(_pools):
         try:
+            p._spill()
             for s, d in list(p._cache.items()):
                 for lst in list(d.values()):
                     for e in list(lst):
