@@ -437,9 +437,9 @@ def _draw_segments(ax, d):
     ax.grid(True, axis="x", alpha=0.3)
     more = f", showing the {len(shown)} with the most free bytes" if len(shown) < len(segments) else ""
     ax.set_title(f"{d['device']}: segments ({s['segments']}{more})\n"
-                 f"reserved {_fmt_mib(s['reserved'])}, allocated {_fmt_mib(s['allocated'])}, free "
-                 f"{_fmt_mib(s['free'])} in {s['holes']} holes, largest hole {_fmt_mib(s['largest_hole'])}",
-                 loc="left", fontweight="bold", fontsize="medium")
+                 f"reserved {_fmt_size(s['reserved'])}, allocated {_fmt_size(s['allocated'])}, free "
+                 f"{_fmt_size(s['free'])} in {s['holes']} hole{'' if s['holes'] == 1 else 's'}, largest hole "
+                 f"{_fmt_size(s['largest_hole'])}", loc="left", fontweight="bold", fontsize="medium")
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(facecolor=COLOR_ALLOCATED, label="allocated block"),
                        Patch(facecolor=COLOR_FREE, edgecolor="#b5651d", hatch="//", label="free hole (cached)")],
@@ -454,7 +454,7 @@ def plot_memory(data, path, title=None, dpi=110):
     data = _as_data(data)
     panels = []
     for d in data["devices"]:
-        panels.append(("timeline", d, 3.2))
+        panels.append(("timeline", d, 3.2 if d["time"] else 0.9))
         if d.get("segments"):
             rows = min(len(d["segments"]), MAX_SEGMENT_ROWS)
             panels.append(("segments", d, max(1.8, 0.95 + 0.24 * rows)))
