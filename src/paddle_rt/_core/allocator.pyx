@@ -76,6 +76,11 @@ from paddle_rt._core.includes.alloc_support cimport (
     _long_as_ssize, PyErr_Occurred,
 )
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU, kDLUInt
+from paddle_rt._core.includes.trace_support cimport (
+    PRT_TRACE_MEMORY, PRT_TRACE_STACKS, PRT_EV_ALLOC, PRT_EV_FREE, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE,
+    PRT_EV_OOM, PRT_EV_EMPTY_CACHE,
+)
+from paddle_rt._core.trace cimport trace_mask, trace_memory_event, trace_note_caller
 
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
@@ -280,6 +285,12 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
     return b
 
 
+# The event recorder (trace.pyx): one allocator event with the counters after it; called only while memory is traced.
+cdef void _trace_mem(AllocatorCore* c, int ev, uintptr_t addr, uint64_t size, uintptr_t stream) noexcept nogil:
+    trace_memory_event(c.device, c.kind, ev, addr, size, stream, c.stats[0][ST_ALLOCATED_BYTES].current,
+                       c.stats[0][ST_RESERVED_BYTES].current)
+
+
 cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noexcept nogil:
     cdef int pool = b.chunk.pool
     b.allocated = 1
@@ -288,6 +299,8 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
     _stat(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
     _stat(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
     _stat(c, pool, ST_ALLOCATION, 1)
+    if trace_mask & PRT_TRACE_MEMORY:
+        _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream)
 
 
 cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
@@ -422,6 +435,8 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     _stat(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
     _stat(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
     _stat(c, pool, ST_ALLOCATION, -1)
+    if trace_mask & PRT_TRACE_MEMORY:
+        _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream)
     b.requested = 0
     if c.quick and pool == POOL_SMALL and _q_push(c, b):
         return 0
@@ -494,6 +509,8 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
     _stat(c, pool, ST_RESERVED_BYTES, <int64_t>size)
     _stat(c, pool, ST_SEGMENT, 1)
     _free_insert(c, b)
+    if trace_mask & PRT_TRACE_MEMORY:
+        _trace_mem(c, PRT_EV_SEGMENT_ALLOC, ch.base, size, stream)
     return b
 
 
@@ -504,6 +521,8 @@ cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     c.cx.chunks.erase(ch.base)
     _stat(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
     _stat(c, ch.pool, ST_SEGMENT, -1)
+    if trace_mask & PRT_TRACE_MEMORY:
+        _trace_mem(c, PRT_EV_SEGMENT_FREE, ch.base, ch.size, ch.stream)
     _plugin_free(c, ch.base, ch.size)
     c_free(ch)
     _drop_block(c, b)
@@ -585,6 +604,8 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     dev = <object>c.device
     what = "pinned host memory" if c.kind == KIND_HOST else "memory"
     if e.kind == ERR_OOM:
+        if trace_mask & PRT_TRACE_MEMORY:
+            _trace_mem(c, PRT_EV_OOM, 0, e.requested, 0)
         allocated = c.stats[0][ST_ALLOCATED_BYTES].current
         reserved = c.stats[0][ST_RESERVED_BYTES].current
         try:
@@ -786,6 +807,8 @@ cdef int64_t core_empty_cache(AllocatorCore* c) except -1 nogil:
     c.cx.mu.lock()
     if not c.torn_down:
         r = _release_idle(c, -1, 0, 0)
+        if trace_mask & PRT_TRACE_MEMORY:
+            _trace_mem(c, PRT_EV_EMPTY_CACHE, 0, r, 0)
     c.cx.mu.unlock()
     return <int64_t>r
 
@@ -1508,7 +1531,8 @@ cdef class Allocation:
     def record_stream(self, stream):
         """Mark the memory as used by work on ``stream`` (PyTorch's ``record_stream``): when it is freed, its reuse
         waits until ``stream`` has run everything submitted to it before the free (the block goes back to the
-        allocator from ``stream``'s worker). Recording the stream the memory belongs to does nothing."""
+        allocator from ``stream``'s worker; until then it counts as allocated). Recording the stream the memory
+        belongs to, or a closed stream, does nothing."""
         if not isinstance(stream, Stream):
             raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: expected a paddle_rt "
                                          f"Stream, not {type(stream).__name__}")
@@ -1668,6 +1692,8 @@ cdef void _dl_capsule_destructor(object capsule) noexcept:
 cdef inline void* _fast_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
     cdef Block* b = NULL
     cdef int fail = 0
+    if trace_mask & PRT_TRACE_STACKS:
+        trace_note_caller()       # the Python caller's frames, for the event of this allocation
     if c.torn_down or n > SIZE_MAX // 2:
         return NULL
     if not c.cx.mu.try_lock():

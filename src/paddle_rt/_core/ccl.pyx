@@ -46,7 +46,9 @@ from paddle_rt._core.device_ext cimport (
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.stream cimport Stream, StreamCtx, current_stream, stream_ctx_plugin_sync, stream_reached
-from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, prt_current_worker
+from paddle_rt._core.includes.stream_support cimport (
+    PRT_OP_NEEDS_IDLE, prt_current_worker, prt_op_kind, PRT_OPK_COLLECTIVE,
+)
 from paddle_rt._core.includes.ccl_support cimport (
     prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
 )
@@ -782,7 +784,8 @@ cdef object _enqueue(Stream s, list items, bint grouped):
     b.works = <PyObject*>works
     Py_INCREF(works)
     try:
-        pos = s.enqueue(_ccl_run, b, 0, 0 if s.ctx.has_pstream else PRT_OP_NEEDS_IDLE)
+        pos = s.enqueue(_ccl_run, b, 0, (0 if s.ctx.has_pstream else PRT_OP_NEEDS_IDLE) |
+                        prt_op_kind(PRT_OPK_COLLECTIVE))
     except BaseException:
         Py_DECREF(works)
         b.works = NULL

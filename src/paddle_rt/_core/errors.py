@@ -129,3 +129,7 @@ class CollectiveError(PaddleRTError):
 
 class CollectiveTimeout(CollectiveError, TimeoutError):
     """A wait for a collective gave up before its peers joined (``missing_ranks`` names them)."""
+
+
+class ProfilerError(PaddleRTError):
+    """Misuse of paddle_rt.profiler: a second profiler while one runs, stop() or an export at the wrong time."""

@@ -10,8 +10,11 @@ from paddle_rt._core.device cimport Device, check_status
 from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream, fork_generation, \
     stream_notify_host_sync, stream_notify_wait
 from paddle_rt._core.includes.stream_support cimport (
-    prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_current_worker,
+    prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_current_worker, prt_op_kind, PRT_OPK_EVENT_RECORD,
+    PRT_OPK_EVENT_WAIT,
 )
+from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
+from paddle_rt._core.trace cimport trace_mask
 
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
@@ -123,7 +126,7 @@ cdef class Event:
         self._ensure_plugin_event(s)
         ctx = s.ctx
         gen = self.core.gen_next(1) + 1
-        if not self.enable_timing and ctx.core.idle():
+        if not self.enable_timing and ctx.core.idle() and not (trace_mask & PRT_TRACE_STREAMS):
             # Everything submitted to s has completed: the record completes now, without a queue round trip, and
             # the plugin event is recorded on the NULL stream (= at once). Timing events always go through the
             # queue so that the worker stamps them right where the stream is.
@@ -137,7 +140,7 @@ cdef class Event:
         else:
             self.core.incref()
             try:
-                s.enqueue(_mark, <void*>self.core, gen, PRT_OP_NEEDS_IDLE)
+                s.enqueue(_mark, <void*>self.core, gen, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_EVENT_RECORD))
             except BaseException:
                 self.core.complete(gen)
                 self.core.decref()
@@ -191,7 +194,7 @@ cdef class Event:
             return 0
         self.core.incref()
         try:
-            s.enqueue(_wait, <void*>self.core, gen, 0)
+            s.enqueue(_wait, <void*>self.core, gen, prt_op_kind(PRT_OPK_EVENT_WAIT))
         except BaseException:
             self.core.decref()
             raise

@@ -17,7 +17,9 @@ from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
-from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE
+from paddle_rt._core.includes.stream_support cimport (
+    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMSET,
+)
 
 from paddle_rt._core import errors
 
@@ -400,7 +402,9 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
             keep = (dst, src)
             Py_INCREF(keep)
             op.keep = <PyObject*>keep
-        s.enqueue(_copy_op_run, op, 0, 0 if op.use_async else PRT_OP_NEEDS_IDLE)
+        # the profiler's operation kinds follow K_H2H..K_P2P in order
+        s.enqueue(_copy_op_run, op, 0, (0 if op.use_async else PRT_OP_NEEDS_IDLE) |
+                  prt_op_kind(PRT_OPK_MEMCPY_H2H + op.kind), op.n)
     except BaseException:
         _release_op(op)
         free(op)
@@ -474,7 +478,7 @@ def memset_async(dst, value, nbytes=None, stream=None):
             keep = (dst,)
             Py_INCREF(keep)
             op.keep = <PyObject*>keep
-        s.enqueue(_copy_op_run, op, 0, PRT_OP_NEEDS_IDLE)
+        s.enqueue(_copy_op_run, op, 0, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_MEMSET), op.n)
     except BaseException:
         _release_op(op)
         free(op)

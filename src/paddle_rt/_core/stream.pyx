@@ -32,7 +32,7 @@ Semantics and decisions:
 import threading
 import weakref
 
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport uint64_t, uintptr_t, int64_t
 from libc.stdlib cimport calloc, free
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_CheckSignals
@@ -43,7 +43,10 @@ from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_current_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
+    prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK,
 )
+from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
+from paddle_rt._core.trace cimport trace_mask, trace_emit
 
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
@@ -148,6 +151,43 @@ cdef int _run_py_callback(void* p, void* arg, uint64_t aux, uint64_t pos) noexce
 
 cdef int _run_nothing(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
     return 0
+
+
+# The worker reports a traced operation (stream_support.pxd: prt_stream_core.traced).
+cdef void _trace_op(void* p, int kind, uint64_t pos, uint64_t nbytes, int64_t enq_ns, int64_t start_ns,
+                    int64_t end_ns) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    cdef prt_trace_record r
+    r.kind = PRT_EV_OP
+    r.op = kind
+    r.device = <void*>ctx.device
+    r.stream = <uintptr_t>ctx.core
+    r.addr = 0
+    r.size = nbytes
+    r.pos = pos
+    r.t_ns = start_ns
+    r.t_end_ns = end_ns
+    r.t_enq_ns = enq_ns
+    r.allocated = 0
+    r.reserved = 0
+    r.frames = NULL
+    trace_emit(&r)
+
+
+def stream_tag(Stream s):
+    """The opaque tag of ``s`` in recorded events and allocator blocks (its queue's address; 0 once closed)."""
+    return 0 if s.ctx == NULL else <uintptr_t>s.ctx.core
+
+
+def trace_stream_names():
+    """{tag: (device string, stream name, is the device's default stream)} of the open streams (for the profiler)."""
+    cdef Stream s
+    out = {}
+    for s in list(_live_streams):
+        if s.ctx != NULL and not s.closed:
+            d = s.device.layers.get("streams.default")
+            out[<uintptr_t>s.ctx.core] = (str(s.device), s.name, d is s)
+    return out
 
 
 # -- the C API ---------------------------------------------------------------------------------------------------------
@@ -255,12 +295,18 @@ cdef class Stream:
         ctx.core.thread_init = _worker_init
         ctx.core.thread_exit = _worker_exit
         ctx.core.plugin_sync = _plugin_sync
+        ctx.core.trace_mask = &trace_mask
+        ctx.core.trace_bit = PRT_TRACE_STREAMS
+        ctx.core.trace_op = _trace_op
         self.ctx = ctx
         self.device = dev
         self.owned = owned
         self._fork_gen = _fork_generation
         _stream_counter[0] += 1
         self.name = f"{dev!r}#{_stream_counter[0]}"
+        if trace_mask:
+            from paddle_rt._core import trace as _trace_mod
+            _trace_mod.note_stream(<uintptr_t>ctx.core, dev, self.name)
         try:
             ctx.core.start()
         except BaseException:
@@ -294,9 +340,9 @@ cdef class Stream:
                                    f"streams in the child after paddle_rt.reinitialize_after_fork()")
         return 0
 
-    cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags) except 0:
+    cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=0) except 0:
         self._check_open()
-        cdef uint64_t pos = self.ctx.core.enqueue(fn, arg, aux, flags)
+        cdef uint64_t pos = self.ctx.core.enqueue(fn, arg, aux, flags, nbytes)
         if pos == 0:
             raise MemoryError(f"{self.name}: no memory for a stream operation")
         if pos == <uint64_t>-1:
@@ -310,7 +356,8 @@ cdef class Stream:
                 if fn == NULL:
                     raise errors.InvalidArgument(f"{self.name}: launch_host_func: fn is NULL")
                 raise errors.StreamError(f"{self.name}: the stream is closed")
-        pos = self.ctx.core.enqueue(_run_host_func, arg, <uint64_t><uintptr_t>fn, PRT_OP_NEEDS_IDLE)
+        pos = self.ctx.core.enqueue(_run_host_func, arg, <uint64_t><uintptr_t>fn,
+                                    PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_HOST_FUNC))
         if pos == 0 or pos == <uint64_t>-1:
             with gil:
                 raise errors.StreamError(f"{self.name}: cannot enqueue (closing or out of memory)")
@@ -343,7 +390,7 @@ cdef class Stream:
         item = (fn, args)
         Py_INCREF(item)
         try:
-            return self.enqueue(_run_py_callback, <void*>item, 0, PRT_OP_NEEDS_IDLE)
+            return self.enqueue(_run_py_callback, <void*>item, 0, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_PY_CALLBACK))
         except BaseException:
             Py_DECREF(item)
             raise
@@ -357,11 +404,12 @@ cdef class Stream:
         if isinstance(arg, bool) or not isinstance(arg, int) or not 0 <= arg < (1 << 64):
             raise errors.InvalidArgument(f"{self.name}: add_host_func: arg must be an int address")
         self._check_open()
-        return self.enqueue(_run_host_func, <void*><uintptr_t>arg, <uint64_t><uintptr_t>fn, PRT_OP_NEEDS_IDLE)
+        return self.enqueue(_run_host_func, <void*><uintptr_t>arg, <uint64_t><uintptr_t>fn,
+                            PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_HOST_FUNC))
 
     def _enqueue_nop(self):
         """An empty operation (for benchmarks)."""
-        return self.enqueue(_run_nothing, NULL, 0, 0)
+        return self.enqueue(_run_nothing, NULL, 0, prt_op_kind(PRT_OPK_NOP))
 
     def query(self):
         """True when everything submitted so far has completed."""

@@ -11,6 +11,7 @@ cdef extern from * nogil:
     #include <condition_variable>
     #include <chrono>
     #include <thread>
+    #include <vector>
     #include <time.h>
 
     static inline int64_t prt_now_ns(void) {
@@ -34,6 +35,13 @@ cdef extern from * nogil:
        the plugin's stream (it completes later: the worker synchronises the plugin stream before the next operation
        flagged PRT_OP_NEEDS_IDLE and whenever it runs out of work), 0 when it is done, -1 after recording an error. */
     enum { PRT_OP_PLUGIN_ASYNC = 1, PRT_OP_NEEDS_IDLE = 2 };
+    /* What an operation is, for the profiler: flags | prt_op_kind(PRT_OPK_...). */
+    enum {
+        PRT_OPK_OTHER = 0, PRT_OPK_NOP = 1, PRT_OPK_HOST_FUNC = 2, PRT_OPK_PY_CALLBACK = 3, PRT_OPK_MEMCPY_H2H = 4,
+        PRT_OPK_MEMCPY_H2D = 5, PRT_OPK_MEMCPY_D2H = 6, PRT_OPK_MEMCPY_D2D = 7, PRT_OPK_MEMCPY_P2P = 8,
+        PRT_OPK_MEMSET = 9, PRT_OPK_EVENT_RECORD = 10, PRT_OPK_EVENT_WAIT = 11, PRT_OPK_COLLECTIVE = 12
+    };
+    static inline int prt_op_kind(int k) { return k << 8; }
     typedef int (*prt_op_fn)(void* ctx, void* arg, uint64_t aux, uint64_t pos);
     struct prt_op {
         prt_op* next;
@@ -42,7 +50,18 @@ cdef extern from * nogil:
         uint64_t aux;
         uint64_t pos;
         int flags;
+        int64_t enq_ns;       /* enqueue time while streams are traced, else 0 */
+        uint64_t nbytes;      /* bytes the operation moves (for the profiler) */
     };
+    /* A traced operation handed to the plugin's stream: it ends when the worker has synchronised that stream. */
+    struct prt_traced_op {
+        int kind;
+        uint64_t pos, nbytes;
+        int64_t enq_ns, start_ns;
+    };
+    static const int prt_trace_off = 0;
+    typedef void (*prt_trace_op_fn)(void* ctx, int kind, uint64_t pos, uint64_t nbytes, int64_t enq_ns,
+                                    int64_t start_ns, int64_t end_ns);
 
     struct prt_stream_core;
     static thread_local prt_stream_core* prt_t_worker = nullptr;   /* the stream whose worker this thread is */
@@ -70,6 +89,11 @@ cdef extern from * nogil:
         int (*plugin_sync)(void* ctx) = nullptr;           /* wait for the plugin stream; 0 ok */
         std::thread worker;
         bool dirty = false;                                /* worker only: plugin work handed off, not yet waited */
+        /* tracing (trace.pyx): operations enqueued while (*trace_mask & trace_bit) are timed and reported */
+        const int* trace_mask = &prt_trace_off;
+        int trace_bit = 0;
+        prt_trace_op_fn trace_op = nullptr;
+        std::vector<prt_traced_op> traced_async;           /* worker only */
 
         ~prt_stream_core() {
             prt_op* o = free_ops;
@@ -77,7 +101,8 @@ cdef extern from * nogil:
         }
 
         /* Returns the position, 0 when out of memory, UINT64_MAX when the stream is stopping. */
-        uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags) {
+        uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes = 0) {
+            int64_t t = (*trace_mask & trace_bit) ? prt_now_ns() : 0;
             std::unique_lock<std::mutex> lk(mu);
             if (stopping) return UINT64_MAX;
             prt_op* o = free_ops;
@@ -87,6 +112,7 @@ cdef extern from * nogil:
                 if (!o) return 0;
             }
             o->next = nullptr; o->fn = fn; o->arg = arg; o->aux = aux; o->flags = flags;
+            o->enq_ns = t; o->nbytes = nbytes;
             o->pos = ++submitted;
             submitted_pub.store(submitted, std::memory_order_release);
             if (tail) tail->next = o; else head = o;
@@ -96,7 +122,27 @@ cdef extern from * nogil:
         }
 
         void sync_plugin() {
-            if (dirty) { if (plugin_sync) plugin_sync(ctx); dirty = false; }
+            if (dirty) {
+                if (plugin_sync) plugin_sync(ctx);
+                dirty = false;
+                if (!traced_async.empty()) {
+                    int64_t end = prt_now_ns();
+                    for (const prt_traced_op& t : traced_async)
+                        if (trace_op) trace_op(ctx, t.kind, t.pos, t.nbytes, t.enq_ns, t.start_ns, end);
+                    traced_async.clear();
+                }
+            }
+        }
+
+        /* A traced operation ran (r: what its fn returned); report it, or keep it until the plugin stream is synced. */
+        void traced(const prt_op* o, int r, int64_t start) {
+            if (!trace_op) return;
+            if (r == 1) {
+                try { traced_async.push_back(prt_traced_op{o->flags >> 8, o->pos, o->nbytes, o->enq_ns, start}); }
+                catch (...) {}
+            } else {
+                trace_op(ctx, o->flags >> 8, o->pos, o->nbytes, o->enq_ns, start, prt_now_ns());
+            }
         }
 
         void finish(uint64_t pos) {
@@ -149,7 +195,9 @@ cdef extern from * nogil:
                 prt_op* end = nullptr;
                 while (o) {
                     if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
+                    int64_t t0 = o->enq_ns ? prt_now_ns() : 0;
                     int r = o->fn(ctx, o->arg, o->aux, o->pos);
+                    if (t0) traced(o, r, t0);
                     last = o->pos;
                     if (r == 1) dirty = true;
                     else if (!dirty) finish(o->pos);
@@ -260,7 +308,24 @@ cdef extern from * nogil:
     enum:
         PRT_OP_PLUGIN_ASYNC
         PRT_OP_NEEDS_IDLE
+    enum:
+        PRT_OPK_OTHER
+        PRT_OPK_NOP
+        PRT_OPK_HOST_FUNC
+        PRT_OPK_PY_CALLBACK
+        PRT_OPK_MEMCPY_H2H
+        PRT_OPK_MEMCPY_H2D
+        PRT_OPK_MEMCPY_D2H
+        PRT_OPK_MEMCPY_D2D
+        PRT_OPK_MEMCPY_P2P
+        PRT_OPK_MEMSET
+        PRT_OPK_EVENT_RECORD
+        PRT_OPK_EVENT_WAIT
+        PRT_OPK_COLLECTIVE
+    int prt_op_kind(int k)
     ctypedef int (*prt_op_fn)(void* ctx, void* arg, uint64_t aux, uint64_t pos) noexcept nogil
+    ctypedef void (*prt_trace_op_fn)(void* ctx, int kind, uint64_t pos, uint64_t nbytes, int64_t enq_ns,
+                                     int64_t start_ns, int64_t end_ns) noexcept nogil
 
     cppclass prt_stream_core:
         void* ctx
@@ -268,7 +333,11 @@ cdef extern from * nogil:
         void (*thread_exit)(void* ctx) noexcept nogil
         int (*plugin_sync)(void* ctx) noexcept nogil
         bint stopping
+        const int* trace_mask
+        int trace_bit
+        prt_trace_op_fn trace_op
         uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags)
+        uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes)
         void start() except +
         bint idle()
         bint reached(uint64_t pos)

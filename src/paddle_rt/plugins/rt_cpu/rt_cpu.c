@@ -24,6 +24,8 @@
  *   RT_CPU_CCL_TIMEOUT_MS      collective rendezvous timeout (default 30000); a timed-out collective reports
  *                              C_ERROR instead of hanging
  *   RT_CPU_VERBOSE=1           print the configuration on stderr at the first InitPlugin
+ *   RT_CPU_FAIL_PROFILER=hook  that profiler hook (initialize, prepare, start, stop, collect or finalize) returns
+ *                              C_ERROR and does nothing (read at each call)
  *
  * Semantics worth knowing:
  *   - initialize/finalize are reference-counted; finalize without initialize returns C_ERROR. When the count returns
@@ -1300,6 +1302,12 @@ static C_Status h_blas_axpby(const C_Device device, C_Stream stream, C_DataType 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Profiler hooks.                                                                                                */
 
+/* RT_CPU_FAIL_PROFILER: the injected failure of one profiler hook. */
+static int prof_fault(const char* hook) {
+  const char* s = getenv("RT_CPU_FAIL_PROFILER");
+  return s && strcmp(s, hook) == 0;
+}
+
 static rt_prof_session* session_find(void* user_data) {
   /* caller holds g_reg_mu */
   return ptrmap_find(&g_sessions, user_data, NULL) ? (rt_prof_session*)user_data : NULL;
@@ -1308,7 +1316,7 @@ static rt_prof_session* session_find(void* user_data) {
 static C_Status h_profiler_initialize(C_Profiler prof, void** user_data) {
   (void)prof;
   if (!user_data) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
+  if (!rt_is_initialized() || prof_fault("initialize")) return C_ERROR;
   rt_prof_session* p = calloc(1, sizeof(*p));
   if (!p) return C_FAILED;
   pthread_mutex_lock(&g_reg_mu);
@@ -1325,6 +1333,7 @@ static C_Status h_profiler_initialize(C_Profiler prof, void** user_data) {
 
 static C_Status h_profiler_finalize(C_Profiler prof, void* user_data) {
   (void)prof;
+  if (prof_fault("finalize")) return C_ERROR;
   pthread_mutex_lock(&g_reg_mu);
   int found = ptrmap_remove(&g_sessions, user_data);
   pthread_mutex_unlock(&g_reg_mu);
@@ -1372,20 +1381,24 @@ static C_Status prof_transition(void* user_data, int from_any_but, int to) {
 
 static C_Status h_profiler_prepare_tracing(C_Profiler prof, void* user_data) {
   (void)prof;
+  if (prof_fault("prepare")) return C_ERROR;
   return prof_transition(user_data, -1, PROF_PREPARED);
 }
 
 static C_Status h_profiler_start_tracing(C_Profiler prof, void* user_data) {
   (void)prof;
+  if (prof_fault("start")) return C_ERROR;
   return prof_transition(user_data, -1, PROF_RUNNING);
 }
 
 static C_Status h_profiler_stop_tracing(C_Profiler prof, void* user_data) {
   (void)prof;
+  if (prof_fault("stop")) return C_ERROR;
   return prof_transition(user_data, -1, PROF_STOPPED);
 }
 
 static C_Status h_profiler_collect_trace_data(C_Profiler prof, uint64_t start_ns, void* user_data) {
+  if (prof_fault("collect")) return C_ERROR;
   pthread_mutex_lock(&g_reg_mu);
   rt_prof_session* p = session_find(user_data);
   if (!p) {

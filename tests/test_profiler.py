@@ -1,0 +1,309 @@
+"""paddle_rt.profiler: sessions, Chrome trace export, key_averages, plugin profiler hooks, bad paths."""
+import ctypes
+import gc
+import json
+import threading
+import uuid
+import warnings
+
+import pytest
+
+import paddle_rt
+from paddle_rt import profiler
+from paddle_rt._core import trace
+from paddle_rt._core import stream as _stream
+from paddle_rt._core.errors import ProfilerError
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    assert trace.mask() == 0
+    yield
+    assert trace.mask() == 0, "a profile left the recorder on"
+    assert not trace.sink_installed(), "a profile left the plugin trace sink installed"
+    gc.collect()
+    for d in ("rt_cpu:0", "rt_cpu:1"):
+        paddle_rt.empty_cache(d)
+
+
+def rt_cpu_lib():
+    from paddle_rt._core.plugin import bundled_plugin_path
+    lib = ctypes.CDLL(bundled_plugin_path())
+    lib.rt_cpu_profiler_count.restype = ctypes.c_size_t
+    return lib
+
+
+def workload(s, n_cb=7, n_copy=3, n_set=2):
+    a = paddle_rt.malloc(1 << 16, s.device)
+    b = paddle_rt.malloc(1 << 16, s.device)
+    for _ in range(n_cb):
+        s.add_callback(lambda: None)
+    for _ in range(n_copy):
+        paddle_rt.memcpy_async(b, a, stream=s)
+    for _ in range(n_set):
+        paddle_rt.memset_async(a, 1, stream=s)
+    e = paddle_rt.Event()
+    e.record(s)
+    s.synchronize()
+    a.free()
+    b.free()
+
+
+@pytest.mark.smoke
+def test_key_averages_count_the_operations_done():
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        with profiler.profile() as prof:
+            workload(s)
+    rows = prof.key_averages().by_kind()
+    assert rows["callback"].count == 7
+    assert rows["memcpy_d2d"].count == 3 and rows["memcpy_d2d"].bytes == 3 << 16
+    assert rows["memset"].count == 2
+    assert rows["event_record"].count == 1
+    for r in rows.values():
+        assert 0 <= r.min_us <= r.mean_us <= r.max_us
+        assert r.queue_mean_us >= 0
+        assert abs(r.total_us - r.mean_us * r.count) < 1e-6 * max(1.0, r.total_us)
+    text = str(prof.key_averages())
+    assert "callback" in text and "memcpy_d2d" in text and "13 operations" in text
+    by_count = prof.key_averages().table(sort_by="count").splitlines()
+    assert by_count[3].startswith("callback")
+    assert len(prof.key_averages().table(row_limit=1).splitlines()) == 6
+
+
+def test_events_have_allocations_and_operations():
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        with profiler.profile() as prof:
+            workload(s, n_cb=2, n_copy=1, n_set=0)
+    evs = prof.events
+    assert [e["time_ns"] for e in evs] == sorted(e["time_ns"] for e in evs)
+    allocs = [e for e in evs if e["kind"] == "alloc"]
+    frees = [e for e in evs if e["kind"] == "free"]
+    assert len(allocs) == 2 and len(frees) == 2 and {e["size"] for e in allocs} == {1 << 16}
+    opsl = [e for e in evs if e["kind"] == "op"]
+    assert sorted(e["op"] for e in opsl) == ["callback", "callback", "event_record", "memcpy_d2d"]
+    assert all(prof.start_ns <= e["enqueue_ns"] <= e["start_ns"] <= e["end_ns"] <= prof.stop_ns for e in opsl)
+    assert all("session" not in e for e in evs)
+
+
+def test_nothing_recorded_outside_the_profile():
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        s.add_callback(lambda: None)
+        paddle_rt.malloc(512).free()
+        with profiler.profile() as prof:
+            s.add_callback(lambda: None)
+            s.synchronize()
+        s.add_callback(lambda: None)
+        paddle_rt.malloc(512).free()
+        s.synchronize()
+    assert [e["op"] for e in prof.events if e["kind"] == "op"] == ["callback"]
+    assert not [e for e in prof.events if e["kind"] in ("alloc", "free")]
+    assert trace.pending() == 0
+
+
+def test_memory_and_streams_switches():
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        with profiler.profile(memory=False, plugin=False) as p1:
+            workload(s, 1, 1, 0)
+        with profiler.profile(streams=False, plugin=False) as p2:
+            workload(s, 1, 1, 0)
+    assert {e["kind"] for e in p1.events} == {"op"}
+    assert {e["kind"] for e in p2.events} <= {"alloc", "free", "segment_alloc", "segment_free"}
+    assert any(e["kind"] == "alloc" for e in p2.events)
+
+
+def test_chrome_trace_has_tracks_counters_and_plugin_records(tmp_path):
+    lib = rt_cpu_lib()
+    collects = lib.rt_cpu_profiler_count(1)
+    with paddle_rt.Stream("rt_cpu:0") as s, paddle_rt.Stream("rt_cpu:1") as t:
+        with profiler.profile() as prof:
+            workload(s, 2, 1, 1)
+            workload(t, 3, 0, 0)
+            x = paddle_rt.malloc(1000, "rt_cpu:0")
+            x.free()
+        names = {s.name, t.name}
+    assert lib.rt_cpu_profiler_count(1) == collects + 1
+    path = tmp_path / "trace.json"
+    assert prof.export_chrome_trace(str(path)) == str(path)
+    doc = json.loads(path.read_text())
+    evs = doc["traceEvents"]
+    for e in evs:
+        assert {"ph", "pid", "name"} <= e.keys()
+        if e["ph"] != "M":
+            assert isinstance(e["ts"], (int, float))
+    procs = {e["pid"]: e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"}
+    assert set(procs.values()) >= {"rt_cpu:0", "rt_cpu:1"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names <= set(threads.values())
+    slices = [e for e in evs if e["ph"] == "X" and e["cat"] == "stream"]
+    assert len(slices) == (2 + 1 + 1 + 1) + (3 + 1)
+    for e in slices:
+        assert e["dur"] >= 0 and (e["pid"], e["tid"]) in threads
+        assert {"position", "bytes", "enqueue_us", "queue_delay_us"} <= e["args"].keys()
+    by_track = {}
+    for e in slices:
+        by_track.setdefault(threads[(e["pid"], e["tid"])], []).append(e)
+    assert sorted(len(v) for k, v in by_track.items() if k in names) == [4, 5]
+    for v in by_track.values():
+        pos = [e["args"]["position"] for e in sorted(v, key=lambda e: e["ts"])]
+        assert pos == sorted(pos)
+    counters = [e for e in evs if e["ph"] == "C" and e["name"] == "memory"]
+    assert counters and all(set(e["args"]) == {"allocated", "reserved"} for e in counters)
+    assert {procs[e["pid"]] for e in counters} >= {"rt_cpu:0", "rt_cpu:1"}
+    assert any(e["args"]["allocated"] >= 1 << 16 for e in counters)
+    instants = [e for e in evs if e["ph"] == "i" and e["cat"] == "memory"]
+    assert {"alloc", "free"} <= {e["name"] for e in instants}
+    plugin = [e for e in evs if e.get("cat") == "plugin"]
+    assert len(plugin) == 1 and plugin[0]["name"] == "rt_cpu::tracing" and plugin[0]["ph"] == "X"
+    assert threads[(plugin[0]["pid"], plugin[0]["tid"])] == "plugin rt_cpu trace"
+    assert plugin[0]["dur"] > 0
+    pe = [e for e in prof.events if e["kind"] == "plugin"]
+    assert len(pe) == 1 and pe[0]["device_type"] == "rt_cpu"
+    assert prof.start_ns <= pe[0]["start_ns"] <= pe[0]["end_ns"] <= prof.stop_ns
+
+
+def test_plugin_hooks_are_driven_once_per_session():
+    lib = rt_cpu_lib()
+    sessions, collects = lib.rt_cpu_profiler_count(0), lib.rt_cpu_profiler_count(1)
+    with profiler.profile() as prof:
+        assert trace.sink_installed()
+    assert (lib.rt_cpu_profiler_count(0), lib.rt_cpu_profiler_count(1)) == (sessions + 1, collects + 1)
+    with profiler.profile(plugin=False):
+        assert not trace.sink_installed()
+    assert (lib.rt_cpu_profiler_count(0), lib.rt_cpu_profiler_count(1)) == (sessions + 1, collects + 1)
+    assert [e["name"] for e in prof.events if e["kind"] == "plugin"] == ["rt_cpu::tracing"]
+
+
+@pytest.mark.parametrize("hook,name", [("initialize", "profiler_initialize"), ("start", "profiler_start_tracing"),
+                                       ("collect", "profiler_collect_trace_data"),
+                                       ("finalize", "profiler_finalize")])
+def test_a_failing_plugin_hook_warns_and_profiling_continues(run_python, hook, name):
+    code = """
+        import warnings, paddle_rt
+        from paddle_rt import profiler
+        from paddle_rt._core import trace
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with paddle_rt.Stream() as s, profiler.profile() as prof:
+                s.add_callback(lambda: None)
+                s.synchronize()
+        msgs = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+        print(len(msgs)); print(msgs[0] if msgs else "")
+        print(sum(1 for e in prof.events if e["kind"] == "op"))
+        print(sum(1 for e in prof.events if e["kind"] == "plugin"))
+        print(trace.mask(), trace.sink_installed())
+    """
+    r = run_python(code, env={"RT_CPU_FAIL_PROFILER": hook})
+    assert r.returncode == 0, r.stderr
+    n, msg, nops, nplugin, state = r.stdout.strip().splitlines()
+    assert n == "1"
+    assert "rt_cpu:0" in msg and name in msg and "continues" in msg
+    assert nops == "1"
+    # a failed collect (or a session that never started) gives no plugin record; a failed finalize comes after it
+    assert nplugin == ("1" if hook == "finalize" else "0")
+    assert state == "0 False"
+
+
+def test_a_plugin_without_profiler_hooks_is_profiled(build_plugin):
+    dtype = f"tp_prof_{uuid.uuid4().hex[:6]}"
+    p = paddle_rt.load_plugin(build_plugin("minimal", {"DEVICE_TYPE": f'"{dtype}"'}))
+    assert "profiler_collect_trace_data" in p.missing
+    dev = paddle_rt.device(f"{dtype}:0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with paddle_rt.Stream(dev) as s, profiler.profile() as prof:
+            a = paddle_rt.malloc(100, dev)
+            s.add_callback(lambda: None)
+            s.synchronize()
+            a.free()
+    devs = {e["device"] for e in prof.events if e["kind"] != "plugin"}
+    assert f"{dtype}:0" in devs
+    assert [e["op"] for e in prof.events if e["kind"] == "op" and e["device"] == f"{dtype}:0"] == ["callback"]
+    assert {e.get("device_type") for e in prof.events if e["kind"] == "plugin"} <= {"rt_cpu"}
+    assert any(e["kind"] == "alloc" and e["device"] == f"{dtype}:0" for e in prof.events)
+
+
+def test_oom_appears_in_the_trace(tmp_path):
+    with profiler.profile(plugin=False) as prof:
+        with pytest.raises(paddle_rt.OutOfMemoryError):
+            paddle_rt.malloc(1 << 50, "rt_cpu:0")
+    oom = [e for e in prof.events if e["kind"] == "oom"]
+    assert len(oom) == 1 and oom[0]["size"] == 1 << 50
+    doc = json.loads(open(prof.export_chrome_trace(str(tmp_path / "t.json"))).read())
+    assert [e["s"] for e in doc["traceEvents"] if e.get("name") == "oom"] == ["p"]
+
+
+# -- bad paths ---------------------------------------------------------------------------------------------------------
+@pytest.mark.smoke
+def test_nested_and_concurrent_profiles_are_errors():
+    with profiler.profile(plugin=False) as outer:
+        with pytest.raises(ProfilerError, match="already running"):
+            with profiler.profile():
+                pass
+        errs = []
+
+        def other():
+            try:
+                profiler.profile().start()
+            except ProfilerError as exc:
+                errs.append(exc)
+
+        th = threading.Thread(target=other)
+        th.start()
+        th.join()
+        assert len(errs) == 1
+        assert outer.running
+    assert not outer.running
+    with profiler.profile(plugin=False):      # a new one can start afterwards
+        pass
+
+
+def test_results_before_stop_and_double_stop_are_errors(tmp_path):
+    prof = profiler.profile(plugin=False)
+    with pytest.raises(ProfilerError, match="never started"):
+        prof.export_chrome_trace(str(tmp_path / "x.json"))
+    with pytest.raises(ProfilerError, match="not running"):
+        prof.stop()
+    prof.start()
+    try:
+        with pytest.raises(ProfilerError, match="still running"):
+            prof.export_chrome_trace(str(tmp_path / "x.json"))
+        with pytest.raises(ProfilerError, match="still running"):
+            prof.key_averages()
+        with pytest.raises(ProfilerError, match="still running"):
+            prof.events
+        with pytest.raises(ProfilerError, match="already started"):
+            prof.start()
+    finally:
+        prof.stop()
+    with pytest.raises(ProfilerError, match="already stopped"):
+        prof.stop()
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_export_to_a_bad_path_raises_and_can_be_retried(tmp_path):
+    with profiler.profile(plugin=False) as prof:
+        paddle_rt.malloc(256).free()
+    with pytest.raises(OSError):
+        prof.export_chrome_trace(str(tmp_path / "no" / "such" / "dir" / "t.json"))
+    with pytest.raises(OSError):
+        prof.export_chrome_trace(str(tmp_path))            # a directory
+    good = tmp_path / "t.json"
+    prof.export_chrome_trace(str(good))
+    assert json.loads(good.read_text())["traceEvents"]
+
+
+def test_bad_sort_key():
+    with profiler.profile(plugin=False) as prof:
+        pass
+    with pytest.raises(paddle_rt.InvalidArgument, match="sort_by"):
+        prof.key_averages().table(sort_by="bogus")
+    assert "0 operations" in prof.key_averages().table()
+
+
+def test_exception_in_the_block_stops_the_profile():
+    with pytest.raises(KeyError):
+        with profiler.profile() as prof:
+            raise KeyError("x")
+    assert not prof.running
+    assert trace.mask() == 0 and not trace.sink_installed()
+    prof.key_averages()
