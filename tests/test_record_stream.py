@@ -352,3 +352,80 @@ def test_nothing_leaked(streams):
     assert paddle_rt.memory_allocated() == allocated
     paddle_rt.empty_cache()
     assert plugins.rt_cpu_live_bytes(0) == paddle_rt.memory_reserved()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A state machine: malloc on random current streams, record_stream, free, busy streams, synchronize; no block is handed
+# out again before every recorded stream passed its free, and never to another stream's allocation.
+# ----------------------------------------------------------------------------------------------------------------------
+from hypothesis import settings, strategies as st                                       # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, rule, precondition, initialize     # noqa: E402
+
+SIZES = [256, 512, 4096, 3 * 4096]
+
+
+class RecordStreamMachine(RuleBasedStateMachine):
+
+    @initialize()
+    def setup(self):
+        self.base_allocated = paddle_rt.memory_allocated()
+        self.streams = [paddle_rt.Stream() for _ in range(3)]
+        self.live = []            # (Allocation, stream index or None for the default stream)
+        self.freed = []           # [lo, hi, stream tag, [(stream index, position before the free)]]
+
+    def _guarded_ok(self, lo, hi, tag):
+        for f in self.freed:
+            if f[0] < hi and lo < f[1]:
+                assert f[2] == tag, "a block freed on one stream went to another stream's allocation"
+                for j, pos in f[3]:
+                    assert self.streams[j].completed_position >= pos, \
+                        f"reused before stream {j} passed the free (completed {self.streams[j].completed_position} " \
+                        f"< {pos})"
+        self.freed = [f for f in self.freed if not (f[0] < hi and lo < f[1])]
+
+    @rule(size=st.sampled_from(SIZES), i=st.sampled_from([None, 0, 1, 2]))
+    def malloc(self, size, i):
+        with paddle_rt.stream(None if i is None else self.streams[i]):
+            a = paddle_rt.malloc(size)
+        self._guarded_ok(a.ptr, a.ptr + size, a.stream_tag)
+        self.live.append((a, i))
+
+    @precondition(lambda self: self.live)
+    @rule(k=st.integers(0, 100), j=st.integers(0, 2))
+    def record(self, k, j):
+        a, _ = self.live[k % len(self.live)]
+        self.streams[j].add_callback(lambda: None)          # a use of the memory on j
+        a.record_stream(self.streams[j])
+
+    @precondition(lambda self: self.live)
+    @rule(k=st.integers(0, 100))
+    def free(self, k):
+        a, i = self.live.pop(k % len(self.live))
+        rec = [(self.streams.index(y), y.position) for y in a.recorded]
+        self.freed.append([a.ptr, a.ptr + a.size, a.stream_tag, rec])
+        a.free()
+
+    @rule(j=st.integers(0, 2), ms=st.sampled_from([0.0005, 0.002]))
+    def busy(self, j, ms):
+        import time
+        self.streams[j].add_callback(time.sleep, ms)
+
+    @rule(j=st.integers(0, 2))
+    def sync(self, j):
+        self.streams[j].synchronize()
+
+    def teardown(self):
+        if not hasattr(self, "streams"):
+            return
+        for a, _ in self.live:
+            a.free()
+        for s in self.streams:
+            s.synchronize()
+        assert _deferred_frees_pending() == 0
+        assert paddle_rt.memory_allocated() == self.base_allocated
+        for s in self.streams:
+            s.close()
+
+
+RecordStreamMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
+test_record_stream_state_machine = RecordStreamMachine.TestCase

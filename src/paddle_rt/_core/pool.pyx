@@ -25,7 +25,11 @@
 #   layer's device hook, so they count for every stream), freed blocks held above the threshold are given back to the allocator. trim_to(n) gives back safe
 #   blocks down to n held bytes and then returns the allocator's idle chunks to the plugin; it never touches memory in
 #   use or whose free has not completed.
-# The pool's bookkeeping is Python-level state (dicts) used with the GIL held; the allocator calls are nogil.
+# - The hot path: a free on the stream the block was allocated on, with no record_stream streams, goes into a C-level
+#   table of the pool (HotBlock, 16 entries, newest last) that malloc_async on that stream searches first (step 1 at
+#   C level: no Python containers, no _FreedBlock object). Before any other step looks at freed blocks (a miss, the
+#   cross-stream steps, _retire_safe, the OOM ladder, pending_frees, teardown) the table is moved into the cache.
+# The pool's other bookkeeping is Python-level state (dicts) used with the GIL held; the allocator calls are nogil.
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from paddle_rt._core.allocator cimport (
