@@ -316,8 +316,12 @@ def test_pool_oom_ladder_waits_for_deferred_frees():
 
 
 EXIT_CHILD = r"""
-import atexit, time, paddle_rt
-from paddle_rt import plugins
+import atexit
+def check():
+    from paddle_rt import plugins
+    print("live after exit", plugins.rt_cpu_live_bytes(0), flush=True)
+atexit.register(check)             # registered first: runs after paddle_rt's teardown
+import time, paddle_rt
 b = paddle_rt.Stream()
 x = paddle_rt.malloc(1 << 20)
 b.add_callback(time.sleep, 0.3)
@@ -332,7 +336,7 @@ print("exiting")
 def test_pending_deferred_free_at_exit():
     res = run_python_code(EXIT_CHILD)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "exiting"
+    assert res.stdout.split() == ["exiting", "live", "after", "exit", "0"]
     assert "teardown" not in res.stderr and "Error" not in res.stderr, res.stderr
 
 
@@ -429,3 +433,51 @@ class RecordStreamMachine(RuleBasedStateMachine):
 
 RecordStreamMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
 test_record_stream_state_machine = RecordStreamMachine.TestCase
+
+
+def test_closing_the_recorded_stream_runs_the_pending_free():
+    b = paddle_rt.Stream()
+    x = paddle_rt.malloc(N)
+    g = Gate(b)
+    x.record_stream(b)
+    p = x.ptr
+    x.free()
+    assert _deferred_frees_pending() == 1
+    threading.Timer(0.1, g.event.set).start()
+    b.close()                                  # waits for b's work, the deferred free included
+    assert _deferred_frees_pending() == 0
+    y = paddle_rt.malloc(N)
+    assert y.ptr == p
+    y.free()
+
+
+FORK_CHILD = r"""
+import os, paddle_rt
+b = paddle_rt.Stream()
+x = paddle_rt.malloc(4096)
+y = paddle_rt.malloc(4096)
+x.record_stream(b)
+y.record_stream(b)
+pid = os.fork()
+if pid == 0:
+    # the child: the parent's allocator and streams are not usable; freeing does nothing harmful
+    try:
+        x.free()
+        del y
+        code = 0
+    except BaseException as e:
+        print("child error", repr(e), flush=True)
+        code = 1
+    os._exit(code)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+x.free(); y.free(); b.synchronize()
+from paddle_rt._core.allocator import _deferred_frees_pending
+print("pending", _deferred_frees_pending())
+"""
+
+
+def test_fork_child_frees_recorded_blocks_harmlessly():
+    res = run_python_code(FORK_CHILD)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["child", "0", "pending", "0"]
