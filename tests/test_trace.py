@@ -227,18 +227,16 @@ def test_events_before_subscribing_are_not_delivered():
 
 def test_buffer_is_bounded_and_counts_drops():
     dropped = trace.dropped()
-    trace.set_capacity(10)
-    try:
-        with recording() as sub:
-            for _ in range(20):
-                paddle_rt.malloc(256, "rt_cpu:0").free()
-                sub_before = len(sub.events)
-        assert sub_before == 0
-        assert len(mem(sub)) == 10
-        assert trace.dropped() - dropped >= 30
-        assert mem(sub)[-1]["kind"] == "free"     # the newest are kept
-    finally:
-        trace.set_capacity(4_000_000)
+    rec = recording()
+    rec.sub.capacity = 10
+    with rec as sub:
+        assert trace.capacity() == 10
+        for _ in range(20):
+            paddle_rt.malloc(256, "rt_cpu:0").free()
+    assert trace.capacity() == trace.DEFAULT_CAPACITY
+    assert len(mem(sub)) == 10
+    assert trace.dropped() - dropped >= 30
+    assert mem(sub)[-1]["kind"] == "free"     # the newest are kept
     with pytest.raises(ValueError):
         trace.set_capacity(0)
 

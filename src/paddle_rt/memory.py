@@ -8,6 +8,7 @@
 """
 import collections
 import json
+import os
 import threading
 
 from paddle_rt._core.allocator import (
@@ -39,6 +40,7 @@ class _History:
         self.start_ns = _trace.now_ns()
         self.stop_ns = None
         self.entries = collections.deque(maxlen=max_entries)
+        self.capacity = max_entries      # the recorder never needs to hold more records than are kept
 
     def _deliver(self, events):
         self.entries.extend(events)
@@ -46,6 +48,17 @@ class _History:
 
 _lock = threading.Lock()
 _history = None      # the recording (or last recorded) history
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()
+    h = _history
+    if h is not None and h.stop_ns is None:
+        h.stop_ns = _trace.now_ns()       # the recorder is off in the child (trace.pyx)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def record_history(enabled=True, max_entries=100_000, stacks=True):
@@ -70,6 +83,7 @@ def record_history(enabled=True, max_entries=100_000, stacks=True):
             _trace.flush()
             if h.entries.maxlen != max_entries:
                 h.entries = collections.deque(h.entries, maxlen=max_entries)
+                h.capacity = max_entries
             h.mask = _trace.MEMORY | (_trace.STACKS if stacks else 0)
             _trace.update(h)
             return

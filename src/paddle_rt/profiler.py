@@ -22,6 +22,7 @@ Only one profile runs at a time in a process (:class:`ProfilerError` otherwise).
 profile stops are not included: synchronize the streams first.
 """
 import json
+import os
 import threading
 import warnings
 
@@ -35,11 +36,30 @@ _active_lock = threading.Lock()
 _active = None
 
 
+def _after_fork_in_child():
+    global _active, _active_lock
+    _active_lock = threading.Lock()
+    if _active is not None:
+        _active._state = 2         # the parent's session: nothing records in the child
+        _active._tracers = []
+        _active.stop_ns = _trace.now_ns()
+    _active = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class profile:
     """A profiling session. ``memory``: allocator events; ``streams``: stream operations; ``plugin``: drive the
-    plugins' profiler hooks. Use it as a context manager or call :meth:`start` and :meth:`stop`."""
+    plugins' profiler hooks; ``max_events``: most events held before the oldest are dropped (a warning at stop says
+    how many). Use it as a context manager or call :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, memory=True, streams=True, plugin=True):
+    def __init__(self, memory=True, streams=True, plugin=True, max_events=2_000_000):
+        if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 1:
+            raise InvalidArgument(f"profile: max_events must be a positive int, not {max_events!r}")
+        self.capacity = max_events
+        self._dropped0 = 0
+        self.dropped = 0
         self.mask = ((_trace.MEMORY if memory else 0) | (_trace.STREAMS if streams else 0) |
                      (_trace.PLUGIN if plugin else 0))
         self.memory, self.streams, self.plugin = bool(memory), bool(streams), bool(plugin)
@@ -65,6 +85,7 @@ class profile:
             self._stream_names = _stream.trace_stream_names()
             self._initial_memory = _memory_now()
             self.start_ns = _trace.now_ns()
+            self._dropped0 = _trace.dropped()
             if self.plugin:
                 self._start_plugins()
             _trace.subscribe(self)
@@ -85,6 +106,11 @@ class profile:
             self._stop_plugins(collect=True)
             self.stop_ns = _trace.now_ns()
             _trace.unsubscribe(self)
+            self.dropped = _trace.dropped() - self._dropped0
+            if self.dropped:
+                warnings.warn(f"paddle_rt.profiler: {self.dropped} events were dropped (more than max_events="
+                              f"{self.capacity} waited at once); the oldest are missing", RuntimeWarning,
+                              stacklevel=2)
             self._stream_names.update(_stream.trace_stream_names())
             for tag, (dev, name) in list(_trace.stream_names.items()):
                 self._stream_names.setdefault(tag, (dev, name, False))
@@ -287,7 +313,7 @@ class profile:
                             "ts": us(e["time_ns"]), "args": {"allocated": e["allocated"], "reserved": e["reserved"]}})
         return {"traceEvents": out, "displayTimeUnit": "ms",
                 "otherData": {"producer": "paddle_rt.profiler", "start_ns": self.start_ns, "stop_ns": self.stop_ns,
-                              "dropped_records": _trace.dropped()}}
+                              "dropped_records": self.dropped}}
 
 
 def _memory_now():

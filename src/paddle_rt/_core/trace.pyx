@@ -37,6 +37,7 @@ from paddle_rt._core.includes.stream_support cimport (
 
 cdef int trace_mask = 0
 cdef prt_trace_buffer* _buf = new prt_trace_buffer()
+_buf.capacity = 2_000_000
 
 MEMORY = PRT_TRACE_MEMORY
 STREAMS = PRT_TRACE_STREAMS
@@ -119,6 +120,28 @@ stream_names = {}          # stream tag -> (device string, stream name) for stre
 _tracers = {}              # C_Profiler handle (address) -> PluginTracer, while a profiler session drives plugins
 
 
+def _after_fork_in_child():
+    """A child of fork() starts with nothing recording and a fresh buffer (the parent's lock may have been held by
+    another thread at the fork; the old buffer is abandoned, not freed)."""
+    global _buf, _lock
+    _set_mask(0)
+    _buf = new prt_trace_buffer()
+    prt_trace_set_pending_frames(NULL)
+    _lock = threading.RLock()
+    _subscribers.clear()
+    if _tracers:
+        _tracers.clear()
+        try:
+            install_sink(False)        # the parent's session installed it
+        except Exception:
+            pass
+    stream_names.clear()
+
+
+import os as _os
+_os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def now_ns():
     """paddle_rt's clock (CLOCK_MONOTONIC, nanoseconds): the clock of every recorded time."""
     return prt_now_ns()
@@ -134,10 +157,16 @@ cdef void _set_mask(int m) noexcept:
     trace_mask = m
 
 
+DEFAULT_CAPACITY = 2_000_000
+
+
 def _recompute():
     cdef int m = 0
+    cap = 0
     for s in _subscribers:
         m |= s.mask
+        cap = max(cap, getattr(s, "capacity", DEFAULT_CAPACITY))
+    _buf.capacity = cap or DEFAULT_CAPACITY
     _set_mask(m)
     if not (m & PRT_TRACE_STACKS):
         _clear_pending()
@@ -207,10 +236,15 @@ def dropped():
 
 
 def set_capacity(size_t n):
-    """Most records held before the oldest are dropped (drained into Python by flush())."""
+    """Most records held before the oldest are dropped (drained into Python by flush()). Subscribing or
+    unsubscribing sets it again from the subscribers' ``capacity`` (the largest; DEFAULT_CAPACITY without one)."""
     if n < 1:
         raise ValueError("capacity must be at least 1")
     _buf.capacity = n
+
+
+def capacity():
+    return _buf.capacity
 
 
 def _discard():
@@ -348,6 +382,10 @@ def profiled_plugins():
     cdef Plugin p
     for p in list_plugins():
         if p.iface == NULL or p.iface.profiler_collect_trace_data == NULL or p._state != 1:
+            continue
+        try:
+            p.check_process()          # a child of fork() leaves the parent's plugins alone
+        except Exception:
             continue
         first = None
         for d in list(p._devices):
