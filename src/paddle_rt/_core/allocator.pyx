@@ -1389,7 +1389,6 @@ cdef int _free_after_streams(AllocatorCore* c, uintptr_t ptr, list streams) exce
         for st in live:
             try:
                 pos = stream_launch_host_func(st, _deferred_step, <void*>d)
-                waits.append((weakref.ref(st), pos))
             except (errors.StreamError, MemoryError):
                 # the stream is closing (its work has run) or has no memory for the operation: wait for it here
                 try:
@@ -1398,6 +1397,11 @@ cdef int _free_after_streams(AllocatorCore* c, uintptr_t ptr, list streams) exce
                 except BaseException as e:
                     err = e
                 _deferred_step(<void*>d)
+                continue
+            try:
+                waits.append((weakref.ref(st), pos))
+            except MemoryError:
+                pass                        # only the OOM ladder's view of this free is lost, not the free
     finally:
         _deferred_step(<void*>d)          # drop the guard: the block goes back when the last stream passed
     if err is not None:
