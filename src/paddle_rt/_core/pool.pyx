@@ -559,14 +559,17 @@ cdef int pool_free(AsyncAllocation a, Stream s) except -1:
     return a.pool.free_on(a, s)
 
 
-def default_mem_pool(device=None):
-    """The default :class:`MemPool` of ``device`` (default: the current device), created on first use."""
-    cdef Device dev = resolve_device(device)
+cdef MemPool _default_pool(Device dev):
     p = dev.layers.get("mem_pool")
     if p is None:
         p = MemPool(dev)
         dev.layers["mem_pool"] = p
-    return p
+    return <MemPool>p
+
+
+def default_mem_pool(device=None):
+    """The default :class:`MemPool` of ``device`` (default: the current device), created on first use."""
+    return _default_pool(resolve_device(device))
 
 
 def malloc_async(nbytes, stream=None, pool=None):
@@ -584,7 +587,7 @@ def malloc_async(nbytes, stream=None, pool=None):
         s = current_stream(p.device) if stream is None else _as_stream(stream, p.device)
     else:
         s = current_stream(None) if stream is None else _as_stream(stream, None)
-        p = default_mem_pool(s.device)
+        p = _default_pool(s.device)
     p._check()
     if nbytes < 0:
         raise errors.InvalidArgument(f"{p.device}: malloc_async: nbytes must be >= 0, not {nbytes}")
@@ -649,7 +652,7 @@ cdef void* _ext_alloc(size_t size, int device, void* stream) noexcept with gil:
     cdef MemPool pool
     try:
         dev = resolve_device(device)
-        pool = <MemPool>default_mem_pool(dev)
+        pool = _default_pool(dev)
         pool._check()
         a = pool.malloc_on(size, _ext_stream(dev, stream))
         _ext_live[(dev.index, a.ptr)] = a
