@@ -17,6 +17,7 @@ import threading
 from libc.stdint cimport uintptr_t, int64_t, uint64_t
 from libcpp.vector cimport vector
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.exc cimport PyErr_Clear
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Profiler, C_Status, C_SUCCESS, C_WARNING
 from paddle_rt._core.plugin cimport Plugin
@@ -24,7 +25,8 @@ from paddle_rt._core.device cimport Device
 from paddle_rt._core.includes.stream_support cimport prt_now_ns
 from paddle_rt._core.includes.trace_support cimport (
     prt_trace_record, prt_plugin_record, prt_trace_buffer, prt_trace_push, prt_trace_push_plugin, prt_trace_take,
-    prt_plugin_name, prt_trace_size, prt_trace_pending_frames, prt_trace_set_pending_frames,
+    prt_plugin_name, prt_trace_size, prt_trace_pending_frames, prt_trace_set_pending_frames, prt_capture_frames,
+    prt_code_line,
     PRT_TRACE_MEMORY, PRT_TRACE_STREAMS, PRT_TRACE_STACKS, PRT_TRACE_PLUGIN,
     PRT_EV_ALLOC, PRT_EV_FREE, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE, PRT_EV_OOM, PRT_EV_EMPTY_CACHE, PRT_EV_OP,
     PRT_EV_PLUGIN,
@@ -56,7 +58,7 @@ OP_KINDS = {
     PRT_OPK_MEMCPY_D2D: "memcpy_d2d", PRT_OPK_MEMCPY_P2P: "memcpy_p2p", PRT_OPK_MEMSET: "memset",
     PRT_OPK_EVENT_RECORD: "event_record", PRT_OPK_EVENT_WAIT: "event_wait", PRT_OPK_COLLECTIVE: "collective",
 }
-MAX_FRAMES = 64
+cdef int MAX_FRAMES = 64
 
 
 # -- producers (no GIL) ------------------------------------------------------------------------------------------------
@@ -87,26 +89,32 @@ cdef void trace_memory_event(void* device, int memkind, int ev, uintptr_t addr, 
 
 
 cdef void trace_note_caller() noexcept:
+    cdef PyObject* frames = prt_capture_frames(MAX_FRAMES)     # new reference, or NULL with an exception set
     cdef PyObject* old
-    try:
-        frames = _capture_frames()
-        Py_INCREF(frames)
-        old = <PyObject*>prt_trace_pending_frames()
-        prt_trace_set_pending_frames(<void*>frames)
-        Py_XDECREF(old)
-    except BaseException:
-        pass
+    if frames == NULL:
+        PyErr_Clear()
+        return
+    old = <PyObject*>prt_trace_pending_frames()
+    prt_trace_set_pending_frames(<void*>frames)
+    Py_XDECREF(old)
 
 
-def _capture_frames():
-    """The calling thread's Python frames, innermost first, as a tuple of (filename, line, name)."""
-    f = sys._getframe(0)
+cdef list _frames_as_dicts(tuple raw, dict lines):
+    """(code, lasti, ...) from prt_capture_frames -> [{"filename", "line", "name"}], innermost first."""
+    cdef Py_ssize_t i
     out = []
-    while f is not None and len(out) < MAX_FRAMES:
-        code = f.f_code
-        out.append((code.co_filename, f.f_lineno or 0, code.co_name))
-        f = f.f_back
-    return tuple(out)
+    for i in range(0, len(raw) - 1, 2):
+        code = raw[i]
+        lasti = raw[i + 1]
+        key = (id(code), lasti)
+        hit = lines.get(key)
+        if hit is not None and hit[0] is code:     # the value keeps the code alive: its id is not reused meanwhile
+            line = hit[1]
+        else:
+            line = prt_code_line(<PyObject*>code, <int>lasti)
+            lines[key] = (code, line)
+        out.append({"filename": code.co_filename, "line": line, "name": code.co_name})
+    return out
 
 
 cdef void _plugin_sink(C_Profiler prof, void* event, int is_device) noexcept nogil:
@@ -291,6 +299,7 @@ cdef list _take():
         Py_XDECREF(<PyObject*>orphans[i])
     out = []
     names = {}
+    lines = {}
     for i in range(recs.size()):
         r = &recs[i]
         frames = ()
@@ -314,7 +323,7 @@ cdef list _take():
             out.append({"kind": kind, "device": dev, "memory": "pinned" if r.op == 1 else "device",
                         "addr": r.addr, "size": r.size, "stream": r.stream, "time_ns": r.t_ns,
                         "allocated": r.allocated, "reserved": r.reserved,
-                        "frames": [{"filename": f[0], "line": f[1], "name": f[2]} for f in frames]})
+                        "frames": _frames_as_dicts(frames, lines) if frames else []})
     for i in range(plugin.size()):
         p = &plugin[i]
         tracer = _tracers.get(<uintptr_t>p.prof)

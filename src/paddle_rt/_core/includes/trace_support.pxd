@@ -3,6 +3,7 @@
 # drains them. Declarations and small inline helpers only.
 from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t, uintptr_t
 from libcpp.vector cimport vector
+from cpython.ref cimport PyObject
 
 cdef extern from * nogil:
     """
@@ -127,6 +128,44 @@ cdef extern from * nogil:
     }
     static inline const char* prt_plugin_name(const prt_plugin_record* p) { return p->name.c_str(); }
 
+    /* The calling thread's Python frames, innermost first, as a flat tuple (code, lasti, code, lasti, ...) of at most
+       max_frames frames; lines are looked up later (prt_code_line). NULL with an exception set on failure. With the
+       GIL. */
+    static inline PyObject* prt_capture_frames(int max_frames) {
+        PyObject* codes[64];
+        int lastis[64];
+        int n = 0;
+        if (max_frames > 64) max_frames = 64;
+        PyFrameObject* f = PyEval_GetFrame();
+        Py_XINCREF(f);
+        while (f && n < max_frames) {
+            codes[n] = (PyObject*)PyFrame_GetCode(f);
+            lastis[n] = PyFrame_GetLasti(f);
+            n++;
+            PyFrameObject* back = PyFrame_GetBack(f);
+            Py_DECREF(f);
+            f = back;
+        }
+        Py_XDECREF(f);
+        PyObject* t = PyTuple_New(2 * n);
+        if (!t) {
+            for (int i = 0; i < n; i++) Py_DECREF(codes[i]);
+            return NULL;
+        }
+        int failed = 0;
+        for (int i = 0; i < n; i++) {
+            PyTuple_SET_ITEM(t, 2 * i, codes[i]);
+            PyObject* l = failed ? NULL : PyLong_FromLong(lastis[i]);
+            if (!l) { failed = 1; Py_INCREF(Py_None); l = Py_None; }
+            PyTuple_SET_ITEM(t, 2 * i + 1, l);
+        }
+        if (failed) { Py_DECREF(t); return NULL; }
+        return t;
+    }
+    static inline int prt_code_line(PyObject* code, int lasti) {
+        return lasti < 0 ? ((PyCodeObject*)code)->co_firstlineno : PyCode_Addr2Line((PyCodeObject*)code, lasti);
+    }
+
     /* Python frames noted at the entry of a Python-API allocation, taken by the allocation's event (trace.pyx). */
     static thread_local void* prt_t_pending_frames = nullptr;
     static inline void* prt_trace_pending_frames(void) { return prt_t_pending_frames; }
@@ -179,6 +218,8 @@ cdef extern from * nogil:
     const char* prt_plugin_name(const prt_plugin_record* p)
     size_t prt_trace_size(prt_trace_buffer* b)
     void* prt_trace_pending_frames()
+    PyObject* prt_capture_frames(int max_frames)
+    int prt_code_line(PyObject* code, int lasti)
     void prt_trace_set_pending_frames(void* f)
     void prt_trace_take(prt_trace_buffer* b, vector[prt_trace_record]* recs, vector[prt_plugin_record]* plugin,
                         vector[void*]* orphans)
