@@ -331,6 +331,7 @@ def test_device_synchronize_is_a_synchronize_point(streams, how):
     assert p0.stats()["cached"] == N and p0.stats()["reserved_mem_current"] == N
 
 
+@pytest.mark.smoke
 def test_same_stream_frees_are_seen_by_every_pool_operation(streams):
     """Frees on the allocating stream take a C-level fast path (up to 16 blocks, then moved into the pool's
     cache): cross-stream reuse, pending_frees, stats, trim_to and the OOM ladder see them all the same."""
@@ -360,6 +361,7 @@ def test_same_stream_frees_are_seen_by_every_pool_operation(streams):
     assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0
 
 
+@pytest.mark.smoke
 def test_hot_blocks_given_back_when_the_pool_goes():
     s = paddle_rt.Stream()
     before = paddle_rt.memory_allocated()
