@@ -8,6 +8,7 @@
 #       A.core_free(core, p)                                                # except -1: raises InvalidArgument...
 #
 # Both functions take the GIL only to raise; the error cannot be lost (Cython checks the -1 return).
+cimport cython
 from libc.stdint cimport uintptr_t, int64_t
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status
 from paddle_rt._core.includes.alloc_support cimport prt_alloc_containers
@@ -128,6 +129,7 @@ cdef int64_t core_empty_cache(AllocatorCore* core) except -1 nogil
 cdef int64_t core_deferred_pending(AllocatorCore* core) noexcept nogil
 cdef int core_wait_deferred(AllocatorCore* core) except -1
 
+@cython.no_gc          # (also in allocator.pyx) no reference cycles through it; subclasses inherit this
 cdef class Allocation:
     cdef AllocatorCore* core
     cdef readonly uintptr_t ptr

@@ -32,6 +32,8 @@
 # The pool's other bookkeeping is Python-level state (dicts) used with the GIL held; the allocator calls are nogil.
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.object cimport PyTypeObject
+from paddle_rt._core.includes.obj_freelist cimport prt_objfl_install
 from paddle_rt._core.allocator cimport (
     Allocation, AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
     round_request, core_deferred_pending, core_wait_deferred,
@@ -99,8 +101,10 @@ cdef void _on_wait(void* wp, void* rp, uint64_t pos) noexcept:
 stream_set_order_hooks(_on_host_sync, _on_wait)
 
 
-@cython.no_gc        # references only its pool and stream, which never reference it back: no cycles (and no GC
-cdef class AsyncAllocation(Allocation):   # bookkeeping on the hot path)
+# Not tracked by the garbage collector: it references only its pool and stream, which never reference it back (no
+# cycles), and the hot path makes one per malloc_async.
+@cython.no_gc
+cdef class AsyncAllocation(Allocation):
     """Memory from :func:`malloc_async`: an :class:`Allocation` that belongs to a :class:`MemPool` and a stream.
     Free it with :func:`free_async` (or ``free()``/``with``, which free it on the stream it was allocated on)."""
 
@@ -129,6 +133,12 @@ cdef class AsyncAllocation(Allocation):   # bookkeeping on the hot path)
     def __repr__(self):
         state = "freed" if self._freed else f"ptr=0x{self.ptr:x}"
         return f"<AsyncAllocation {self.size} bytes on {self.device}, stream {self.stream.name}, {state}>"
+
+
+# Cython keeps no free list for a subclass: keep AsyncAllocation's object memory ourselves (the hot path makes one
+# per malloc_async).
+if prt_objfl_install(<PyTypeObject*>AsyncAllocation) != 0:
+    raise ImportError("paddle_rt._core.pool: AsyncAllocation is tracked by the garbage collector (no free list)")
 
 
 cdef class MemPool:
