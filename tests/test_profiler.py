@@ -344,3 +344,21 @@ def test_fork_child_starts_with_nothing_recording(run_python):
     r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split(None, 1) == ["0", "[256, 256]\n"] or r.stdout.startswith("0 [")
+
+
+def test_a_failed_start_leaves_nothing_behind(monkeypatch):
+    lib = rt_cpu_lib()
+    sessions = lib.rt_cpu_profiler_count(0)
+
+    def broken(sub):
+        raise MemoryError("injected")
+
+    monkeypatch.setattr(profiler._trace, "subscribe", broken)
+    prof = profiler.profile()
+    with pytest.raises(MemoryError, match="injected"):
+        prof.start()
+    monkeypatch.undo()
+    assert lib.rt_cpu_profiler_count(0) == sessions + 1      # the plugin session was opened, then finalised
+    assert not trace.sink_installed() and trace.mask() == 0
+    with profiler.profile(plugin=False):                      # nothing is left "running"
+        pass

@@ -90,9 +90,12 @@ class profile:
                 self._start_plugins()
             _trace.subscribe(self)
         except BaseException:
-            self._stop_plugins(collect=False)
-            with _active_lock:
-                _active = None
+            try:
+                self._stop_plugins(collect=False)
+            finally:
+                self._release_plugins()
+                with _active_lock:
+                    _active = None
             raise
         self._state = 1
         return self
@@ -116,11 +119,7 @@ class profile:
                 self._stream_names.setdefault(tag, (dev, name, False))
             self._events.sort(key=lambda e: e["time_ns"])
         finally:
-            if self._tracers:
-                _trace.install_sink(False)
-            for t in self._tracers:
-                t.unregister()
-            self._tracers = []
+            self._release_plugins()
             self._state = 2
             with _active_lock:
                 _active = None
@@ -183,6 +182,13 @@ class profile:
             st = t.finalize()
             if not _trace.status_ok(st):
                 self._warn(t, "profiler_finalize", st)
+
+    def _release_plugins(self):
+        if self._tracers:
+            _trace.install_sink(False)
+        for t in self._tracers:
+            t.unregister()
+        self._tracers = []
 
     def _deliver(self, events):
         self._events.extend(events)

@@ -77,8 +77,8 @@ from paddle_rt._core.includes.alloc_support cimport (
 )
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU, kDLUInt
 from paddle_rt._core.includes.trace_support cimport (
-    PRT_TRACE_MEMORY, PRT_TRACE_STACKS, PRT_EV_ALLOC, PRT_EV_FREE, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE,
-    PRT_EV_OOM, PRT_EV_EMPTY_CACHE,
+    prt_tracing, PRT_TRACE_MEMORY, PRT_TRACE_STACKS, PRT_EV_ALLOC, PRT_EV_FREE, PRT_EV_SEGMENT_ALLOC,
+    PRT_EV_SEGMENT_FREE, PRT_EV_OOM, PRT_EV_EMPTY_CACHE,
 )
 from paddle_rt._core.trace cimport trace_mask, trace_memory_event, trace_note_caller
 
@@ -299,7 +299,7 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
     _stat(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
     _stat(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
     _stat(c, pool, ST_ALLOCATION, 1)
-    if trace_mask & PRT_TRACE_MEMORY:
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream)
 
 
@@ -435,7 +435,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     _stat(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
     _stat(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
     _stat(c, pool, ST_ALLOCATION, -1)
-    if trace_mask & PRT_TRACE_MEMORY:
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream)
     b.requested = 0
     if c.quick and pool == POOL_SMALL and _q_push(c, b):
@@ -509,7 +509,7 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
     _stat(c, pool, ST_RESERVED_BYTES, <int64_t>size)
     _stat(c, pool, ST_SEGMENT, 1)
     _free_insert(c, b)
-    if trace_mask & PRT_TRACE_MEMORY:
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_ALLOC, ch.base, size, stream)
     return b
 
@@ -521,7 +521,7 @@ cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     c.cx.chunks.erase(ch.base)
     _stat(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
     _stat(c, ch.pool, ST_SEGMENT, -1)
-    if trace_mask & PRT_TRACE_MEMORY:
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_FREE, ch.base, ch.size, ch.stream)
     _plugin_free(c, ch.base, ch.size)
     c_free(ch)
@@ -604,7 +604,7 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     dev = <object>c.device
     what = "pinned host memory" if c.kind == KIND_HOST else "memory"
     if e.kind == ERR_OOM:
-        if trace_mask & PRT_TRACE_MEMORY:
+        if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
             _trace_mem(c, PRT_EV_OOM, 0, e.requested, 0)
         allocated = c.stats[0][ST_ALLOCATED_BYTES].current
         reserved = c.stats[0][ST_RESERVED_BYTES].current
@@ -807,7 +807,7 @@ cdef int64_t core_empty_cache(AllocatorCore* c) except -1 nogil:
     c.cx.mu.lock()
     if not c.torn_down:
         r = _release_idle(c, -1, 0, 0)
-        if trace_mask & PRT_TRACE_MEMORY:
+        if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
             _trace_mem(c, PRT_EV_EMPTY_CACHE, 0, r, 0)
     c.cx.mu.unlock()
     return <int64_t>r
@@ -1696,7 +1696,7 @@ cdef void _dl_capsule_destructor(object capsule) noexcept:
 cdef inline void* _fast_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
     cdef Block* b = NULL
     cdef int fail = 0
-    if trace_mask & PRT_TRACE_STACKS:
+    if prt_tracing(trace_mask, PRT_TRACE_STACKS):
         trace_note_caller()       # the Python caller's frames, for the event of this allocation
     if c.torn_down or n > SIZE_MAX // 2:
         return NULL

@@ -102,7 +102,7 @@ cdef extern from * nogil:
 
         /* Returns the position, 0 when out of memory, UINT64_MAX when the stream is stopping. */
         uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes = 0) {
-            int64_t t = (*trace_mask & trace_bit) ? prt_now_ns() : 0;
+            int64_t t = __builtin_expect((*trace_mask & trace_bit) != 0, 0) ? prt_now_ns() : 0;
             std::unique_lock<std::mutex> lk(mu);
             if (stopping) return UINT64_MAX;
             prt_op* o = free_ops;
@@ -195,9 +195,9 @@ cdef extern from * nogil:
                 prt_op* end = nullptr;
                 while (o) {
                     if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
-                    int64_t t0 = o->enq_ns ? prt_now_ns() : 0;
+                    int64_t t0 = __builtin_expect(o->enq_ns != 0, 0) ? prt_now_ns() : 0;
                     int r = o->fn(ctx, o->arg, o->aux, o->pos);
-                    if (t0) traced(o, r, t0);
+                    if (__builtin_expect(t0 != 0, 0)) traced(o, r, t0);
                     last = o->pos;
                     if (r == 1) dirty = true;
                     else if (!dirty) finish(o->pos);

@@ -14,6 +14,9 @@ cdef extern from * nogil:
     #include <string>
     #include <vector>
 
+    /* The producers' test: rarely true, so the compiler keeps the recording call out of the hot path's layout. */
+    static inline int prt_tracing(int mask, int bits) { return __builtin_expect((mask & bits) != 0, 0); }
+
     /* Bits of trace_mask (trace.pxd): what is being recorded. */
     enum { PRT_TRACE_MEMORY = 1, PRT_TRACE_STREAMS = 2, PRT_TRACE_STACKS = 4, PRT_TRACE_PLUGIN = 8 };
 
@@ -171,6 +174,7 @@ cdef extern from * nogil:
     static inline void* prt_trace_pending_frames(void) { return prt_t_pending_frames; }
     static inline void prt_trace_set_pending_frames(void* f) { prt_t_pending_frames = f; }
     """
+    bint prt_tracing(int mask, int bits)
     enum:
         PRT_TRACE_MEMORY
         PRT_TRACE_STREAMS
