@@ -3,6 +3,7 @@ import gc
 import threading
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import paddle_rt
 from paddle_rt._core import trace
@@ -282,3 +283,42 @@ def test_sink_is_installed_only_on_demand():
     finally:
         assert trace.install_sink(False) is True
     assert not trace.sink_installed()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 3 << 20)), min_size=1, max_size=40))
+def test_replaying_the_events_gives_the_allocator_counters(script):
+    """Summing alloc/free and segment_alloc/segment_free sizes from the events reproduces the allocator's allocated and
+    reserved bytes after every event, and every free names a block an earlier alloc handed out."""
+    dev = "rt_cpu:1"
+    live = []
+    base_alloc = paddle_rt.memory_allocated(dev)
+    base_res = paddle_rt.memory_reserved(dev)
+    with recording() as sub:
+        for do_alloc, n in script:
+            if do_alloc or not live:
+                live.append(paddle_rt.malloc(n, dev))
+            else:
+                live.pop(n % len(live)).free()
+        for a in live:
+            a.free()
+        paddle_rt.empty_cache(dev)
+    allocated, reserved, blocks = base_alloc, base_res, {}
+    for e in mem(sub, memory="device"):
+        assert e["device"] == dev
+        k = e["kind"]
+        if k == "alloc":
+            assert e["addr"] not in blocks
+            blocks[e["addr"]] = e["size"]
+            allocated += e["size"]
+        elif k == "free":
+            assert blocks.pop(e["addr"]) == e["size"]
+            allocated -= e["size"]
+        elif k == "segment_alloc":
+            reserved += e["size"]
+        elif k == "segment_free":
+            reserved -= e["size"]
+        if k != "empty_cache":
+            assert (e["allocated"], e["reserved"]) == (allocated, reserved)
+    assert not blocks
+    assert allocated == paddle_rt.memory_allocated(dev) and reserved == paddle_rt.memory_reserved(dev)
