@@ -20,13 +20,14 @@ def test_readme_has_examples():
 
 
 @pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_readme_example_runs(index, run_python):
+def test_readme_example_runs(index, run_python, tmp_path):
     block = python_blocks()[index]
     if VENDOR_LINE in block:
         block = block.replace(VENDOR_LINE, "p = paddle_rt.list_plugins()[0]")
-    res = run_python("import paddle_rt\n" + block, env={"PADDLE_RT_NO_RT_CPU": None, "CUSTOM_DEVICE_ROOT": None,
-                                                        "PADDLE_RT_PLUGIN_PATH": None,
-                                                        "PADDLE_RT_DEFAULT_DEVICE": None})
+    # examples that write files (the profiler's trace.json) write them into a temporary folder
+    code = f"import os; os.chdir({str(tmp_path)!r})\nimport paddle_rt\n" + block
+    res = run_python(code, env={"PADDLE_RT_NO_RT_CPU": None, "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_PLUGIN_PATH": None,
+                                "PADDLE_RT_DEFAULT_DEVICE": None})
     assert res.returncode == 0, f"README example {index} failed:\n{block}\n{res.stderr}"
 
 
@@ -47,5 +48,5 @@ def test_cli_lists_commands_and_rejects_unknown(run_python):
     res = run_python("import sys, paddle_rt.__main__ as m; sys.exit(m.main(['nope']))")
     assert res.returncode == 2
     assert "unknown command 'nope'" in res.stderr
-    for cmd in ("demo", "info", "replay", "check"):
+    for cmd in ("demo", "info", "replay", "check", "plot", "bench"):
         assert cmd in res.stdout

@@ -10,7 +10,7 @@ from paddle_rt._core.errors import (
     PaddleRTError, PluginLoadError, PluginNotFoundError, NotASharedLibraryError, MissingEntryPointError,
     PluginVersionError, PluginRefusedError, MissingHookError, DuplicateDeviceTypeError, PluginError,
     OutOfMemoryError, InvalidArgument, DeviceError, NotSupportedError, StreamError, ForkError, CollectiveError,
-    CollectiveTimeout,
+    CollectiveTimeout, ProfilerError,
 )
 from paddle_rt._core.plugin import (
     Plugin, load_plugin, list_plugins, device_types, REQUIRED_HOOKS, ALL_HOOKS,
@@ -42,13 +42,14 @@ from paddle_rt.streams import *  # noqa: E402,F401,F403
 from paddle_rt.pool import *  # noqa: E402,F401,F403
 from paddle_rt import memory as _memory, streams as _streams, pool as _pool  # noqa: E402
 from paddle_rt import ccl  # noqa: E402,F401  (paddle_rt.ccl: communicators and collectives)
+from paddle_rt import profiler  # noqa: E402,F401  (paddle_rt.profiler.profile(): Chrome traces, key averages)
 
 __all__ = [
     "PaddleRTError", "PluginLoadError", "PluginNotFoundError", "NotASharedLibraryError", "MissingEntryPointError",
     "PluginVersionError", "PluginRefusedError", "MissingHookError", "DuplicateDeviceTypeError", "PluginError",
     "OutOfMemoryError", "InvalidArgument", "DeviceError", "NotSupportedError", "StreamError", "ForkError",
-    "CollectiveError", "CollectiveTimeout",
+    "CollectiveError", "CollectiveTimeout", "ProfilerError",
     "Plugin", "load_plugin", "list_plugins", "device_types", "REQUIRED_HOOKS", "ALL_HOOKS",
     "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
-    "reinitialize_after_fork", "get_include", "get_cython_include", "ccl",
+    "reinitialize_after_fork", "get_include", "get_cython_include", "ccl", "profiler",
 ] + list(_memory.__all__) + list(_streams.__all__) + list(_pool.__all__)
