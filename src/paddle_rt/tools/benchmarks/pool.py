@@ -111,31 +111,31 @@ def cross_stream(reps, n):
         pool = MemPool(a.device, release_threshold=1 << 30, **kw)
         state = {"x": pool.malloc_async(4096, a)}
 
+        def order(src, dst, name=name):
+            """What the policy needs before `dst` may reuse a block freed on `src`."""
+            if name.startswith("all"):
+                src.synchronize()
+            elif name.startswith("follow"):
+                e = paddle_rt.Event()
+                e.record(src)
+                dst.wait_event(e)
+            elif name.startswith("opportunistic"):
+                while not src.query():
+                    pass
+
         def run(n, name=name, pool=pool):
             x = state["x"]
             reused = 0
             for _ in range(n):
                 p = x.ptr
                 pool.free_async(x, a)
-                if name.startswith("all"):
-                    a.synchronize()
-                elif name.startswith("follow"):
-                    e = paddle_rt.Event()
-                    e.record(a)
-                    b.wait_event(e)
-                elif name.startswith("opportunistic"):
-                    while not a.query():
-                        pass
+                order(a, b)
                 y = pool.malloc_async(4096, b)
                 reused += y.ptr == p
                 pool.free_async(y, b)
+                if not name.startswith("opportunistic"):
+                    order(b, a)
                 x = pool.malloc_async(4096, a)     # back to A the same way (b's free must be handed over)
-                if name.startswith("all"):
-                    b.synchronize()
-                elif name.startswith("follow"):
-                    e = paddle_rt.Event()
-                    e.record(b)
-                    a.wait_event(e)
             state["x"] = x
             if reused != n:
                 raise AssertionError(f"{name}: {reused} of {n} handoffs reused the block")
