@@ -114,15 +114,22 @@ cdef struct AllocatorCore:
     int quick              # quick reuse enabled (not in paddle_compat, not with release on free)
     size_t capacity        # device total memory at creation (0: unknown)
     int64_t deferred_pending   # frees waiting for record_stream streams (atomic; see core_wait_deferred)
+    int64_t num_release_deferred   # idle chunks kept instead of released because streams were busy (per attempt)
+    int release_kept       # 1 while idle chunks kept that way may still be cached (release on free sweeps them)
 
 # With the GIL: the allocator of `device` (None: current device) for KIND_DEVICE or KIND_HOST, created on first use.
 cdef AllocatorCore* get_core(object device, int kind) except NULL
 # nogil hot path. `stream` is an opaque tag (0: the default stream). Return 0, or -1 with a Python exception set.
+# Its out-of-memory ladder gives idle chunks back only while the device's streams are idle (it never waits); the
+# Python-level malloc paths then wait for the streams and retry (allocator.pyx's module docstring).
 cdef int core_malloc(AllocatorCore* core, size_t nbytes, uintptr_t stream, void** out) except -1 nogil
 cdef int core_free(AllocatorCore* core, void* ptr) except -1 nogil
 # The bytes held for a live pointer (its rounded size), or 0 if the pointer is not live here.
 cdef size_t core_block_size(AllocatorCore* core, void* ptr) noexcept nogil
 # Give every idle chunk back to the plugin; returns the number of bytes released, or -1 with an exception set.
+# Never blocks: while a stream of the device (of any device, for pinned host memory) still has queued work, nothing
+# is released (that work may use the memory); the chunks stay cached, counted in num_release_deferred.
+# DeviceAllocator.empty_cache / paddle_rt.empty_cache first wait for the streams (stream_device_quiesce).
 cdef int64_t core_empty_cache(AllocatorCore* core) except -1 nogil
 # Frees deferred by record_stream (Allocation.record_stream): the number still waiting for their streams, and a
 # wait (with the GIL; released while polling, Ctrl-C raises) until none is left. Used by the out-of-memory ladders.

@@ -26,9 +26,18 @@ Two policies:
   merged back before the allocator grows, releases, snapshots or reports stats, so no memory is held because of it.
 
 Out of memory (a plugin returning ``C_FAILED``, or success with a NULL pointer, or the ``limit`` reached): the ladder
-is best fit -> grow -> retry with exactly the request -> give back every idle chunk and retry -> (``malloc``, when frees
-deferred by ``Allocation.record_stream`` are pending) wait until their streams passed them and retry the whole ladder
--> ``OutOfMemoryError``.
+is best fit -> grow -> retry with exactly the request -> give back every idle chunk and retry -> (``malloc`` and
+``raw_malloc``, when frees deferred by ``Allocation.record_stream`` are pending or streams are busy) wait until the
+deferred frees' streams passed them, then until every stream of the device has run everything submitted so far
+(not inside a stream callback), and retry the whole ladder once -> ``OutOfMemoryError``.
+
+Giving memory back never races with queued work: a free is stream-ordered (the block is reusable at once by its
+stream while earlier work on the stream may still use it), and plugins free at once, unlike ``cudaFree`` which
+synchronizes. So idle chunks go back to the plugin (growth's consolidation, the ladder, ``release:free``,
+``empty_cache``) only while every stream of the device (of every device, for pinned host memory) has completed
+everything submitted to it; otherwise they stay cached, usable, counted in ``num_release_deferred``, and go back at a
+later release point. ``empty_cache()`` first waits for the streams, so after it every idle chunk is back (inside a
+stream callback it does not wait). Teardown (after the streams are closed) gives everything back.
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
 back by the ladder stay given back.
 
@@ -46,7 +55,8 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``limit``          bytes, or a fraction ``0 < f <= 1`` of the device's total memory (``device_memory_stats``): the
                    most memory the allocator holds at once; beyond it the OOM ladder runs. Default none.
 ``release``        ``empty_cache`` (default): idle chunks go back on ``empty_cache()`` and on the OOM ladder only;
-                   ``free``: also as soon as a free makes a chunk idle.
+                   ``free``: also as soon as a free makes a chunk idle (while the device's streams have
+                   queued work, the chunk is kept and goes back with the next such free or ``empty_cache()``).
 ``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 64 KiB (0 in paddle_compat).
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 """
@@ -68,7 +78,8 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
-    Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation,
+    Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation, stream_device_idle,
+    stream_device_quiesce,
 )
 from paddle_rt._core.includes.atomics cimport prt_atomic_add_i64, prt_atomic_load_i64, prt_atomic_add_int
 from paddle_rt._core.includes.alloc_support cimport (
@@ -443,7 +454,14 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     b.allocated = 0
     b = _merge_insert(c, b)
     if c.cfg.release == RELEASE_ON_FREE and b.prev == NULL and b.next == NULL:
-        _release_chunk(c, b)
+        if not _streams_idle(c):
+            # queued work may still use the memory (a stream-ordered free, or this is a stream's callback): keep it
+            c.num_release_deferred += 1
+            c.release_kept = 1
+        elif c.release_kept:
+            _release_idle(c, -1, 0, 0)       # this chunk and those kept earlier
+        else:
+            _release_chunk(c, b)
     return 0
 
 
@@ -514,7 +532,15 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
     return b
 
 
-# Give one idle chunk (b is its single free block) back to the plugin.
+# Whether memory of this allocator may go back to the plugin now: every stream that may still use it (the device's;
+# every device's for pinned host memory, which copies on any device read) has completed everything submitted so
+# far. A free is stream-ordered (the block is reusable at once by its stream), so an idle chunk can still be the
+# target of queued work; plugins free at once (unlike cudaFree, which synchronizes). Release paths only.
+cdef inline bint _streams_idle(AllocatorCore* c) noexcept nogil:
+    return stream_device_idle(NULL if c.kind == KIND_HOST else c.device)
+
+
+# Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after _streams_idle).
 cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     cdef Chunk* ch = b.chunk
     _free_remove(c, b)
@@ -529,6 +555,7 @@ cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
 
 
 # Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
+# While streams are busy (_streams_idle) nothing is released: the chunks stay cached (num_release_deferred).
 cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t stream) noexcept nogil:
     cdef vector[Block*] idle
     cdef prt_free_set.iterator it
@@ -545,6 +572,16 @@ cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t
             if b.prev == NULL and b.next == NULL and (not only_stream or b.stream == stream):
                 idle.push_back(b)
             inc(it)
+    if idle.empty():
+        if pool == -1 and not only_stream:
+            c.release_kept = 0
+        return 0
+    if not _streams_idle(c):
+        c.num_release_deferred += <int64_t>idle.size()
+        c.release_kept = 1
+        return 0
+    if pool == -1 and not only_stream:
+        c.release_kept = 0
     for b in idle:
         total += b.size
         _release_chunk(c, b)
@@ -1088,8 +1125,7 @@ cdef class DeviceAllocator:
         cdef void* p = NULL
         cdef size_t n = _check_nbytes(nbytes)
         cdef uintptr_t s = stream
-        with nogil:
-            core_malloc(self.core, n, s, &p)
+        _malloc_waiting(self.core, n, s, &p)
         return <uintptr_t>p
 
     def raw_free(self, ptr):
@@ -1108,8 +1144,12 @@ cdef class DeviceAllocator:
         return r == 1
 
     def empty_cache(self):
-        """Give every idle chunk back to the plugin; returns the number of bytes released."""
+        """Give every idle chunk back to the plugin; returns the number of bytes released. First waits until the
+        streams that may use the memory (the device's; every device's for pinned host memory) have run everything
+        submitted so far, since queued work may still use freed (stream-ordered) memory. Inside a stream callback it
+        does not wait: chunks that busy streams may use stay cached (nothing is lost; they go back later)."""
         cdef int64_t r
+        stream_device_quiesce(None if self.core.kind == KIND_HOST else self.device)
         with nogil:
             r = core_empty_cache(self.core)
         return r
@@ -1117,7 +1157,7 @@ cdef class DeviceAllocator:
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
         cdef Stat st[3][9]
-        cdef int64_t extra[5]
+        cdef int64_t extra[6]
         cdef AllocatorCore* c = self.core
         cdef int p
         with nogil:
@@ -1133,6 +1173,7 @@ cdef class DeviceAllocator:
             extra[2] = c.num_device_alloc
             extra[3] = c.num_device_free
             extra[4] = c.num_cache_hits
+            extra[5] = c.num_release_deferred
             c.cx.mu.unlock()
         names = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
                  "allocation", "segment", "active", "inactive_split")
@@ -1150,6 +1191,7 @@ cdef class DeviceAllocator:
         out["num_device_alloc"] = extra[2]
         out["num_device_free"] = extra[3]
         out["num_cache_hits"] = extra[4]
+        out["num_release_deferred"] = extra[5]
         return out
 
     def reset_peak_stats(self):
@@ -1174,6 +1216,7 @@ cdef class DeviceAllocator:
             self.core.num_device_alloc = 0
             self.core.num_device_free = 0
             self.core.num_cache_hits = 0
+            self.core.num_release_deferred = 0
             self.core.cx.mu.unlock()
 
     def snapshot(self):
@@ -1437,16 +1480,19 @@ cdef int core_wait_deferred(AllocatorCore* c) except -1:
     return 0
 
 
-# Allocate with the OOM ladder's last step: when the allocator is out of memory while frees deferred by
-# record_stream are pending, wait for their streams to pass them and retry once.
+# Allocate with the OOM ladder's last steps: when the allocator is out of memory while frees deferred by
+# record_stream are pending or while streams are busy (so its ladder could not give idle chunks back), wait for the
+# deferred frees' streams and then for every stream of the device (every device's for pinned host memory), and
+# retry once.
 cdef int _malloc_waiting(AllocatorCore* c, size_t n, uintptr_t s, void** p) except -1:
     try:
         with nogil:
             core_malloc(c, n, s, p)
     except errors.OutOfMemoryError:
-        if core_deferred_pending(c) == 0:
+        if core_deferred_pending(c) == 0 and _streams_idle(c):
             raise
         core_wait_deferred(c)
+        stream_device_quiesce(None if c.kind == KIND_HOST else <object>c.device)
         with nogil:
             core_malloc(c, n, s, p)
     return 0
@@ -1747,7 +1793,8 @@ def malloc(nbytes, device=None, stream=None):
     ``paddle_rt.stream``; an int is a raw allocator tag): freed, it is reused at once by later allocations on the
     same stream, never by another stream's (use :meth:`Allocation.record_stream` for other streams that use it).
     Raises OutOfMemoryError when the device cannot hold it, after the ladder: cached blocks, growth, giving back
-    idle chunks, then waiting for frees deferred by ``record_stream`` and retrying."""
+    idle chunks (only while the device's streams are idle: queued work may still use them), then waiting for frees
+    deferred by ``record_stream`` and for the device's streams, and retrying once."""
     return _make_allocation(_dev_alloc(device), nbytes, stream)
 
 
@@ -1766,8 +1813,7 @@ def raw_malloc(nbytes, device=None, stream=0):
     cdef uintptr_t s = stream
     cdef void* p = _fast_malloc(a.core, n, s)
     if p == NULL:
-        with nogil:
-            core_malloc(a.core, n, s, &p)
+        _malloc_waiting(a.core, n, s, &p)
     return <uintptr_t>p
 
 
@@ -1823,7 +1869,8 @@ def memory_stats(device=None):
     """PyTorch-style counters of the device's allocator: ``<stat>.<pool>.<field>`` for stat in allocated_bytes,
     reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, allocation, segment, active,
     inactive_split; pool in all, small_pool, large_pool; field in current, peak, allocated, freed. Plus
-    num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits."""
+    num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits, num_release_deferred (idle
+    chunks kept cached instead of given back because streams still had queued work, counted per attempt)."""
     return _dev_alloc(device).stats()
 
 
@@ -1859,7 +1906,9 @@ def reset_accumulated_memory_stats(device=None):
 
 def empty_cache(device=None):
     """Give every idle cached chunk of ``device`` back to the plugin (pinned host memory too); returns the bytes
-    released."""
+    released. Waits first until the device's streams (every stream, for pinned host memory) have run everything
+    submitted so far: queued work may still use freed memory. Inside a stream callback it does not wait, and chunks
+    that busy streams may use stay cached."""
     cdef Device dev = resolve_device(device)
     total = _dev_alloc(dev).empty_cache()
     h = dev.layers.get("allocator.host")

@@ -19,7 +19,8 @@
 # - Out of memory ladder of malloc_async: (1)-(4) above; then synchronize every stream holding pending frees (and
 #   recorded streams), after which any stream may reuse them: hand them all to the allocator and retry (the
 #   allocator's own ladder releases its idle chunks to the plugin), after also waiting for the device's frees deferred
-#   by record_stream on paddle_rt.malloc blocks; then OutOfMemoryError.
+#   by record_stream on paddle_rt.malloc blocks and for every stream of the device (the allocator gives chunks back
+#   only while the device's streams are idle); then OutOfMemoryError.
 # - Release threshold: at synchronize points (Stream.synchronize / Event.synchronize, seen through a hook in
 #   stream.pyx; paddle_rt.synchronize / Device.synchronize synchronize every stream of the device through the stream
 #   layer's device hook, so they count for every stream), freed blocks held above the threshold are given back to the allocator. trim_to(n) gives back safe
@@ -41,6 +42,7 @@ from paddle_rt._core.allocator cimport (
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
     Stream, stream_position, stream_reached, stream_set_order_hooks, current_stream, default_stream,
+    stream_device_idle, stream_device_quiesce,
 )
 import weakref
 cimport cython
@@ -394,7 +396,7 @@ cdef class MemPool:
             with nogil:
                 core_malloc(self.core, n, self.tag, &p)
         except errors.OutOfMemoryError:
-            if not self._cache and core_deferred_pending(self.core) == 0:
+            if not self._cache and core_deferred_pending(self.core) == 0 and stream_device_idle(<void*>self.device):
                 raise
             self._oom_ladder()
             with nogil:
@@ -435,6 +437,8 @@ cdef class MemPool:
         self._prune()
         # blocks of paddle_rt.malloc whose frees wait for record_stream streams: let them reach the allocator
         core_wait_deferred(self.core)
+        # the allocator gives idle chunks back only while the device's streams are idle (queued work may use them)
+        stream_device_quiesce(self.device)
 
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
         cdef _FreedBlock e

@@ -7,6 +7,14 @@
 #                                         memory). fn runs on s's worker thread, after everything submitted before it.
 #   stream_position(s)                    position of the last operation submitted to s (nogil)
 #   stream_reached(s, pos)                True when everything up to `pos` has completed (nogil, never blocks)
+#   stream_device_idle(device)            True when every live stream of `device` (a Device as void*; NULL: of every
+#                                         device) has completed everything submitted to it so far (nogil, never
+#                                         blocks; may be called with an allocator lock held, never the reverse)
+#   stream_device_quiesce(device)         with the GIL: wait (GIL released, Ctrl-C raises) until every open stream of
+#                                         `device` (None: every device) has reached its current position; pending
+#                                         errors are not raised (they stay for the stream's synchronize). On a
+#                                         stream's worker (inside a callback) it does not wait at all: that stream
+#                                         is busy running the callback, and waiting for the others could deadlock.
 #   current_stream_tag(dev)               an opaque tag of the calling thread's current stream on `dev` (nogil):
 #                                         the selected stream's core address, or 0 for the device's default stream
 from libc.stdint cimport uint64_t, uintptr_t
@@ -52,6 +60,8 @@ cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) excep
 cdef uint64_t stream_position(Stream s) noexcept nogil
 cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
+cdef bint stream_device_idle(void* device) noexcept nogil
+cdef int stream_device_quiesce(object device) except -1
 # Ordering hooks for the stream-ordered pool (pool.pyx), called with the GIL: `host_sync(stream, pos)` after the host
 # waited until `stream` reached `pos` (Stream.synchronize, Event.synchronize); `wait(waiter, recorded, pos)` after
 # `waiter` was made to wait for position `pos` of `recorded` (Event.wait / Stream.wait_event). Arguments are borrowed

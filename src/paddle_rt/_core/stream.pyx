@@ -44,6 +44,7 @@ from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_current_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
     prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK,
+    prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle,
 )
 from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
 from paddle_rt._core.trace cimport trace_mask, trace_emit
@@ -63,6 +64,7 @@ def _after_fork_in_child():
     global _fork_generation
     _fork_generation += 1
     _live_streams.clear()
+    prt_streams_reset()          # the parent's streams have no workers here (and their registry lock may be held)
 
 
 import os as _os
@@ -72,6 +74,9 @@ cdef int fork_generation() noexcept nogil:
     return _fork_generation
 
 _os.register_at_fork(after_in_child=_after_fork_in_child)
+
+if prt_streams_reset() != 0:
+    raise MemoryError("paddle_rt streams: no memory for the stream registry")
 
 
 # -- worker-side helpers (no GIL unless said) ------------------------------------------------------------------------
@@ -207,6 +212,23 @@ cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil:
     return s.ctx.core.reached(pos)
 
 
+cdef bint stream_device_idle(void* device) noexcept nogil:
+    return prt_streams_idle(device)
+
+
+cdef int stream_device_quiesce(object device) except -1:
+    cdef Stream s
+    if prt_current_worker() != NULL:
+        return 0                 # a callback: its own stream is busy anyway, and waiting could deadlock
+    for s in list(_live_streams):
+        if s.closed or s.ctx == NULL or s._fork_gen != _fork_generation:
+            continue
+        if device is not None and s.device is not device:
+            continue
+        s._wait_position(s.ctx.core.submitted_now())      # pending errors stay for the stream's synchronize()
+    return 0
+
+
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil:
     if prt_t_stream_dev == <void*>dev:
         return <uintptr_t>prt_t_stream_tag
@@ -301,6 +323,9 @@ cdef class Stream:
         self.ctx = ctx
         self.device = dev
         self.owned = owned
+        if prt_streams_add(<void*>dev, ctx.core) != 0:
+            self._free_ctx()
+            raise MemoryError(f"{dev!r}: no memory to register a stream")
         self._fork_gen = _fork_generation
         _stream_counter[0] += 1
         self.name = f"{dev!r}#{_stream_counter[0]}"
@@ -322,6 +347,7 @@ cdef class Stream:
         if ctx == NULL:
             return 0
         self.ctx = NULL
+        prt_streams_remove(ctx.core)
         prt_stream_core_delete(ctx.core)
         Py_DECREF(<object>ctx.errors)
         Py_DECREF(<object>ctx.device)
@@ -547,6 +573,7 @@ cdef class Stream:
                 if ctx.iface.synchronize_stream != NULL:
                     ctx.iface.synchronize_stream(ctx.cdev, ctx.pstream)
                 ctx.iface.destroy_stream(ctx.cdev, ctx.pstream)
+        prt_streams_remove(ctx.core)
         prt_stream_core_delete(ctx.core)
         Py_DECREF(<object>ctx.errors)
         Py_DECREF(<object>ctx.device)

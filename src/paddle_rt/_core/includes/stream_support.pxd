@@ -12,6 +12,7 @@ cdef extern from * nogil:
     #include <chrono>
     #include <thread>
     #include <vector>
+    #include <utility>
     #include <time.h>
 
     static inline int64_t prt_now_ns(void) {
@@ -255,6 +256,62 @@ cdef extern from * nogil:
     static inline prt_stream_core* prt_stream_core_new(void) { return new (std::nothrow) prt_stream_core(); }
     static inline void prt_stream_core_delete(prt_stream_core* c) { delete c; }
 
+    /* The live stream cores of the process with their Device objects, for the allocator's question "may memory of
+       this device go back to the plugin now?" (prt_streams_idle). Used by stream.pyx only (every module that
+       cimports this file has its own copy of the accessor; only stream.pyx's is ever set). Never freed: the
+       registry must outlive every stream, and a child of fork() starts a new one (prt_streams_reset), because a
+       thread of the parent may have held the old mutex at the fork. Lock order: an allocator's lock may be held
+       while taking `mu`, never the reverse. */
+    struct prt_stream_registry {
+        std::mutex mu;
+        std::vector<std::pair<void*, prt_stream_core*>> live;
+    };
+    static inline prt_stream_registry*& prt_streams_ref(void) {
+        static prt_stream_registry* r = nullptr;
+        return r;
+    }
+    /* 0, or -1 when out of memory. */
+    static inline int prt_streams_reset(void) {
+        prt_stream_registry* r = new (std::nothrow) prt_stream_registry();
+        if (!r) return -1;
+        prt_streams_ref() = r;
+        return 0;
+    }
+    /* 0, or -1 when out of memory (the core is then not registered). */
+    static inline int prt_streams_add(void* device, prt_stream_core* c) {
+        prt_stream_registry* r = prt_streams_ref();
+        if (!r) return -1;
+        std::lock_guard<std::mutex> lk(r->mu);
+        try { r->live.emplace_back(device, c); }
+        catch (...) { return -1; }
+        return 0;
+    }
+    static inline void prt_streams_remove(prt_stream_core* c) {
+        prt_stream_registry* r = prt_streams_ref();
+        if (!r) return;
+        std::lock_guard<std::mutex> lk(r->mu);
+        for (size_t i = 0; i < r->live.size(); ++i) {
+            if (r->live[i].second == c) {
+                r->live[i] = r->live.back();
+                r->live.pop_back();
+                return;
+            }
+        }
+    }
+    /* True when every live stream of `device` (NULL: of every device) has completed everything submitted to it so
+       far, plugin work included. Never blocks beyond the registry's mutex. */
+    static inline bool prt_streams_idle(void* device) {
+        prt_stream_registry* r = prt_streams_ref();
+        if (!r) return true;
+        std::lock_guard<std::mutex> lk(r->mu);
+        for (const auto& e : r->live) {
+            if (device && e.first != device) continue;
+            prt_stream_core* c = e.second;
+            if (!c->reached(c->submitted_pub.load(std::memory_order_acquire))) return false;
+        }
+        return true;
+    }
+
     /* The completion state of an event: records are numbered (gen); a record completes when the stream reaches it.
        Refcounted: the Event object and every queued operation that names it hold a reference. */
     struct prt_event_core {
@@ -351,6 +408,10 @@ cdef extern from * nogil:
     void* prt_t_stream_dev
     prt_stream_core* prt_stream_core_new()
     void prt_stream_core_delete(prt_stream_core* c)
+    int prt_streams_reset()
+    int prt_streams_add(void* device, prt_stream_core* c)
+    void prt_streams_remove(prt_stream_core* c)
+    bint prt_streams_idle(void* device)
 
     cppclass prt_event_core:
         void* plugin_event

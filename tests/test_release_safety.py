@@ -1,0 +1,276 @@
+"""Giving cached memory back to the plugin never races with queued stream work (paddle_rt/_core/allocator.pyx with
+stream.pyx's registry of live streams): empty_cache, the growth path, the out-of-memory ladders (allocator and
+pool), ``release:free`` and pinned host memory, with work still pending on a stream that uses the memory. Each case
+runs in a child process (the delays and capacities are plugin environment variables; a use after free would crash
+the child). A slow host callback queued before the work keeps it pending for a while."""
+import pytest
+
+from conftest import run_python_code
+
+MiB = 1 << 20
+
+PRELUDE = """
+import sys, time, threading
+import numpy as np
+import paddle_rt
+from paddle_rt import plugins
+from paddle_rt._core import allocator as A
+MiB = 1 << 20
+def busy(s, secs=0.4):
+    s.add_callback(time.sleep, secs)           # everything queued after this waits
+def deferred(dev=None):
+    return paddle_rt.memory_stats(dev)["num_release_deferred"]
+"""
+
+
+def run(code, timeout=60, **env):
+    r = run_python_code(PRELUDE + code, env={k: str(v) for k, v in env.items()}, timeout=timeout)
+    assert r.returncode == 0, f"child failed ({r.returncode}):\nstdout:{r.stdout}\nstderr:{r.stderr}"
+    assert "OK" in r.stdout, r.stdout + r.stderr
+    return r
+
+
+@pytest.mark.smoke
+def test_empty_cache_waits_for_pending_work_then_releases():
+    run("""
+s = paddle_rt.Stream()
+with paddle_rt.stream(s):
+    a = paddle_rt.malloc(8 * MiB)
+h = np.zeros(8 * MiB, np.uint8)
+busy(s)
+paddle_rt.memset_async(a, 7, stream=s)
+paddle_rt.memcpy_async(h, a, stream=s)
+a.free()                                      # stream-ordered: the block returns to s's cache at once
+assert paddle_rt.memory_reserved() == 8 * MiB
+released = paddle_rt.empty_cache()            # waits for s, then really gives the chunk back
+assert released == 8 * MiB, released
+assert s.query()
+assert paddle_rt.memory_reserved() == 0
+assert plugins.rt_cpu_live_bytes(0) == 0
+s.synchronize()                               # no plugin error, no callback error
+assert (h == 7).all()
+print("OK")
+""")
+
+
+def test_growth_keeps_idle_chunk_while_its_stream_is_busy():
+    run("""
+s = paddle_rt.Stream()
+h = np.zeros(8 * MiB, np.uint8)
+with paddle_rt.stream(s):
+    a = paddle_rt.malloc(8 * MiB)
+    busy(s)
+    paddle_rt.memset_async(a, 3, stream=s)
+    paddle_rt.memcpy_async(h, a, stream=s)
+    a.free()                                  # the chunk is idle, the memset still pending
+    n0 = plugins.rt_cpu_live_bytes(0)
+    b = paddle_rt.malloc(32 * MiB)            # a miss: growth would consolidate (release) s's idle chunk
+assert deferred() >= 1
+assert not s.query()
+assert plugins.rt_cpu_live_bytes(0) >= n0 + 32 * MiB     # the 8 MiB chunk is still held
+s.synchronize()
+assert (h == 3).all()
+b.free()
+paddle_rt.empty_cache()
+assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
+print("OK")
+""")
+
+
+def test_release_on_free_keeps_chunk_until_streams_finish():
+    run("""
+assert paddle_rt.allocator_config()["release"] == "free"
+s = paddle_rt.Stream()
+h = np.zeros(8 * MiB, np.uint8)
+with paddle_rt.stream(s):
+    a = paddle_rt.malloc(8 * MiB)
+busy(s)
+paddle_rt.memset_async(a, 5, stream=s)
+paddle_rt.memcpy_async(h, a, stream=s)
+frees = paddle_rt.memory_stats()["num_device_free"]
+a.free()                                      # release:free would give the chunk back now: kept instead
+assert paddle_rt.memory_stats()["num_device_free"] == frees
+assert deferred() == 1
+assert paddle_rt.memory_reserved() == 8 * MiB and plugins.rt_cpu_live_bytes(0) == 8 * MiB
+s.synchronize()
+assert (h == 5).all()
+# kept chunks are released by the next free that makes a chunk idle while the streams are idle ...
+c = paddle_rt.malloc(1 * MiB, stream=12345)
+c.free()
+assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
+# ... or by empty_cache
+with paddle_rt.stream(s):
+    a = paddle_rt.malloc(8 * MiB)
+busy(s, 0.2)
+paddle_rt.memset_async(a, 1, stream=s)
+a.free()
+assert paddle_rt.memory_reserved() == 8 * MiB
+assert paddle_rt.empty_cache() == 8 * MiB
+assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
+s.synchronize()
+print("OK")
+""", PADDLE_RT_ALLOC_CONF="release:free")
+
+
+def test_oom_ladder_waits_for_streams_then_releases():
+    run("""
+s = paddle_rt.Stream()
+h = np.zeros(40 * MiB, np.uint8)
+for alloc in ("malloc", "raw"):
+    with paddle_rt.stream(s):
+        a = paddle_rt.malloc(40 * MiB)
+    busy(s)
+    paddle_rt.memset_async(a, 9, stream=s)
+    paddle_rt.memcpy_async(h, a, stream=s)
+    a.free()
+    # another stream cannot reuse s's block: the ladder must give s's chunk back, after s finished with it
+    if alloc == "malloc":
+        b = paddle_rt.malloc(40 * MiB)
+        assert s.query()
+        assert (h == 9).all()
+        b.free()
+    else:
+        p = paddle_rt.raw_malloc(40 * MiB)
+        assert s.query()
+        assert (h == 9).all()
+        paddle_rt.raw_free(p)
+    h[:] = 0
+    s.synchronize()
+    paddle_rt.empty_cache()
+assert deferred() >= 2                        # each time the allocator's own ladder kept s's chunk first
+print("OK")
+""", RT_CPU_MEMORY_BYTES=64 * MiB)
+
+
+def test_pool_oom_ladder_waits_for_other_streams():
+    run("""
+s = paddle_rt.Stream()
+t = paddle_rt.Stream()
+h = np.zeros(40 * MiB, np.uint8)
+with paddle_rt.stream(s):
+    a = paddle_rt.malloc(40 * MiB)
+busy(s)
+paddle_rt.memset_async(a, 4, stream=s)
+paddle_rt.memcpy_async(h, a, stream=s)
+a.free()
+b = paddle_rt.malloc_async(40 * MiB, stream=t)
+assert s.query() and (h == 4).all()
+paddle_rt.free_async(b)
+t.synchronize()
+s.synchronize()
+print("OK")
+""", RT_CPU_MEMORY_BYTES=64 * MiB)
+
+
+def test_pinned_host_memory_waits_for_pending_copy():
+    run("""
+s = paddle_rt.Stream()
+with paddle_rt.stream(s):
+    d = paddle_rt.malloc(8 * MiB)
+hb = paddle_rt.malloc_host(8 * MiB)
+np.frombuffer(hb, np.uint8)[:] = 6
+out = np.zeros(8 * MiB, np.uint8)
+host0 = plugins.rt_cpu_host_live_bytes()
+busy(s)
+paddle_rt.memcpy_async(d, hb, stream=s)       # H2D from pinned memory, pending
+paddle_rt.memcpy_async(out, d, stream=s)
+hb.free()
+assert paddle_rt.empty_cache() >= 8 * MiB     # waits for s, then the pinned chunk goes back too
+assert plugins.rt_cpu_host_live_bytes() == host0 - 8 * MiB
+s.synchronize()
+assert (out == 6).all()
+# release:free on the host allocator: kept while busy
+A.get_allocator(kind="host").configure(release="free")
+hb = paddle_rt.malloc_host(8 * MiB)
+np.frombuffer(hb, np.uint8)[:] = 2
+busy(s)
+paddle_rt.memcpy_async(d, hb, stream=s)
+paddle_rt.memcpy_async(out, d, stream=s)
+hb.free()
+assert A.get_allocator(kind="host").stats()["num_release_deferred"] == 1
+s.synchronize()
+assert (out == 2).all()
+assert paddle_rt.empty_cache() >= 8 * MiB
+print("OK")
+""")
+
+
+def test_free_inside_callback_with_release_on_free_does_not_deadlock():
+    run("""
+s = paddle_rt.Stream()
+with paddle_rt.stream(s):
+    a = paddle_rt.malloc(8 * MiB)
+h = np.zeros(8 * MiB, np.uint8)
+busy(s, 0.1)
+paddle_rt.memset_async(a, 8, stream=s)
+s.add_callback(a.free)                        # on s's worker: s itself is busy -> the chunk is kept
+s.synchronize()
+assert deferred() == 1
+assert paddle_rt.memory_reserved() == 8 * MiB
+assert paddle_rt.empty_cache() == 8 * MiB
+assert plugins.rt_cpu_live_bytes(0) == 0
+print("OK")
+""", timeout=30, PADDLE_RT_ALLOC_CONF="release:free")
+
+
+def test_empty_cache_inside_callback_does_not_wait_for_its_own_stream():
+    run("""
+s = paddle_rt.Stream()
+t = paddle_rt.Stream()
+with paddle_rt.stream(t):
+    a = paddle_rt.malloc(8 * MiB)
+a.free()
+out = []
+def cb():
+    out.append(paddle_rt.empty_cache())
+busy(s, 0.05)
+s.add_callback(cb)
+s.synchronize()                               # no StreamError, no deadlock
+assert out == [0], out                        # s (running the callback) is busy: nothing released, nothing lost
+assert paddle_rt.memory_reserved() == 8 * MiB
+assert paddle_rt.empty_cache() == 8 * MiB
+print("OK")
+""", timeout=30)
+
+
+def test_registry_forgets_closed_streams():
+    run("""
+for i in range(3):
+    s = paddle_rt.Stream()
+    with paddle_rt.stream(s):
+        a = paddle_rt.malloc(8 * MiB)
+    busy(s, 0.1)
+    paddle_rt.memset_async(a, 1, stream=s)
+    a.free()
+    s.close()                                 # waits for its work; the stream leaves the registry
+    del s
+    # release:free: the next free that makes a chunk idle releases at once (no stale busy stream)
+    c = paddle_rt.malloc(1 * MiB, stream=777)
+    c.free()
+    assert paddle_rt.memory_reserved() == 0, paddle_rt.memory_reserved()
+    assert plugins.rt_cpu_live_bytes(0) == 0
+# a stream dropped without close() leaves the registry too
+s = paddle_rt.Stream()
+busy(s, 0.05)
+del s
+import gc; gc.collect()
+c = paddle_rt.malloc(1 * MiB)
+c.free()
+assert paddle_rt.memory_reserved() == 0
+print("OK")
+""", timeout=30, PADDLE_RT_ALLOC_CONF="release:free")
+
+
+def test_busy_stream_of_another_device_does_not_block_release():
+    run("""
+s1 = paddle_rt.Stream("rt_cpu:1")
+busy(s1, 1.0)
+a = paddle_rt.malloc(8 * MiB, device="rt_cpu:0")
+a.free()
+t0 = time.monotonic()
+assert paddle_rt.empty_cache("rt_cpu:0") == 8 * MiB
+assert time.monotonic() - t0 < 0.5            # rt_cpu:0 has no busy stream: no waiting for rt_cpu:1
+assert not s1.query()
+s1.synchronize()
+print("OK")
+""", timeout=30)
