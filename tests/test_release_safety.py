@@ -274,3 +274,96 @@ assert not s1.query()
 s1.synchronize()
 print("OK")
 """, timeout=30)
+
+
+def test_registry_tracks_open_streams_only():
+    run("""
+from paddle_rt._core import stream as S
+d0 = paddle_rt.device("rt_cpu:0")
+n0, idle0 = S._registry_count(d0)
+assert idle0
+s = paddle_rt.Stream(d0)
+t = paddle_rt.Stream(d0)
+assert S._registry_count(d0)[0] == n0 + 2
+busy(s, 0.2)
+assert S._registry_count(d0) == (n0 + 2, False)
+assert S._registry_count("rt_cpu:1")[1]             # another device's streams are not s
+s.close()
+assert S._registry_count(d0) == (n0 + 1, True)
+del t
+import gc; gc.collect()
+assert S._registry_count(d0)[0] == n0
+print("OK")
+""", timeout=30)
+
+
+def test_fork_child_starts_with_an_empty_registry():
+    run("""
+import os
+from paddle_rt._core import stream as S
+s = paddle_rt.Stream()
+busy(s, 1.0)                                  # the parent's stream is busy at the fork
+pid = os.fork()
+if pid == 0:
+    ok = S._registry_count() == (0, True)     # the parent's (worker-less) streams are forgotten
+    paddle_rt.reinitialize_after_fork()
+    a = paddle_rt.malloc(8 * MiB)
+    a.free()
+    ok = ok and paddle_rt.empty_cache() == 8 * MiB and paddle_rt.memory_reserved() == 0
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+assert os.WEXITSTATUS(status) == 0, status
+s.synchronize()
+print("OK")
+""", timeout=30)
+
+
+@pytest.mark.parametrize("conf", ["", "release:free"])
+def test_threads_with_streams_and_empty_cache(conf):
+    # four threads each reuse memory on their own stream (stream-ordered frees while work is pending) while a fifth
+    # empties the cache and a callback frees; every copy must see its own memset, nothing may crash or hang
+    run("""
+errors = []
+def worker(k):
+    try:
+        s = paddle_rt.Stream()
+        outs = []
+        for i in range(30):
+            with paddle_rt.stream(s):
+                a = paddle_rt.malloc((1 + (i % 5)) * MiB)
+            h = np.zeros(a.size, np.uint8)
+            v = (k * 31 + i) % 251 + 1
+            if i % 7 == 0:
+                busy(s, 0.01)
+            paddle_rt.memset_async(a, v, stream=s)
+            paddle_rt.memcpy_async(h, a, stream=s)
+            if i % 3 == 0:
+                s.add_callback(a.free)
+            else:
+                a.free()
+            outs.append((h, v))
+        s.synchronize()
+        for h, v in outs:
+            if not (h == v).all():
+                errors.append(("content", k))
+        s.close()
+    except BaseException as e:
+        errors.append(repr(e))
+stop = []
+def emptier():
+    while not stop:
+        paddle_rt.empty_cache()
+        time.sleep(0.002)
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+e = threading.Thread(target=emptier)
+e.start()
+for t in ts: t.start()
+for t in ts: t.join()
+stop.append(1)
+e.join()
+assert not errors, errors
+assert paddle_rt.memory_allocated() == 0
+paddle_rt.empty_cache()
+assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
+print("OK")
+""", timeout=120, **({"PADDLE_RT_ALLOC_CONF": conf} if conf else {}))

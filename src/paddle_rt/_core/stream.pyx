@@ -44,7 +44,7 @@ from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_current_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
     prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK,
-    prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle,
+    prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle, prt_streams_count,
 )
 from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
 from paddle_rt._core.trace cimport trace_mask, trace_emit
@@ -227,6 +227,17 @@ cdef int stream_device_quiesce(object device) except -1:
             continue
         s._wait_position(s.ctx.core.submitted_now())      # pending errors stay for the stream's synchronize()
     return 0
+
+
+def _registry_count(device=None):
+    """Streams in the C registry the allocator consults (of ``device``, a Device; None: all) and whether they are
+    all idle (for tests)."""
+    cdef Device d
+    cdef void* key = NULL
+    if device is not None:
+        d = resolve_device(device)
+        key = <void*>d
+    return prt_streams_count(key), bool(prt_streams_idle(key))
 
 
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil:

@@ -298,6 +298,14 @@ cdef extern from * nogil:
             }
         }
     }
+    static inline size_t prt_streams_count(void* device) {
+        prt_stream_registry* r = prt_streams_ref();
+        if (!r) return 0;
+        std::lock_guard<std::mutex> lk(r->mu);
+        size_t n = 0;
+        for (const auto& e : r->live) if (!device || e.first == device) ++n;
+        return n;
+    }
     /* True when every live stream of `device` (NULL: of every device) has completed everything submitted to it so
        far, plugin work included. Never blocks beyond the registry's mutex. */
     static inline bool prt_streams_idle(void* device) {
@@ -412,6 +420,7 @@ cdef extern from * nogil:
     int prt_streams_add(void* device, prt_stream_core* c)
     void prt_streams_remove(prt_stream_core* c)
     bint prt_streams_idle(void* device)
+    size_t prt_streams_count(void* device)
 
     cppclass prt_event_core:
         void* plugin_event
