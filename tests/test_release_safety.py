@@ -367,3 +367,24 @@ paddle_rt.empty_cache()
 assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
 print("OK")
 """, timeout=120, **({"PADDLE_RT_ALLOC_CONF": conf} if conf else {}))
+
+
+def test_p2p_copy_stream_counts_for_both_devices():
+    # a P2P copy on a stream of rt_cpu:1 reads rt_cpu:0's memory: releasing rt_cpu:0's chunk must wait for it
+    run("""
+from paddle_rt._core import stream as S
+s1 = paddle_rt.Stream("rt_cpu:1")
+a = paddle_rt.malloc(8 * MiB, device="rt_cpu:0")
+paddle_rt.memset(a, 4)
+b = paddle_rt.malloc(8 * MiB, device="rt_cpu:1", stream=s1)
+h = np.zeros(8 * MiB, np.uint8)
+busy(s1, 0.3)
+paddle_rt.memcpy_async(b, a, stream=s1)       # P2P: s1 reads rt_cpu:0's memory
+paddle_rt.memcpy_async(h, b, stream=s1)
+a.free()
+assert not S._registry_count("rt_cpu:0")[1]   # s1 now counts for rt_cpu:0 too
+assert paddle_rt.empty_cache("rt_cpu:0") == 8 * MiB    # waited for s1
+assert s1.query() and (h == 4).all()
+s1.synchronize()
+print("OK")
+""", timeout=30)

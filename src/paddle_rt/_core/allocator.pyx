@@ -1972,7 +1972,8 @@ def pluggable_allocator_functions(device_type=None):
     ``void free(void* ptr, size_t size, int device, void* stream)`` (the shape of PyTorch's
     ``CUDAPluggableAllocator``) over the caching allocators of every device of ``device_type`` (default: the
     current device's type); ``device`` is the device index. ``alloc`` returns NULL on failure (the error is
-    reported through ``sys.unraisablehook``). Returns ``(alloc_address, free_address)``."""
+    reported through ``sys.unraisablehook``); it never waits for streams, so while the device's streams have queued
+    work its out-of-memory ladder cannot give idle chunks back (see the module documentation). Returns ``(alloc_address, free_address)``."""
     cdef Device cur = resolve_device(None)
     cdef Device d
     t = cur.type if device_type is None else device_type

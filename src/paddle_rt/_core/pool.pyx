@@ -520,8 +520,9 @@ cdef class MemPool:
 
     def trim_to(self, nbytes):
         """Give back freed blocks down to ``nbytes`` held bytes (to the caching allocator, whose idle chunks then go
-        back to the plugin). Memory in use, or whose free has not completed, is never touched. Returns the bytes the
-        pool still holds in freed blocks."""
+        back to the plugin if the device's streams are idle; it does not wait for them, see ``empty_cache()``).
+        Memory in use, or whose free has not completed, is never touched. Returns the bytes the pool still holds in
+        freed blocks."""
         self._check()
         if nbytes < 0:
             raise errors.InvalidArgument(f"{self.device}: trim_to: nbytes must be >= 0, not {nbytes}")

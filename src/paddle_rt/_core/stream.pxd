@@ -9,7 +9,8 @@
 #   stream_reached(s, pos)                True when everything up to `pos` has completed (nogil, never blocks)
 #   stream_device_idle(device)            True when every live stream of `device` (a Device as void*; NULL: of every
 #                                         device) has completed everything submitted to it so far (nogil, never
-#                                         blocks; may be called with an allocator lock held, never the reverse)
+#                                         blocks; may be called with an allocator lock held, never the reverse).
+#                                         A stream that ever ran a P2P copy counts for every device.
 #   stream_device_quiesce(device)         with the GIL: wait (GIL released, Ctrl-C raises) until every open stream of
 #                                         `device` (None: every device) has reached its current position; pending
 #                                         errors are not raised (they stay for the stream's synchronize). On a

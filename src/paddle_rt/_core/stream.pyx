@@ -43,7 +43,7 @@ from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_current_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
-    prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK,
+    prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_P2P,
     prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle, prt_streams_count,
 )
 from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
@@ -223,7 +223,7 @@ cdef int stream_device_quiesce(object device) except -1:
     for s in list(_live_streams):
         if s.closed or s.ctx == NULL or s._fork_gen != _fork_generation:
             continue
-        if device is not None and s.device is not device:
+        if device is not None and s.device is not device and not s.ctx.core.cross_device_now():
             continue
         s._wait_position(s.ctx.core.submitted_now())      # pending errors stay for the stream's synchronize()
     return 0
@@ -379,6 +379,8 @@ cdef class Stream:
 
     cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=0) except 0:
         self._check_open()
+        if (flags >> 8) == PRT_OPK_MEMCPY_P2P:
+            self.ctx.core.set_cross_device(1)    # it uses another device's memory: count it for every device
         cdef uint64_t pos = self.ctx.core.enqueue(fn, arg, aux, flags, nbytes)
         if pos == 0:
             raise MemoryError(f"{self.name}: no memory for a stream operation")

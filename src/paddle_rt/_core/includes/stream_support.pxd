@@ -83,6 +83,9 @@ cdef extern from * nogil:
         bool sleeping = false;
         int waiters = 0;
         bool started = false;
+        /* set (for good) before the stream's first operation that touches another device's memory (a P2P copy):
+           from then on prt_streams_idle counts the stream for every device */
+        std::atomic<int> cross_device{0};
         /* callbacks into stream.pyx */
         void* ctx = nullptr;
         void (*thread_init)(void* ctx) = nullptr;          /* on the worker, once: set the device */
@@ -313,8 +316,8 @@ cdef extern from * nogil:
         if (!r) return true;
         std::lock_guard<std::mutex> lk(r->mu);
         for (const auto& e : r->live) {
-            if (device && e.first != device) continue;
             prt_stream_core* c = e.second;
+            if (device && e.first != device && !c->cross_device.load(std::memory_order_acquire)) continue;
             if (!c->reached(c->submitted_pub.load(std::memory_order_acquire))) return false;
         }
         return true;
@@ -410,6 +413,8 @@ cdef extern from * nogil:
         void stop_and_join()
         uint64_t submitted_now "submitted_pub.load"()
         uint64_t completed_now "completed.load"()
+        void set_cross_device "cross_device.store"(int)
+        int cross_device_now "cross_device.load"()
 
     prt_stream_core* prt_current_worker()
     void* prt_t_stream_tag
