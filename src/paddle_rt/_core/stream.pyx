@@ -25,6 +25,10 @@ Semantics and decisions:
 - Interop: ``Stream.from_handle`` wraps a plugin stream; paddle_rt's plugin work reaches the handle from the worker,
   in order, so work that other code submits directly to the handle is ordered with paddle_rt's work only through
   ``synchronize()`` or events.
+- Releasing memory: a C-level registry of the live streams (stream_support.pxd) tells the allocator whether the
+  streams of a device still have queued work (stream_device_idle); the allocator keeps idle chunks cached until they
+  have none, and ``empty_cache()`` first waits for them (stream_device_quiesce). A stream that ran a P2P copy counts
+  for both devices (for every device, simply). Closed or collected streams leave the registry.
 - Every wait releases the GIL and polls every 20 ms, so Ctrl-C raises KeyboardInterrupt in the waiting thread (the
   queued work keeps running). ``close()`` (also at interpreter exit, and when a stream is garbage collected) waits
   for pending work; only streams paddle_rt created are destroyed in the plugin.
