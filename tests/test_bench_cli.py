@@ -11,8 +11,8 @@ import pytest
 import paddle_rt
 from paddle_rt.tools import bench, benchmarks
 
-SRC = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
-ROOT = os.path.dirname(SRC)
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))   # the paddle_rt under test
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))            # the checkout (bench/ lives there)
 KEYS = {"area", "name", "value", "unit", "target", "met", "note"}
 
 
