@@ -68,7 +68,7 @@ cimport cython
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
 from cpython.exc cimport PyErr_Clear
-from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX, INT64_MAX
+from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX, INT64_MAX, UINTPTR_MAX
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
 from libcpp.vector cimport vector
@@ -1511,9 +1511,15 @@ cdef inline uintptr_t _tag_of(Stream s) noexcept:
     return <uintptr_t>s.ctx.core
 
 
-cdef uintptr_t _stream_arg(DeviceAllocator a, object stream) except? 0:
+# The allocator tag of malloc's `stream` argument. Inline for the common None (a tag is an address or 0, never
+# UINTPTR_MAX, so the error value costs no PyErr_Occurred() check on the hot path).
+cdef inline uintptr_t _stream_arg(DeviceAllocator a, object stream) except? UINTPTR_MAX:
     if stream is None:
         return 0 if a.core.kind == KIND_HOST else current_stream_tag(a.device)
+    return _stream_arg_slow(a, stream)
+
+
+cdef uintptr_t _stream_arg_slow(DeviceAllocator a, object stream) except? UINTPTR_MAX:
     if isinstance(stream, Stream):
         if (<Stream>stream).device is not a.device:
             raise errors.InvalidArgument(f"{a.device}: malloc: {(<Stream>stream).name} belongs to "
