@@ -356,6 +356,16 @@ cdef inline int _q_push(AllocatorCore* c, Block* b) noexcept nogil:
     return 1
 
 
+# `x` takes over its next neighbour by address (already out of the free index), which is dropped.
+cdef inline void _absorb_next(AllocatorCore* c, Block* x) noexcept nogil:
+    cdef Block* y = x.next
+    x.size += y.size
+    x.next = y.next
+    if y.next != NULL:
+        y.next.prev = x
+    _drop_block(c, y)
+
+
 # A free block (allocated == 0, not indexed): merge with free neighbours, index it. A neighbour's index entry is
 # re-keyed (in place when the order allows) instead of being removed and inserted again.
 cdef Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
@@ -369,28 +379,16 @@ cdef Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
         _split_uncount(c, p)
         if nf:
             _free_remove(c, n)
-            p.size += n.size
-            p.next = n.next
-            if n.next != NULL:
-                n.next.prev = p
-            _drop_block(c, n)
-        p.size += b.size
-        if p.next == b:
-            p.next = b.next
-            if b.next != NULL:
-                b.next.prev = p
-        _drop_block(c, b)
+        _absorb_next(c, p)           # b
+        if nf:
+            _absorb_next(c, p)       # n
         _free_rekey(c, it, p)
         _split_count(c, p)
         return p
     if nf:
         it = _free_find(c, n)
         _split_uncount(c, n)
-        b.size += n.size
-        b.next = n.next
-        if n.next != NULL:
-            n.next.prev = b
-        _drop_block(c, n)
+        _absorb_next(c, b)
         _free_rekey(c, it, b)
         _split_count(c, b)
         return b
@@ -1513,13 +1511,13 @@ cdef inline uintptr_t _tag_of(Stream s) noexcept:
 
 # The allocator tag of malloc's `stream` argument. Inline for the common None (a tag is an address or 0, never
 # UINTPTR_MAX, so the error value costs no PyErr_Occurred() check on the hot path).
-cdef inline uintptr_t _stream_arg(DeviceAllocator a, object stream) except? UINTPTR_MAX:
+cdef inline uintptr_t _stream_arg(DeviceAllocator a, object stream) except? <uintptr_t>UINTPTR_MAX:
     if stream is None:
         return 0 if a.core.kind == KIND_HOST else current_stream_tag(a.device)
     return _stream_arg_slow(a, stream)
 
 
-cdef uintptr_t _stream_arg_slow(DeviceAllocator a, object stream) except? UINTPTR_MAX:
+cdef uintptr_t _stream_arg_slow(DeviceAllocator a, object stream) except? <uintptr_t>UINTPTR_MAX:
     if isinstance(stream, Stream):
         if (<Stream>stream).device is not a.device:
             raise errors.InvalidArgument(f"{a.device}: malloc: {(<Stream>stream).name} belongs to "
