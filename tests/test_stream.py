@@ -91,9 +91,9 @@ def test_wait_stream_orders_streams():
     b.close()
 
 
-def test_streams_run_concurrently():
-    # each callback waits for the other stream's callback to have started: only concurrent streams finish
-    a, b = Stream(), Stream()
+def assert_streams_run_concurrently(device=None):
+    """Each stream's callback waits for the other's to have started: only concurrent streams finish."""
+    a, b = Stream(device), Stream(device)
     started = [threading.Event(), threading.Event()]
     met = []
 
@@ -108,6 +108,10 @@ def test_streams_run_concurrently():
     assert met == [True, True]
     a.close()
     b.close()
+
+
+def test_streams_run_concurrently():
+    assert_streams_run_concurrently()
 
 
 @pytest.mark.smoke
@@ -415,21 +419,7 @@ def test_streamless_plugin_gets_ordered_asynchronous_streams(streamless):
 
 
 def test_streamless_plugin_streams_run_concurrently(streamless):
-    a, b = Stream(streamless), Stream(streamless)
-    started = [threading.Event(), threading.Event()]
-    met = []
-
-    def body(me, other):
-        started[me].set()
-        met.append(started[other].wait(30))
-
-    a.add_callback(body, 0, 1)
-    b.add_callback(body, 1, 0)
-    a.synchronize()
-    b.synchronize()
-    assert met == [True, True]
-    a.close()
-    b.close()
+    assert_streams_run_concurrently(streamless)
 
 
 def test_streamless_plugin_events_order_and_time(streamless):
