@@ -1,7 +1,7 @@
 """Build script: the Cython core, the bundled rt_cpu plugin and the small host-symbol library.
 
 Environment knobs (for development, not needed by users):
-  PADDLE_RT_SANITIZE=address   build everything with AddressSanitizer (see tests/README.md)
+  PADDLE_RT_SANITIZE=address   build everything with AddressSanitizer (see .ci/sanitize)
   PADDLE_RT_DEBUG=1            -O0 -g, Cython line tracing off, asserts on
 """
 import glob
@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext as _build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = "src"
+SRC = "."
 INCLUDE = os.path.join(SRC, "paddle_rt", "include")
 
 SANITIZE = os.environ.get("PADDLE_RT_SANITIZE", "")
@@ -96,4 +96,4 @@ plain = [
 
 plain = [e for e in plain if wanted(e.name)]
 
-setup(ext_modules=plain + cython_extensions(), cmdclass={"build_ext": build_ext}, package_dir={"": SRC})
+setup(ext_modules=plain + cython_extensions(), cmdclass={"build_ext": build_ext})

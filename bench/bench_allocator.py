@@ -12,7 +12,7 @@ import sys
 try:
     import paddle_rt
 except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
 from paddle_rt.tools.benchmarks import allocator as alloc_bench
 

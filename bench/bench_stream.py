@@ -13,7 +13,7 @@ import os
 try:
     import paddle_rt
 except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
 from paddle_rt.tools.benchmarks import streams as stream_bench
 

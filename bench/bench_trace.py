@@ -23,7 +23,7 @@ import numpy as np
 try:
     import paddle_rt
 except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
 from paddle_rt._core import _bench_alloc as B, _bench_stream as CB, trace
 

@@ -22,6 +22,33 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN_SOURCES = os.path.join(REPO_ROOT, "tests", "plugins")
 
 
+def _package_under_test():
+    """The folder of the paddle_rt these tests import. Stops the run at once when that package has no compiled core:
+    the checkout's unbuilt sources shadowing the installed package (``python -m pytest`` from the checkout without
+    ``python setup.py build_ext --inplace``) would otherwise fail in every test with an unrelated ImportError."""
+    try:
+        import paddle_rt
+    except ImportError as exc:
+        pytest.exit(f"paddle_rt does not import ({exc}); install it (pip install '.[test]') or build it in place "
+                    "(python setup.py build_ext --inplace)", returncode=4)
+    folder = os.path.dirname(os.path.abspath(paddle_rt.__file__))
+    try:
+        import paddle_rt._core.allocator  # noqa: F401  (a compiled module: present only in a built package)
+    except ImportError as exc:
+        pytest.exit(f"the paddle_rt under test ({folder}) is not built: {exc}. Run the tests against the installed "
+                    "package (`pytest`, not `python -m pytest`, from the checkout) or build the checkout in place "
+                    "first (python setup.py build_ext --inplace)", returncode=4)
+    return folder
+
+
+def pytest_configure(config):
+    config._paddle_rt_folder = _package_under_test()
+
+
+def pytest_report_header(config):
+    return f"paddle_rt under test: {config._paddle_rt_folder}"
+
+
 def include_dir():
     """paddle_rt's include folder: from the package if it imports, else the source tree."""
     try:
@@ -29,7 +56,7 @@ def include_dir():
 
         return paddle_rt.get_include()
     except Exception:
-        return os.path.join(REPO_ROOT, "src", "paddle_rt", "include")
+        return os.path.join(REPO_ROOT, "paddle_rt", "include")
 
 
 def _define_args(defines):

@@ -161,7 +161,7 @@ def include_dir():
 
         return paddle_rt.get_include()
     except Exception:
-        return os.path.join(REPO, "src", "paddle_rt", "include")
+        return os.path.join(REPO, "paddle_rt", "include")
 
 
 def expected_lines():

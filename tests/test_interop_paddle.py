@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.interop
 
-# The rt_cpu of the paddle_rt under test (installed, or src/ in development), located without importing it.
+# The rt_cpu of the paddle_rt under test (installed, or the in-place build in development), located without importing it.
 PLUGIN = os.path.join(os.path.dirname(importlib.util.find_spec("paddle_rt").origin), "plugins", "librt_cpu.so")
 
 

@@ -17,7 +17,7 @@ import importlib.util
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The paddle_rt under test (installed, or src/ in development), located without importing it.
+# The paddle_rt under test (installed, or the in-place build in development), located without importing it.
 PACKAGE_DIR = os.path.dirname(importlib.util.find_spec("paddle_rt").origin)
 PLUGINS_INIT = os.path.join(PACKAGE_DIR, "plugins", "__init__.py")
 

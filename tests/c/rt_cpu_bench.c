@@ -1,8 +1,8 @@
 /*
  * Micro-benchmark of the rt_cpu plugin's own costs (not a test; prints medians of 7 repetitions).
  *
- *   gcc -std=gnu11 -O2 -pthread -Isrc/paddle_rt/include tests/c/rt_cpu_bench.c -o /tmp/rt_cpu_bench -ldl
- *   /tmp/rt_cpu_bench src/paddle_rt/plugins/librt_cpu.so
+ *   gcc -std=gnu11 -O2 -pthread -Ipaddle_rt/include tests/c/rt_cpu_bench.c -o /tmp/rt_cpu_bench -ldl
+ *   /tmp/rt_cpu_bench paddle_rt/plugins/librt_cpu.so
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
