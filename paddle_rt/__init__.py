@@ -12,9 +12,20 @@ from paddle_rt._core.errors import (
     OutOfMemoryError, InvalidArgument, DeviceError, NotSupportedError, StreamError, ForkError, CollectiveError,
     CollectiveTimeout, ProfilerError,
 )
-from paddle_rt._core.plugin import (
-    Plugin, load_plugin, list_plugins, device_types, REQUIRED_HOOKS, ALL_HOOKS,
-)
+try:
+    from paddle_rt._core.plugin import (
+        Plugin, load_plugin, list_plugins, device_types, REQUIRED_HOOKS, ALL_HOOKS,
+    )
+except ModuleNotFoundError as _exc:
+    if not (_exc.name or "").startswith("paddle_rt._core"):
+        raise
+    # The compiled core is missing: this is a source checkout that was never built, found before the installed
+    # package (``python -m`` puts the current folder first on sys.path).
+    raise ImportError(
+        f"paddle_rt was imported from {_os.path.dirname(_os.path.abspath(__file__))}, a source folder whose "
+        f"compiled core is missing ({_exc.name}). Run the installed package from another folder, use the "
+        "`paddle-rt` command (`paddle-rt demo`), or build the checkout in place first "
+        "(`python setup.py build_ext --inplace`).") from None
 from paddle_rt._core.device import (
     Device, device, devices, device_count, get_device, set_device, synchronize, reinitialize_after_fork,
 )

@@ -50,3 +50,21 @@ def test_cli_lists_commands_and_rejects_unknown(run_python):
     assert "unknown command 'nope'" in res.stderr
     for cmd in ("demo", "info", "replay", "check", "plot", "bench"):
         assert cmd in res.stdout
+
+
+def test_unbuilt_source_folder_says_so(tmp_path):
+    """The package's sources without their compiled core (a checkout that was never built, first on sys.path as
+    `python -m` puts it) fail to import with a message that says so and how to run the installed package."""
+    import shutil
+    import subprocess
+    import sys
+
+    import paddle_rt
+
+    src = os.path.dirname(os.path.abspath(paddle_rt.__file__))
+    shutil.copytree(src, tmp_path / "paddle_rt", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    res = subprocess.run([sys.executable, "-c", "import paddle_rt"], cwd=tmp_path, capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=60)
+    assert res.returncode != 0
+    assert "compiled core is missing" in res.stderr and "paddle-rt demo" in res.stderr
+    assert str(tmp_path / "paddle_rt") in res.stderr
