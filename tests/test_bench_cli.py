@@ -18,8 +18,11 @@ KEYS = {"area", "name", "value", "unit", "target", "met", "note"}
 
 def run(args, timeout=300):
     env = dict(os.environ, PYTHONPATH=SRC)
+    # cwd: the folder of the paddle_rt under test (from the checkout's top, `python -m` would find its sources first);
+    # the bench/*.py scripts are named by absolute path
+    args = [os.path.join(ROOT, a) if a.startswith("bench" + os.sep) else a for a in args]
     return subprocess.run([sys.executable] + args, env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT)
+                          cwd=SRC)
 
 
 def check_result(r, area):
@@ -136,7 +139,7 @@ def test_ccl_area_skipped_without_devices():
     env = dict(os.environ, PYTHONPATH=SRC, PADDLE_RT_NO_RT_CPU="1")
     env.pop("RT_CPU_DEVICE_COUNT", None)
     r = subprocess.run([sys.executable, "-m", "paddle_rt", "bench", "--quick", "--only", "ccl"], env=env,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, cwd=SRC)
     assert r.returncode == 0, r.stderr
     assert "(skipped: needs 2 rt_cpu devices, this process has 0)" in r.stdout
 

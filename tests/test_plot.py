@@ -261,7 +261,7 @@ def _blocked(module, args):
     code = (f"import sys; sys.modules[{module!r}] = None; from paddle_rt.__main__ import main; "
             f"sys.exit(main({args!r}))")
     env = dict(os.environ, PYTHONPATH=SRC)
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=SRC)
 
 
 def test_missing_matplotlib_names_the_extra(tmp_path):
@@ -281,7 +281,7 @@ def test_missing_matplotlib_from_python():
             "try:\n    plot.plot_memory({'devices': []}, 'x.png')\n"
             "except ImportError as e:\n    print(type(e).__name__, e)\n")
     r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=SRC), capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=120, cwd=SRC)
     assert r.stdout.startswith("MissingExtraError") and "paddle_rt[plot]" in r.stdout, r.stderr
 
 

@@ -174,7 +174,7 @@ def _run_replay(args, block_tqdm=False):
     code = pre + f"from paddle_rt.__main__ import main; sys.exit(main({['replay'] + args!r}))"
     src = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
     return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=src), capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, cwd=src)
 
 
 def test_progress_bar(tmp_path):

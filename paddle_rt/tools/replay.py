@@ -325,7 +325,9 @@ def _probe(path, device, conf_text, capacity):
         cmd += ["--device", device]
     if conf_text:
         cmd += ["--conf", conf_text]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    # cwd: the folder holding this paddle_rt, so that the child imports it (not sources in the caller's folder)
+    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=parent)
     if r.returncode not in (0, 3):
         raise SystemExit(f"replay: probe at {capacity} bytes failed unexpectedly:\n{r.stderr}")
     return r.returncode == 0

@@ -101,7 +101,7 @@ def run_in_child(n, max_bytes, reps, only_sizes=None):
     cmd = [sys.executable, "-m", __name__, str(n), str(max_bytes), str(reps)]
     if only_sizes:
         cmd.append(",".join(str(s) for s in only_sizes))
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=PACKAGE_PARENT)
     if res.returncode != 0 or _MARK not in res.stdout:
         raise RuntimeError(f"ccl benchmark on {n} devices failed in its child process:\n{res.stderr}")
     return json.loads(res.stdout.split(_MARK, 1)[1])
