@@ -87,10 +87,11 @@ plain = [
     ),
     Extension(
         "paddle_rt._core.libpaddle_rt_host",
-        [os.path.join(SRC, "paddle_rt", "_core", "host_symbols.c")],
+        [os.path.join(SRC, "paddle_rt", "_core", "host_symbols.c"),
+         os.path.join(SRC, "paddle_rt", "_core", "fault_handler.c")],
         include_dirs=[INCLUDE],
-        extra_compile_args=common_compile + ["-std=gnu11", "-Wall"],
-        extra_link_args=common_link,
+        extra_compile_args=common_compile + ["-std=gnu11", "-Wall", "-Werror"],
+        extra_link_args=common_link + ["-ldl"],
     ),
 ]
 

@@ -459,13 +459,11 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("oom_null", [0, 1])
 @pytest.mark.parametrize("conf,retries", [("growth:exact", 1), ("paddle_compat:1", 1), ("", 0)])
-def test_oom_ladder_through_capacity(oom_null, conf, retries):
+def test_oom_ladder_through_capacity(conf, retries):
     """The idle 6 MiB chunk goes back before a 7 MiB request on a 10 MiB device: through the OOM ladder (a retry),
     or, in the default adaptive mode, already by consolidation on the miss."""
-    r = run_python_code(OOM_CHILD, env={"RT_CPU_MEMORY_BYTES": 10 * MiB, "RT_CPU_OOM_NULL": oom_null,
-                                        "PADDLE_RT_ALLOC_CONF": conf})
+    r = run_python_code(OOM_CHILD, env={"RT_CPU_MEMORY_BYTES": 10 * MiB, "PADDLE_RT_ALLOC_CONF": conf})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["retries"] == retries
@@ -934,3 +932,42 @@ print("device still fine", paddle_rt.malloc(100).size)
     r = run_python(code, env={"RT_CPU_FAIL_HOST_ALLOC_EVERY": 1})
     assert r.returncode == 0, r.stderr
     assert "OOM malloc_host True 100" in r.stdout and "device still fine 100" in r.stdout
+
+
+NULL_SUCCESS_CHILD = """
+import json, paddle_rt
+from paddle_rt import plugins
+MiB = 1 << 20
+out = {}
+x = paddle_rt.malloc(6 * MiB)
+before, snap = paddle_rt.memory_stats(), paddle_rt.memory_snapshot()
+try:
+    paddle_rt.malloc(8 * MiB)             # beyond the capacity: rt_cpu answers C_SUCCESS with NULL (RT_CPU_OOM_NULL)
+    out["error"] = None
+except paddle_rt.PaddleRTError as e:
+    out["error"] = dict(type=type(e).__name__, msg=str(e), call=e.call, returned=getattr(e, "returned", None),
+                        plugin=getattr(e, "plugin", None), is_oom=isinstance(e, MemoryError))
+after = paddle_rt.memory_stats()
+out["retries"] = after["num_alloc_retries"] - before["num_alloc_retries"]
+out["unchanged"] = paddle_rt.memory_snapshot() == snap
+y = paddle_rt.malloc(1 * MiB)             # the device still works
+y.free(); x.free(); paddle_rt.empty_cache()
+out["live"] = plugins.rt_cpu_live_bytes(0)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("conf", ["", "paddle_compat:1"])
+def test_success_with_null_pointer_is_a_plugin_error(conf):
+    """A plugin that reports C_SUCCESS but gives a NULL pointer broke the ABI's contract: PluginError naming the
+    plugin, the hook and what it returned, not OutOfMemoryError; no OOM-ladder retries; nothing changes."""
+    r = run_python_code(NULL_SUCCESS_CHILD, env={"RT_CPU_MEMORY_BYTES": 10 * MiB, "RT_CPU_OOM_NULL": 1,
+                                                 "PADDLE_RT_ALLOC_CONF": conf})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    err = out["error"]
+    assert err is not None and err["type"] == "PluginError" and not err["is_oom"]
+    assert err["call"] == "device_memory_allocate" and err["returned"] == "a NULL pointer" and err["plugin"] == "rt_cpu"
+    for text in ("rt_cpu:0", "plugin 'rt_cpu'", "device_memory_allocate", "C_SUCCESS", "NULL pointer", "C_FAILED"):
+        assert text in err["msg"], (text, err["msg"])
+    assert out["retries"] == 0 and out["unchanged"] and out["live"] == 0

@@ -122,6 +122,7 @@ cdef enum:
     ERR_BAD_SIZE = 6
     ERR_INTERIOR = 7
     ERR_HOST_OOM = 8
+    ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
 
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk")
@@ -484,7 +485,16 @@ cdef inline void _plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noex
     c.num_device_free += 1
 
 
-# A new chunk of `size` bytes; NULL with err.kind set (ERR_OOM or ERR_PLUGIN) on failure.
+cdef inline int _plugin_alloc_outcome(C_Status st, void* p) noexcept nogil:
+    """What the plugin's answer to an allocation means: ERR_NONE (memory), ERR_OOM (C_FAILED: out of memory),
+    ERR_PLUGIN_NULL (success with a NULL pointer for a non-zero size: the plugin broke the ABI's contract; paddle_rt
+    names it rather than retrying it as out of memory) or ERR_PLUGIN (any other failure status)."""
+    if st == C_SUCCESS or st == C_WARNING:
+        return ERR_PLUGIN_NULL if p == NULL else ERR_NONE
+    return ERR_OOM if st == C_FAILED else ERR_PLUGIN
+
+
+# A new chunk of `size` bytes; NULL with err.kind set (ERR_OOM, ERR_PLUGIN or ERR_PLUGIN_NULL) on failure.
 cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil:
     cdef void* p = NULL
     cdef C_Status st
@@ -495,11 +505,8 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         err.kind = ERR_OOM
         return NULL
     st = _plugin_alloc(c, size, &p)
-    if st == C_FAILED or ((st == C_SUCCESS or st == C_WARNING) and p == NULL):
-        err.kind = ERR_OOM
-        return NULL
-    if st != C_SUCCESS and st != C_WARNING:
-        err.kind = ERR_PLUGIN
+    err.kind = _plugin_alloc_outcome(st, p)
+    if err.kind != ERR_NONE:
         err.status = st
         return NULL
     ch = <Chunk*>c_malloc(sizeof(Chunk))
@@ -664,6 +671,12 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     if e.kind == ERR_PLUGIN:
         call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
         raise errors.PluginError(str(dev), call, e.status, f"while allocating {e.requested} bytes")
+    if e.kind == ERR_PLUGIN_NULL:
+        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
+        raise errors.PluginError(
+            str(dev), call, e.status, returned="a NULL pointer",
+            detail=f"asked for a chunk of at least {e.requested} bytes; a plugin out of memory must return C_FAILED",
+            plugin=dev.type)
     if e.kind == ERR_HOST_OOM:
         raise MemoryError(f"{dev}: out of host memory for the allocator's bookkeeping")
     if e.kind == ERR_TORN_DOWN:
@@ -753,7 +766,9 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     if b == NULL and err.kind == ERR_NONE:
         chunk = _growth(c, pool, stream, size)
         b = _new_chunk(c, pool, stream, chunk, &err)
-        if b == NULL and err.kind == ERR_OOM and chunk > size:
+        if b == NULL and (err.kind == ERR_OOM or err.kind == ERR_PLUGIN_NULL) and chunk > size:
+            # the larger chunk was paddle_rt's own idea: fall back to exactly the request (a plugin that answers
+            # a request it cannot serve with success and NULL is named only when the request itself gets that)
             err.kind = ERR_NONE
             b = _new_chunk(c, pool, stream, size, &err)
         if b == NULL and err.kind == ERR_OOM:

@@ -27,6 +27,10 @@ _thread_state = threading.local()
 _default_lock = threading.Lock()
 _default_device = None
 _teardown_hooks = []      # (order, seq, fn)
+# Size hints that round every allocation, and the largest value that is taken for a real answer (a plugin that
+# reports more returned garbage: rounding every request up to it would exhaust any device).
+_ALLOCATION_HINTS = ("min_chunk_size", "extra_padding_size")
+MAX_PLAUSIBLE_HINT = 1 << 30
 _torn_down = False
 
 
@@ -179,9 +183,16 @@ cdef class Device:
         return bool(v)
 
     def size_hint(self, name):
-        """One size hook's value (``min_chunk_size``, ``extra_padding_size``, ...), or None when not implemented."""
+        """One size hook's value (``min_chunk_size``, ``extra_padding_size``, ...), or None when not implemented.
+        The two that shape every allocation (min chunk, extra padding) raise PluginError when absurd."""
         self.activate()
-        return self._size_hint(name)
+        v = self._size_hint(name)
+        if name in _ALLOCATION_HINTS and v is not None and v > MAX_PLAUSIBLE_HINT:
+            raise errors.PluginError(
+                repr(self), "device_" + name, C_SUCCESS, returned=f"{v} bytes",
+                detail=f"more than {MAX_PLAUSIBLE_HINT >> 30} GiB; every allocation is rounded with it",
+                plugin=self.plugin.device_type)
+        return v
 
     @property
     def properties(self):

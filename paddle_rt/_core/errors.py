@@ -61,15 +61,22 @@ class DuplicateDeviceTypeError(PluginLoadError):
 
 # -- using devices ---------------------------------------------------------------------------------------------------
 class PluginError(PaddleRTError):
-    """A plugin call returned a status other than success. ``device`` (e.g. ``"rt_cpu:0"``), ``call`` (the hook's
-    name) and ``status`` (the C_Status value) say which."""
+    """A plugin call returned a status other than success, or reported success but returned something unusable.
+    ``device`` (e.g. ``"rt_cpu:0"``), ``call`` (the hook's name) and ``status`` (the C_Status value) say which;
+    ``returned`` (e.g. ``"a NULL pointer"``) is set in the second case, with ``plugin`` (the plugin's name)."""
 
-    def __init__(self, device, call, status, detail=None):
+    def __init__(self, device, call, status, detail=None, returned=None, plugin=None):
         self.device = device
         self.call = call
         self.status = int(status) if status is not None else None
         self.status_name = STATUS_NAMES.get(self.status, str(self.status))
-        msg = f"{device}: {call} failed with {self.status_name}"
+        self.returned = returned
+        self.plugin = plugin
+        if returned is not None:
+            who = f"plugin {plugin!r} " if plugin else ""
+            msg = f"{device}: {who}{call} reported {self.status_name} but returned {returned}"
+        else:
+            msg = f"{device}: {call} failed with {self.status_name}"
         if detail:
             msg += f": {detail}"
         super().__init__(msg)

@@ -16,6 +16,7 @@ cdef class Plugin:
     cdef object _lock                 # threading.RLock guarding initialisation
     cdef list _devices                # Device objects by logical index, created on first use
     cdef list _physical_ids           # from get_device_list
+    cdef int _fault_slot              # its slot in the fatal-signal handler (fault_handler.c), -1 when not watched
 
     cdef int ensure_initialized(self) except -1
     cdef int check_process(self) except -1

@@ -9,13 +9,14 @@ import os
 import threading
 import warnings
 
+from libc.stdint cimport int64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport strlen
 
 from paddle_rt._core.device_ext cimport (
     C_DeviceInterface, CustomRuntimeParams, InitPluginFn, C_Status, C_SUCCESS, C_WARNING,
 )
-from paddle_rt._core.includes.dl cimport dlopen, dlsym, dlerror, dlclose, RTLD_NOW, RTLD_LOCAL
+from paddle_rt._core.includes.dl cimport dlopen, dlsym, dlerror, dlclose, RTLD_NOW, RTLD_LOCAL, RTLD_DEFAULT
 
 from paddle_rt._core import errors
 
@@ -97,6 +98,10 @@ _host_symbols = None
 cdef int _forked = 0
 
 
+# More devices than this from get_device_count is garbage (an uninitialised count), not hardware.
+MAX_PLAUSIBLE_DEVICES = 65536
+
+
 def is_forked():
     """True in a child of fork() until :func:`paddle_rt.reinitialize_after_fork`."""
     return _forked != 0
@@ -145,6 +150,7 @@ cdef class Plugin:
         self._lock = threading.RLock()
         self._devices = []
         self._physical_ids = []
+        self._fault_slot = -1
         self.bundled = False
 
     def __init__(self):
@@ -192,9 +198,10 @@ cdef class Plugin:
                 st = self.iface.get_device_count(&count)
             if st != C_SUCCESS and st != C_WARNING:
                 raise errors.PluginError(self.device_type, "get_device_count", st)
-            if count > 65536:
-                raise errors.PluginError(self.device_type, "get_device_count", st,
-                                         f"implausible device count {count}")
+            if count > MAX_PLAUSIBLE_DEVICES:
+                raise errors.PluginError(self.device_type, "get_device_count", st, returned=f"{count} devices",
+                                         detail=f"more than {MAX_PLAUSIBLE_DEVICES} is not a real device count",
+                                         plugin=self.device_type)
             ids = <size_t*>calloc(count + 1, sizeof(size_t))
             if ids == NULL:
                 raise MemoryError()
@@ -205,6 +212,7 @@ cdef class Plugin:
                     if st != C_SUCCESS and st != C_WARNING:
                         raise errors.PluginError(self.device_type, "get_device_list", st)
                 self._physical_ids = [int(ids[i]) for i in range(count)]
+                _tell_fault_handler_devices(self, ids, count)
             finally:
                 free(ids)
             self._devices = [None] * count
@@ -347,7 +355,74 @@ def load_plugin(path, *, _bundled=False):
                 device_type=p.device_type)
         _by_type[p.device_type] = p
         _by_path[real] = p
+        _watch_for_faults(p)
         return p
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Fatal signals inside hooks (fault_handler.c, in libpaddle_rt_host.so: one copy per process)
+
+ctypedef int (*_fault_install_fn)() noexcept nogil
+ctypedef int (*_fault_register_fn)(const char* name, const char* path, C_DeviceInterface* iface,
+                                   const char* const* names, const size_t* offsets, size_t n) noexcept nogil
+ctypedef void (*_fault_set_devices_fn)(int slot, const int64_t* ids, size_t n) noexcept nogil
+
+
+def fault_handler_enabled():
+    """Whether paddle_rt names the plugin, hook and device of a fatal signal (``PADDLE_RT_FAULT_HANDLER=0``: no)."""
+    return os.environ.get("PADDLE_RT_FAULT_HANDLER", "1").strip() not in ("0", "off", "false", "no")
+
+
+cdef int _watch_for_faults(Plugin p) except -1:
+    """Install the fatal-signal handler (once) and register ``p``'s hooks with it."""
+    cdef const char** names
+    cdef size_t* offsets
+    cdef size_t i
+    cdef _fault_install_fn install
+    cdef _fault_register_fn register
+    p._fault_slot = -1
+    if not fault_handler_enabled():
+        return 0
+    load_host_symbols()
+    install = <_fault_install_fn>dlsym(RTLD_DEFAULT, b"paddle_rt_fault_install")
+    register = <_fault_register_fn>dlsym(RTLD_DEFAULT, b"paddle_rt_fault_register")
+    if install == NULL or register == NULL:
+        return 0
+    names = <const char**>calloc(prt_n_hooks, sizeof(char*))
+    offsets = <size_t*>calloc(prt_n_hooks, sizeof(size_t))
+    if names == NULL or offsets == NULL:
+        free(names)
+        free(offsets)
+        raise MemoryError()
+    for i in range(prt_n_hooks):
+        names[i] = prt_hooks[i].name
+        offsets[i] = prt_hooks[i].offset
+    bname = p.device_type.encode()
+    bpath = os.fsencode(p.path)
+    install()
+    p._fault_slot = register(bname, bpath, p.iface, names, offsets, prt_n_hooks)
+    free(names)
+    free(offsets)
+    return 0
+
+
+cdef int _tell_fault_handler_devices(Plugin p, size_t* ids, size_t count) except -1:
+    cdef _fault_set_devices_fn set_devices
+    cdef int64_t* ids64
+    cdef size_t i
+    if p._fault_slot < 0:
+        return 0
+    set_devices = <_fault_set_devices_fn>dlsym(RTLD_DEFAULT, b"paddle_rt_fault_set_devices")
+    if set_devices == NULL:
+        return 0
+    ids64 = <int64_t*>calloc(count + 1, sizeof(int64_t))
+    if ids64 == NULL:
+        raise MemoryError()
+    for i in range(count):
+        ids64[i] = <int64_t>ids[i]
+    set_devices(p._fault_slot, ids64, count)
+    free(ids64)
+    return 0
 
 
 def list_plugins():

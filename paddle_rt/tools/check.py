@@ -1,15 +1,21 @@
-"""``python -m paddle_rt check PLUGIN.so [--json] [--timeout S] [--only NAME,...]``: a conformance suite for plugins
-written against the custom-device C ABI.
+"""``python -m paddle_rt check PLUGIN.so [--json] [--strict] [--timeout S] [--only NAME,...] [--list]``: what a
+vendor runs on a plugin written against the custom-device C ABI.
+
+Two groups of checks. *Conformance* checks exercise the plugin the way Paddle (3.3.1) and paddle_rt use it: ``fail``
+only where they would misbehave with this plugin, ``warn`` for hazards that still work (fixed memory figures,
+blocks aligned below the min chunk size). *Misuse probes* make one call Paddle never makes on purpose each (a double
+free, an out-of-range device id, an allocation beyond the capacity, NULL or zero-size arguments): a guarded plugin
+answers with an error status (``pass``); an unguarded one is a ``warn`` ("not guarded: double free aborts
+(SIGABRT)"), never a ``fail``. ``--list`` prints each check's rule.
 
 Every check runs in its own child process (``sys.executable -m paddle_rt.tools.check --child NAME PLUGIN``) that
 loads the plugin with :func:`paddle_rt.load_plugin` (the bundled rt_cpu is kept out with ``PADDLE_RT_NO_RT_CPU=1``
-unless it is the plugin under test), so a plugin that crashes (the signal is reported, with the hook it crashed in)
-or hangs (a timeout, default 20 s per check) fails that check and the suite goes on. The checks call the hooks
+unless it is the plugin under test), so a crash (the signal is reported, with the hook it crashed in) or a hang (a
+timeout, default 20 s per check) changes that check's verdict only, and the suite goes on. The checks call the hooks
 directly through :mod:`paddle_rt._core.rawabi` and judge the raw statuses.
 
-Results: ``pass``, ``warn`` (passes, but something is worth knowing, e.g. a double free that reports success),
-``skip`` (with the reason, e.g. the hooks the plugin lacks) and ``fail``. The exit status is 1 when any check
-failed, 0 otherwise (2 for bad arguments).
+Results: ``pass``, ``warn``, ``skip`` (with the reason, e.g. the hooks the plugin lacks) and ``fail``. The exit
+status is 1 when any check failed (with ``--strict``: or warned), 0 otherwise (2 for bad arguments).
 
 Device memory is read or written at its address only for device types the host may address (rt_cpu, and those
 listed in ``PADDLE_RT_HOST_ADDRESSABLE``); otherwise contents are checked by round trips h2d -> d2d -> d2h.
@@ -246,37 +252,24 @@ def check_device_enumeration(ctx):
         ctx.status(st, "get_device")
         ctx.expect(got == pid, f"set_device({pid}) then get_device gave {got}")
     ctx.status(r.set_device(ids[0]), f"set_device({ids[0]})")
-    bogus = max(ids) + 1000
-    st = r.set_device(bogus)
-    if _ok(st):
-        ctx.warn(f"set_device({bogus}) (no such device) returned {_sname(st)}")
-    ctx.status(r.set_device(ids[0]), f"set_device({ids[0]})")
     return f"{n} device(s), ids {ids}; set/get round trip on each"
+
+
+_NULL_SUCCESS = "gave C_SUCCESS with a NULL pointer (paddle_rt raises PluginError; out of memory is C_FAILED)"
 
 
 def check_allocate_free(ctx):
     r = ctx.raw
     parts = []
-    # size 0: either an error status or a valid pointer that can be freed
-    st, p = r.allocate(0)
-    if _ok(st) and p:
-        ctx.status(r.deallocate(p, 0), "device_memory_deallocate(size 0 block)")
-        parts.append("size 0 -> valid pointer")
-    elif _ok(st):
-        parts.append("size 0 -> NULL")
-    else:
-        parts.append(f"size 0 -> {_sname(st)}")
     for size in (1, 256, 4096 + 3):
         st, p = r.allocate(size)
         ctx.status(st, f"device_memory_allocate({size})")
-        ctx.expect(p != 0, f"device_memory_allocate({size}) gave success with NULL")
+        ctx.expect(p != 0, f"device_memory_allocate({size}) {_NULL_SUCCESS}")
         if ctx.can_write() and ctx.can_read():
             data = pattern(size, size)
             ctx.write(p, data)
             _same(ctx, ctx.read(p, size), data, f"block of {size} bytes")
         ctx.status(r.deallocate(p, size), f"device_memory_deallocate({size})")
-        if p % 8:
-            ctx.warn(f"allocation of {size} bytes is only {p & -p}-byte aligned")
     # two live blocks must not overlap
     a, b = ctx.alloc(4096), ctx.alloc(4096)
     ctx.expect(a + 4096 <= b or b + 4096 <= a, "two live 4096-byte blocks overlap")
@@ -289,7 +282,7 @@ def check_allocate_free(ctx):
     label = f"{size // MiB} MiB" if size % MiB == 0 else f"{size} B"
     st, p = r.allocate(size)
     ctx.status(st, f"device_memory_allocate({label})")
-    ctx.expect(p != 0, f"device_memory_allocate({label}) gave success with NULL")
+    ctx.expect(p != 0, f"device_memory_allocate({label}) {_NULL_SUCCESS}")
     if ctx.can_write() and ctx.can_read():
         tail = pattern(4096, 7)
         ctx.write(p + size - 4096, tail)
@@ -298,37 +291,38 @@ def check_allocate_free(ctx):
         _same(ctx, ctx.read(p, 4096), tail[::-1], f"first page of a {label} block")
     ctx.status(r.deallocate(p, size), f"device_memory_deallocate({label})")
     parts.append(f"1 B, 256 B, 4099 B, {label}")
-    # double free
-    st, p = r.allocate(4096)
-    ctx.status(st, "device_memory_allocate(4096)")
-    ctx.status(r.deallocate(p, 4096), "device_memory_deallocate(4096)")
-    st = r.deallocate(p, 4096)
-    if _ok(st):
-        ctx.warn(f"double free returned {_sname(st)} (an error status is expected)")
-    else:
-        parts.append(f"double free -> {_sname(st)}")
     return "; ".join(parts)
 
 
-def check_allocate_beyond_capacity(ctx):
+def _base_alignment(ptr):
+    """The largest power of two dividing ``ptr`` (capped at 1 MiB)."""
+    return min(ptr & -ptr, MiB) if ptr else MiB
+
+
+def check_block_alignment(ctx):
     r = ctx.raw
-    ctx.need("device_memory_stats")
-    st, total, free = r.memory_stats()
-    ctx.status(st, "device_memory_stats")
-    if total == 0:
-        raise Skip("device_memory_stats reports total = 0 (no capacity to exceed)")
-    size = total + MiB
-    st, p = r.allocate(size)
-    if _ok(st) and p:
-        r.deallocate(p, size)
-        raise Fail(f"device_memory_allocate({size}) beyond the capacity of {total} bytes succeeded "
-                   f"with a non-NULL pointer")
-    how = "success with NULL" if _ok(st) else _sname(st)
-    # the device must still work afterwards
-    st2, p2 = r.allocate(4096)
-    ctx.status(st2, "device_memory_allocate(4096) after a refused allocation")
-    ctx.status(r.deallocate(p2, 4096), "device_memory_deallocate(4096)")
-    return f"{size} bytes (capacity {total}) refused with {how}"
+    want = 256
+    if ctx.has("device_min_chunk_size"):
+        st, v = r.size_hint("min_chunk_size")
+        if _ok(st) and v:
+            want = v
+    worst = None
+    for size in (1, 24, 256, 4096 + 3, MiB + 5):
+        st, p = r.allocate(size)
+        ctx.status(st, f"device_memory_allocate({size})")
+        ctx.expect(p != 0, f"device_memory_allocate({size}) {_NULL_SUCCESS}")
+        ctx.defer(r.deallocate, p, size)
+        align = _base_alignment(p)
+        if worst is None or align < worst[0]:
+            worst = (align, size, p)
+    align, size, p = worst
+    ctx.expect(align >= 8, f"a block of {size} bytes at {p:#x} is only {align}-byte aligned: every block the "
+                           f"allocator hands out is an offset from it, so 8-byte values in it would be misaligned")
+    if align < want:
+        ctx.warn(f"a block of {size} bytes at {p:#x} is {align}-byte aligned, less than "
+                 f"{'the min chunk size' if want != 256 else 'the 256 bytes assumed without a min chunk size'} "
+                 f"({want}): blocks carved from it are aligned to {align} only")
+    return f"bases aligned to at least {align} bytes (wanted {want})"
 
 
 def check_memory_stats(ctx):
@@ -336,15 +330,19 @@ def check_memory_stats(ctx):
     ctx.need("device_memory_stats")
     st, total, free = r.memory_stats()
     ctx.status(st, "device_memory_stats")
-    ctx.expect(free <= total, f"free ({free}) > total ({total})")
+    if free > total:
+        ctx.warn(f"free ({free}) > total ({total})")
     if total == 0:
         return "total = free = 0 (no stats, as Paddle's default)"
     size = min(64 * MiB, max(free // 4, 4096))
     p = ctx.alloc(size)
     st, total2, free2 = r.memory_stats()
     ctx.status(st, "device_memory_stats")
-    ctx.expect(free2 <= total2, f"free ({free2}) > total ({total2}) after an allocation")
-    ctx.expect(free2 < free, f"free did not decrease after allocating {size} bytes ({free} -> {free2})")
+    if free2 > total2:
+        ctx.warn(f"free ({free2}) > total ({total2}) after an allocation")
+    if free2 >= free:
+        ctx.warn(f"free did not decrease after allocating {size} bytes ({free} -> {free2}): fixed figures work "
+                 f"(Paddle reads them to size its first chunk), but out-of-memory messages will report them")
     if total2 != total:
         ctx.warn(f"total changed after an allocation ({total} -> {total2})")
     ctx.cleanup()
@@ -460,9 +458,6 @@ def check_host_memory(ctx):
             ctx.status(r.copy_d2h(h, d, n), f"memory_copy_d2h to {label} memory")
             _same(ctx, ctx.rawabi.read_host(h, n), data, f"round trip through {label} memory")
         ctx.status(free(h, n), free_name)
-        st = free(h, n)
-        if _ok(st):
-            ctx.warn(f"double {free_name} returned {_sname(st)}")
         parts.append(label)
     missing = [k[0] for k in kinds if k not in present]
     return "; ".join(parts) + (f" (plugin lacks {', '.join(missing)})" if missing else "")
@@ -747,31 +742,162 @@ def check_xccl(ctx):
     return f"1-rank communicator; all_reduce SUM of {len(values)} floats"
 
 
-#: (name, function, one-line description), in the order they run.
+# ---------------------------------------------------------------------------------------------------------------------
+# Misuse probes: calls Paddle never makes on purpose. A guarded plugin answers with an error status; an unguarded one
+# is a hazard (a warning), never a failure. A crash or hang in a probe is reported under the probe's name only.
+
+def _unguarded(ctx, what):
+    ctx.warn(f"not guarded: {what}")
+
+
+def probe_double_free(ctx):
+    r = ctx.raw
+    st, p = r.allocate(4096)
+    ctx.status(st, "device_memory_allocate(4096)")
+    ctx.expect(p != 0, f"device_memory_allocate(4096) {_NULL_SUCCESS}")
+    ctx.status(r.deallocate(p, 4096), "device_memory_deallocate(4096)")
+    st = r.deallocate(p, 4096)
+    if _ok(st):
+        _unguarded(ctx, f"double free returned {_sname(st)}")
+        return ""
+    return f"double free -> {_sname(st)}"
+
+
+def probe_host_double_free(ctx):
+    r = ctx.raw
+    kinds = [("host_memory_allocate", "host_memory_deallocate", r.host_allocate, r.host_deallocate),
+             ("unified_memory_allocate", "unified_memory_deallocate", r.unified_allocate, r.unified_deallocate)]
+    present = [k for k in kinds if ctx.has(k[0]) and ctx.has(k[1])]
+    if not present:
+        raise Skip("plugin lacks host_memory_allocate/deallocate and unified_memory_allocate/deallocate")
+    parts = []
+    for alloc_name, free_name, alloc, free in present:
+        st, h = alloc(4096)
+        ctx.status(st, alloc_name)
+        ctx.expect(h != 0, f"{alloc_name} gave C_SUCCESS with a NULL pointer")
+        ctx.status(free(h, 4096), free_name)
+        st = free(h, 4096)
+        if _ok(st):
+            _unguarded(ctx, f"double {free_name} returned {_sname(st)}")
+        else:
+            parts.append(f"double {free_name} -> {_sname(st)}")
+    return "; ".join(parts)
+
+
+def probe_bad_device_id(ctx):
+    r = ctx.raw
+    st, ids = r.get_device_list(ctx.ndev)
+    ctx.status(st, "get_device_list")
+    bogus = max(ids) + 1000
+    st = r.set_device(bogus)
+    ctx.status(r.set_device(ids[0]), f"set_device({ids[0]})")
+    if _ok(st):
+        _unguarded(ctx, f"set_device({bogus}) (no such device) returned {_sname(st)}")
+        return ""
+    return f"set_device({bogus}) -> {_sname(st)}"
+
+
+def probe_beyond_capacity(ctx):
+    r = ctx.raw
+    ctx.need("device_memory_stats")
+    st, total, free = r.memory_stats()
+    ctx.status(st, "device_memory_stats")
+    if total == 0:
+        raise Skip("device_memory_stats reports total = 0 (no capacity to exceed)")
+    size = total + MiB
+    st, p = r.allocate(size)
+    if _ok(st) and p:
+        r.deallocate(p, size)
+        _unguarded(ctx, f"device_memory_allocate({size}) beyond the advertised capacity of {total} bytes "
+                        f"succeeded (host-backed memory?); Paddle and paddle_rt still work, but the figure misleads")
+        return ""
+    how = "C_SUCCESS with a NULL pointer" if _ok(st) else _sname(st)
+    st2, p2 = r.allocate(4096)
+    ctx.status(st2, "device_memory_allocate(4096) after a refused allocation")
+    ctx.expect(p2 != 0, f"device_memory_allocate(4096) after a refused allocation {_NULL_SUCCESS}")
+    ctx.status(r.deallocate(p2, 4096), "device_memory_deallocate(4096)")
+    return f"{size} bytes (capacity {total}) refused with {how}; the device works afterwards"
+
+
+def probe_zero_size(ctx):
+    r = ctx.raw
+    st, p = r.allocate(0)
+    if _ok(st) and p:
+        ctx.status(r.deallocate(p, 0), "device_memory_deallocate of a size-0 block")
+        return "allocate(0) -> a pointer that frees"
+    return "allocate(0) -> NULL" if _ok(st) else f"allocate(0) -> {_sname(st)}"
+
+
+def probe_null_free(ctx):
+    st = ctx.raw.deallocate(0, 4096)
+    if _ok(st):
+        return f"deallocate(NULL) -> {_sname(st)} (a no-op, like free(NULL))"
+    return f"deallocate(NULL) -> {_sname(st)}"
+
+
+class Check:
+    """One entry of the suite: ``group`` is ``"conformance"`` (does the plugin work under Paddle and paddle_rt) or
+    ``"probe"`` (a deliberate misuse: does the plugin guard against it); ``rule`` says when it fails and warns;
+    ``misuse`` (probes) names the misuse for a crash or hang report."""
+
+    def __init__(self, name, fn, what, rule, group="conformance", misuse=None):
+        self.name, self.fn, self.what, self.rule, self.group, self.misuse = name, fn, what, rule, group, misuse
+
+
+_PROBE_RULE = "never fails; warn when not guarded (success status, crash or hang)"
+
+#: The checks, in the order they run: conformance first, then the misuse probes.
 CHECKS = [
-    ("handshake", None, "dlopen, InitPlugin, version and validation (paddle_rt.load_plugin)"),
-    ("required_hooks", check_required_hooks, "the ten hooks Paddle requires"),
-    ("device_enumeration", check_device_enumeration, "count, list, set/get device round trip"),
-    ("allocate_free", check_allocate_free, "sizes 0, small, 64 MiB; no overlap; double free"),
-    ("allocate_beyond_capacity", check_allocate_beyond_capacity, "more than the capacity is refused"),
-    ("memory_stats", check_memory_stats, "free <= total; free falls after an allocation"),
-    ("copy_h2d", check_copy_h2d, "memory_copy_h2d with content checks"),
-    ("copy_d2h", check_copy_d2h, "memory_copy_d2h with content checks"),
-    ("copy_d2d", check_copy_d2d, "memory_copy_d2d with content checks"),
-    ("copy_p2p", check_copy_p2p, "memory_copy_p2p between devices 0 and 1"),
-    ("memset", check_memset, "device_memory_set"),
-    ("host_memory", check_host_memory, "pinned and unified host memory"),
-    ("size_hints", check_size_hints, "device_*_size hooks"),
-    ("stream_lifecycle", check_stream_lifecycle, "create, idle query, synchronize, destroy"),
-    ("async_copies", check_async_copies, "async_memory_copy_* with content checks"),
-    ("stream_ordering", check_stream_ordering, "a chain of async copies gives the last value"),
-    ("events", check_events, "record, synchronize, query, destroy"),
-    ("stream_wait_event", check_stream_wait_event, "cross-stream ordering through an event"),
-    ("callbacks", check_callbacks, "stream_add_callback runs, in order"),
-    ("synchronize_device", check_synchronize_device, "synchronize_device waits for stream work"),
-    ("xccl", check_xccl, "1-rank communicator and all_reduce"),
+    Check("handshake", None, "dlopen, InitPlugin, version and validation (paddle_rt.load_plugin)",
+          "fail when Paddle would refuse the plugin (no InitPlugin, old version, device_type NULL, a required hook "
+          "missing)"),
+    Check("required_hooks", check_required_hooks, "the ten hooks Paddle requires", "fail when one is missing"),
+    Check("device_enumeration", check_device_enumeration, "count, list, set/get device round trip",
+          "fail on an error status, a count Paddle would not use, duplicate ids, or a set/get mismatch"),
+    Check("allocate_free", check_allocate_free, "sizes 1 B to 64 MiB, contents, no overlap",
+          "fail on an error status, success with a NULL pointer, wrong contents or overlapping blocks"),
+    Check("block_alignment", check_block_alignment, "base pointers aligned for the blocks carved from them",
+          "fail below 8-byte alignment; warn below the min chunk size (256 without one)"),
+    Check("memory_stats", check_memory_stats, "free <= total; free falls after an allocation",
+          "fail on an error status; warn on fixed or inconsistent figures (Paddle still works)"),
+    Check("copy_h2d", check_copy_h2d, "memory_copy_h2d with content checks", "fail on an error status or wrong contents"),
+    Check("copy_d2h", check_copy_d2h, "memory_copy_d2h with content checks", "fail on an error status or wrong contents"),
+    Check("copy_d2d", check_copy_d2d, "memory_copy_d2d with content checks", "fail on an error status or wrong contents"),
+    Check("copy_p2p", check_copy_p2p, "memory_copy_p2p between devices 0 and 1",
+          "fail on an error status or wrong contents"),
+    Check("memset", check_memset, "device_memory_set", "fail on an error status or wrong contents"),
+    Check("host_memory", check_host_memory, "pinned and unified host memory",
+          "fail on an error status, success with NULL or wrong contents"),
+    Check("size_hints", check_size_hints, "device_*_size hooks",
+          "fail on an error status or a min chunk size of 0; warn on a max alloc size of 0"),
+    Check("stream_lifecycle", check_stream_lifecycle, "create, idle query, synchronize, destroy",
+          "fail on an error status"),
+    Check("async_copies", check_async_copies, "async_memory_copy_* with content checks",
+          "fail on an error status or wrong contents"),
+    Check("stream_ordering", check_stream_ordering, "a chain of async copies gives the last value",
+          "fail when work on one stream runs out of order"),
+    Check("events", check_events, "record, synchronize, query, destroy", "fail on an error status or a wrong query"),
+    Check("stream_wait_event", check_stream_wait_event, "cross-stream ordering through an event",
+          "fail when the wait does not order the streams"),
+    Check("callbacks", check_callbacks, "stream_add_callback runs, in order",
+          "fail when a callback is lost, runs twice or out of order"),
+    Check("synchronize_device", check_synchronize_device, "synchronize_device waits for stream work",
+          "fail when it returns before the work is done"),
+    Check("xccl", check_xccl, "1-rank communicator and all_reduce", "fail on an error status or a wrong sum"),
+    Check("probe_double_free", probe_double_free, "device_memory_deallocate twice on one block", _PROBE_RULE,
+          "probe", "double free"),
+    Check("probe_host_double_free", probe_host_double_free, "host/unified memory freed twice", _PROBE_RULE,
+          "probe", "double free of host memory"),
+    Check("probe_bad_device_id", probe_bad_device_id, "set_device with an id that is not in the device list",
+          _PROBE_RULE, "probe", "set_device with an out-of-range id"),
+    Check("probe_beyond_capacity", probe_beyond_capacity, "an allocation larger than the advertised capacity",
+          _PROBE_RULE, "probe", "an allocation beyond the capacity"),
+    Check("probe_zero_size", probe_zero_size, "device_memory_allocate of 0 bytes", _PROBE_RULE, "probe",
+          "allocate(0)"),
+    Check("probe_null_free", probe_null_free, "device_memory_deallocate(NULL)", _PROBE_RULE, "probe",
+          "deallocate(NULL)"),
 ]
-_BY_NAME = {name: fn for name, fn, _ in CHECKS}
+_BY_NAME = {c.name: c for c in CHECKS}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -803,7 +929,8 @@ def _child(name, path, timeout):
         _emit({"result": "pass", "detail": f"{plugin.device_type} ({plugin.sub_device_type}) "
                                            f"v{'.'.join(map(str, plugin.version))}"})
         return 0
-    fn = _BY_NAME[name]
+    check = _BY_NAME[name]
+    fn = check.fn
     ctx = None
     try:
         ctx = Ctx(plugin)
@@ -820,6 +947,9 @@ def _child(name, path, timeout):
     except Exception as exc:
         result, detail = "fail", f"{type(exc).__name__}: {exc}"
     finally:
+        if check.group == "probe" and result == "fail":
+            # a probe judges only the misuse; a plugin that cannot even set it up fails its conformance checks
+            result, detail = "skip", f"could not set up the probe: {detail}"
         if ctx is not None:
             ctx.cleanup()
     _emit({"result": result, "detail": detail})
@@ -890,6 +1020,16 @@ def _tail(text, n=3):
     return " | ".join(lines[-n:])
 
 
+_CRASH_VERB = {signal.SIGABRT: "aborts", signal.SIGSEGV: "crashes", signal.SIGBUS: "crashes"}
+
+
+def _signame(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def _run_one(name, path, timeout):
     cmd = [sys.executable, "-m", "paddle_rt.tools.check", "--child", name, "--timeout", str(timeout), path]
     t0 = time.monotonic()
@@ -916,17 +1056,27 @@ def _run_one(name, path, timeout):
             except ValueError:
                 pass
     hung = timed_out or "Timeout (" in err
+    check = _BY_NAME[name]
     if reported is not None and rc == 0 and not timed_out:
-        return dict(name=name, result=reported["result"], detail=reported["detail"], seconds=seconds)
+        return dict(name=name, group=check.group, result=reported["result"], detail=reported["detail"],
+                    seconds=seconds)
+    if check.group == "probe" and (reported is None or reported["result"] != "fail"):
+        # the misuse took the process down: that is the probe's answer, and only this probe's
+        if hung:
+            how = f"hangs (no answer within {timeout:g} s)"
+        elif rc < 0:
+            how = f"{_CRASH_VERB.get(-rc, 'crashes with')} ({_signame(-rc)})"
+        else:
+            how = f"ends the process (exit status {rc})"
+        where = _where(err)
+        return dict(name=name, group=check.group, result="warn",
+                    detail=f"not guarded: {check.misuse} {how}" + (f" {where}" if where else ""), seconds=seconds)
     if hung:
         what = f"hung: no result within {timeout:g} s"
         if reported is not None:
             what = f"{reported['result']} ({reported['detail']}), then hung at exit (deinit_device/finalize)"
     elif rc < 0:
-        try:
-            signame = signal.Signals(-rc).name
-        except ValueError:
-            signame = f"signal {-rc}"
+        signame = _signame(-rc)
         what = f"crashed with {signame}"
         if reported is not None:
             what = f"{reported['result']} ({reported['detail']}), then crashed with {signame} at exit"
@@ -939,18 +1089,19 @@ def _run_one(name, path, timeout):
     where = _where(err)
     if where:
         what += f" {where}"
-    return dict(name=name, result="fail", detail=what, seconds=seconds)
+    return dict(name=name, group=check.group, result="fail", detail=what, seconds=seconds)
 
 
 def run_checks(path, timeout=20.0, only=None, progress=None):
     """Run the suite on the plugin at ``path``; returns a list of dicts (name, result, detail, seconds)."""
     path = os.path.abspath(path)
     results = []
-    names = [n for n, _, _ in CHECKS if only is None or n in only or n == "handshake"]
+    names = [c.name for c in CHECKS if only is None or c.name in only or c.name == "handshake"]
     loaded = True
     for name in names:
         if not loaded:
-            res = dict(name=name, result="skip", detail="the plugin did not load", seconds=0.0)
+            res = dict(name=name, group=_BY_NAME[name].group, result="skip", detail="the plugin did not load",
+                       seconds=0.0)
         else:
             res = _run_one(name, path, timeout)
             if name == "handshake" and res["result"] == "fail":
@@ -964,7 +1115,11 @@ def run_checks(path, timeout=20.0, only=None, progress=None):
 def format_table(results):
     w = max([len(r["name"]) for r in results] + [5])
     lines = [f"{'check':{w}}  {'result':6}  detail", f"{'-' * w}  ------  ------"]
+    in_probes = False
     for r in results:
+        if r.get("group") == "probe" and not in_probes:
+            in_probes = True
+            lines.append(f"-- misuse probes (calls Paddle never makes; warn: the plugin does not guard against it)")
         lines.append(f"{r['name']:{w}}  {r['result']:6}  {r['detail']}")
     counts = {k: sum(1 for r in results if r["result"] == k) for k in ("pass", "warn", "skip", "fail")}
     lines.append("")
@@ -975,11 +1130,12 @@ def format_table(results):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m paddle_rt check",
                                  description="Conformance checks for a custom-device plugin (each in a child process).")
-    ap.add_argument("plugin", help="path of the plugin shared library")
+    ap.add_argument("plugin", nargs="?", help="path of the plugin shared library")
     ap.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds allowed per check (default 20)")
     ap.add_argument("--only", default=None, help="comma-separated check names (handshake always runs)")
-    ap.add_argument("--list", action="store_true", help="list the checks and exit")
+    ap.add_argument("--list", action="store_true", help="list the checks with their rules and exit")
+    ap.add_argument("--strict", action="store_true", help="warnings fail too (exit status 1), for a vendor's CI")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     try:
         args = ap.parse_args(argv)
@@ -991,9 +1147,14 @@ def main(argv=None):
             return 2
         return _child(args.child, args.plugin, args.timeout)
     if args.list:
-        for name, _, text in CHECKS:
-            print(f"{name:26s} {text}")
+        w = max(len(c.name) for c in CHECKS)
+        for c in CHECKS:
+            print(f"{c.name:{w}}  {c.group:11}  {c.what}")
+            print(f"{'':{w}}  {'':11}  rule: {c.rule}")
         return 0
+    if args.plugin is None:
+        print("python -m paddle_rt check: the plugin's path is required (or --list)", file=sys.stderr)
+        return 2
     if args.timeout <= 0:
         print("--timeout must be positive", file=sys.stderr)
         return 2
@@ -1017,7 +1178,8 @@ def main(argv=None):
     else:
         print(f"paddle_rt check {os.path.abspath(args.plugin)}")
         print(format_table(results))
-    return 1 if any(r["result"] == "fail" for r in results) else 0
+    bad = ("fail", "warn") if args.strict else ("fail",)
+    return 1 if any(r["result"] in bad for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -8,3 +8,4 @@ cdef extern from "<dlfcn.h>" nogil:
     int RTLD_LAZY
     int RTLD_LOCAL
     int RTLD_GLOBAL
+    void* RTLD_DEFAULT
