@@ -971,3 +971,29 @@ def test_success_with_null_pointer_is_a_plugin_error(conf):
     for text in ("rt_cpu:0", "plugin 'rt_cpu'", "device_memory_allocate", "C_SUCCESS", "NULL pointer", "C_FAILED"):
         assert text in err["msg"], (text, err["msg"])
     assert out["retries"] == 0 and out["unchanged"] and out["live"] == 0
+
+
+def test_vendor_plugin_null_success_names_the_plugin(build_plugin, run_python):
+    """A third-party plugin that answers an allocation beyond its capacity with C_SUCCESS and NULL: PluginError
+    naming the plugin and the hook, never OutOfMemoryError; allocations it can serve still work."""
+    so = build_plugin("vendor", {"DEVICE_TYPE": '"vd_nullsucc"', "NULL_SUCCESS": None, "CAPACITY_MIB": 8})
+    res = run_python(f"""
+import paddle_rt
+paddle_rt.load_plugin({str(so)!r})
+d = paddle_rt.device("vd_nullsucc:0")
+a = paddle_rt.malloc(1 << 20, device=d)
+try:
+    paddle_rt.malloc(16 << 20, device=d)
+except paddle_rt.OutOfMemoryError as e:
+    print("OOM", e)
+except paddle_rt.PluginError as e:
+    print("PLUGIN|" + str(e) + "|" + e.call + "|" + e.plugin)
+b = paddle_rt.malloc(1 << 20, device=d)
+print("still works", b.size)
+""", env={"PADDLE_RT_NO_RT_CPU": "1"})
+    assert res.returncode == 0, res.stderr
+    first, second = res.stdout.strip().splitlines()
+    kind, msg, call, plugin = first.split("|")
+    assert kind == "PLUGIN" and call == "device_memory_allocate" and plugin == "vd_nullsucc"
+    assert "plugin 'vd_nullsucc' device_memory_allocate reported C_SUCCESS but returned a NULL pointer" in msg
+    assert second == "still works 1048576"

@@ -682,3 +682,22 @@ def test_devices_leaves_out_a_plugin_that_cannot_initialise(run_python, build_pl
     assert "DEVS ['rt_cpu:0', 'rt_cpu:1']" in out
     assert "WARN True" in out
     assert "ERR initialize" in out
+
+
+def test_absurd_min_chunk_size_is_a_plugin_error(build_plugin, run_python):
+    """A size hint that rounds every allocation (min chunk) reported as more than 1 GiB is garbage: PluginError
+    naming the plugin, the hook and the value, at the first use, not an allocation rounded to it."""
+    so = build_plugin("vendor", {"DEVICE_TYPE": '"vd_hugechunk"', "MIN_CHUNK": "((size_t)1 << 40)"})
+    res = run_python(f"""
+import paddle_rt
+paddle_rt.load_plugin({str(so)!r})
+try:
+    paddle_rt.malloc(100, device="vd_hugechunk:0")
+except paddle_rt.PluginError as e:
+    print(type(e).__name__, "|", e)
+""", env={"PADDLE_RT_NO_RT_CPU": "1"})
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.strip()
+    assert out.startswith("PluginError |"), out
+    for text in ("vd_hugechunk:0", "plugin 'vd_hugechunk'", "device_min_chunk_size", "returned 1099511627776 bytes"):
+        assert text in out, (text, out)

@@ -307,7 +307,7 @@ def check_block_alignment(ctx):
         if _ok(st) and v:
             want = v
     worst = None
-    for size in (1, 24, 256, 4096 + 3, MiB + 5):
+    for size in (1, 24, 256, 4096 + 3, 65536 + 5):
         st, p = r.allocate(size)
         ctx.status(st, f"device_memory_allocate({size})")
         ctx.expect(p != 0, f"device_memory_allocate({size}) {_NULL_SUCCESS}")
@@ -769,7 +769,7 @@ def probe_host_double_free(ctx):
              ("unified_memory_allocate", "unified_memory_deallocate", r.unified_allocate, r.unified_deallocate)]
     present = [k for k in kinds if ctx.has(k[0]) and ctx.has(k[1])]
     if not present:
-        raise Skip("plugin lacks host_memory_allocate/deallocate and unified_memory_allocate/deallocate")
+        raise Skip("plugin lacks " + ", ".join(h for k in kinds for h in k[:2] if not ctx.has(h)))
     parts = []
     for alloc_name, free_name, alloc, free in present:
         st, h = alloc(4096)
@@ -811,6 +811,9 @@ def probe_beyond_capacity(ctx):
         _unguarded(ctx, f"device_memory_allocate({size}) beyond the advertised capacity of {total} bytes "
                         f"succeeded (host-backed memory?); Paddle and paddle_rt still work, but the figure misleads")
         return ""
+    if _ok(st):
+        ctx.warn(f"device_memory_allocate({size}) beyond the capacity answered C_SUCCESS with a NULL pointer: "
+                 f"paddle_rt raises PluginError for that (out of memory is C_FAILED; Paddle takes both)")
     how = "C_SUCCESS with a NULL pointer" if _ok(st) else _sname(st)
     st2, p2 = r.allocate(4096)
     ctx.status(st2, "device_memory_allocate(4096) after a refused allocation")
@@ -987,8 +990,15 @@ def _child_env(path):
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
+_FAULT_LINE = re.compile(r"paddle_rt: fatal signal \w+ inside plugin '[^']*' \(.*\), hook (\w+)")
+
+
 def _where(stderr):
-    """From a faulthandler dump: the innermost frame in this file, with its source line (names the hook)."""
+    """The hook a crash or hang happened in: from paddle_rt's fatal-signal line when there is one, else from a
+    faulthandler dump (the innermost frame in this file, with its source line)."""
+    m = _FAULT_LINE.search(stderr)
+    if m:
+        return f"in {m.group(1)}"
     here = os.path.abspath(__file__)
     # faulthandler dumps every thread; the check runs in the one whose stack holds _child
     sections, current = [], []

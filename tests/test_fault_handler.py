@@ -1,0 +1,103 @@
+"""paddle_rt/_core/fault_handler.c: a fatal signal inside a plugin hook prints one line naming the plugin, the hook
+and the device, then the handler installed before runs (Python's faulthandler here); PADDLE_RT_FAULT_HANDLER=0 turns
+it off. Each crash happens in a child process (tests/plugins/vendor.c's SEGV switches)."""
+import re
+import signal
+
+LINE = re.compile(r"^paddle_rt: fatal signal (\w+) inside plugin '([^']+)' \((.+)\), hook (\w+), device (.+)$", re.M)
+
+MALLOC_CRASH = """
+import paddle_rt
+p = paddle_rt.load_plugin({so!r})
+d = paddle_rt.device("{name}:1")
+print("before", flush=True)
+paddle_rt.malloc(12544, device=d)        # vendor.c: SEGV_SIZE=12544 (a fresh chunk of exactly the request)
+print("not reached", flush=True)
+"""
+
+
+def vendor(build_plugin, name, **switches):
+    return build_plugin("vendor", {"DEVICE_TYPE": f'"{name}"', **switches})
+
+
+def crash(run_python, so, name, code=MALLOC_CRASH, env=None):
+    base = {"PADDLE_RT_NO_RT_CPU": "1", "PADDLE_RT_ALLOC_CONF": "growth:exact"}
+    base.update(env or {})
+    return run_python(code.format(so=str(so), name=name), env=base)
+
+
+def test_segfault_in_a_hook_names_plugin_hook_and_device(build_plugin, run_python):
+    so = vendor(build_plugin, "vd_segv", SEGV_SIZE=12544, NDEV=2)
+    res = crash(run_python, so, "vd_segv", env={"PYTHONFAULTHANDLER": None})
+    assert res.returncode == -signal.SIGSEGV, res.stderr
+    assert "before" in res.stdout and "not reached" not in res.stdout
+    lines = LINE.findall(res.stderr)
+    assert len(lines) == 1, res.stderr
+    sig, plugin, path, hook, device = lines[0]
+    assert (sig, plugin, hook) == ("SIGSEGV", "vd_segv", "device_memory_allocate")
+    assert path == str(so)
+    assert device == "vd_segv:1 (physical id 1)"
+
+
+def test_chains_to_pythons_faulthandler(build_plugin, run_python):
+    so = vendor(build_plugin, "vd_segv_fh", SEGV_SIZE=12544)
+    res = crash(run_python, so, "vd_segv_fh", code=MALLOC_CRASH.replace(":1", ":0"),
+                env={"PYTHONFAULTHANDLER": "1"})
+    assert res.returncode == -signal.SIGSEGV, res.stderr
+    assert len(LINE.findall(res.stderr)) == 1
+    assert "Fatal Python error: Segmentation fault" in res.stderr      # faulthandler ran after our line
+    assert res.stderr.index("paddle_rt: fatal signal") < res.stderr.index("Fatal Python error")
+
+
+def test_crash_on_a_stream_worker_names_the_hook_and_device(build_plugin, run_python):
+    """vendor.c has no streams: paddle_rt's worker thread calls device_memory_set; the crash happens there."""
+    so = vendor(build_plugin, "vd_segv_set", SEGV_MEMSET=None, NDEV=2)
+    code = """
+import paddle_rt
+paddle_rt.load_plugin({so!r})
+d = paddle_rt.device("{name}:1")
+a = paddle_rt.malloc(4096, device=d)
+s = paddle_rt.Stream(d)
+paddle_rt.memset_async(a, 7, stream=s)
+s.synchronize()
+print("not reached", flush=True)
+"""
+    res = crash(run_python, so, "vd_segv_set", code=code, env={"PYTHONFAULTHANDLER": None})
+    assert res.returncode == -signal.SIGSEGV, res.stderr
+    lines = LINE.findall(res.stderr)
+    assert len(lines) == 1, res.stderr
+    assert lines[0][3] == "device_memory_set" and lines[0][4] == "vd_segv_set:1 (physical id 1)"
+
+
+def test_switched_off(build_plugin, run_python):
+    so = vendor(build_plugin, "vd_segv_off", SEGV_SIZE=12544)
+    res = crash(run_python, so, "vd_segv_off", code=MALLOC_CRASH.replace(":1", ":0"),
+                env={"PADDLE_RT_FAULT_HANDLER": "0", "PYTHONFAULTHANDLER": None})
+    assert res.returncode == -signal.SIGSEGV
+    assert "paddle_rt: fatal signal" not in res.stderr
+
+
+def test_crash_outside_plugins_says_nothing(run_python):
+    """A fatal signal that is not inside a plugin's code (here: raised from Python) gets no paddle_rt line, and the
+    previous disposition (the default: die by the signal) still applies."""
+    res = run_python("import os, signal, paddle_rt; paddle_rt.device('rt_cpu:0'); os.kill(os.getpid(), signal.SIGSEGV)",
+                     env={"PYTHONFAULTHANDLER": None})
+    assert res.returncode == -signal.SIGSEGV
+    assert "paddle_rt: fatal signal" not in res.stderr
+
+
+def test_normal_use_is_unchanged(build_plugin, run_python):
+    """The set_device trampoline passes every call through: a plugin's own set_device still runs, the device a
+    thread made current is the plugin's, and nothing is printed."""
+    so = vendor(build_plugin, "vd_quiet", NDEV=2)
+    res = run_python(f"""
+import ctypes, paddle_rt
+paddle_rt.load_plugin({str(so)!r})
+a = paddle_rt.malloc(1000, device="vd_quiet:1")
+lib = ctypes.CDLL({str(so)!r})
+print(lib.tp_current_device(), paddle_rt.device("vd_quiet:1").plugin.has_hook("set_device"))
+a.free()
+""", env={"PADDLE_RT_NO_RT_CPU": "1"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["1", "True"]
+    assert "paddle_rt:" not in res.stderr
