@@ -810,3 +810,44 @@ def test_buffers_are_kept_alive_until_the_collective_ran_then_released(comms):
     gc.collect()
     assert all(r() is None for r in refs)           # released once it ran
     s0.close()
+
+
+def test_work_wait_from_its_streams_callback_is_an_error_not_a_deadlock(run_python):
+    """The issue-13 repro: a callback on rank 0's stream waits for an all_reduce queued after it on the same stream.
+    The guard must see the stream module's worker identity (it used to read a never-set copy of its own): StreamError
+    at once, for the default timeout=None (which used to hang) and for timeout=3 (which used to time out)."""
+    res = run_python("""
+        import threading, numpy as np, paddle_rt
+        from paddle_rt import ccl
+        comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
+        bufs = [paddle_rt.malloc(64, device=c.device) for c in comms]
+        streams = [paddle_rt.Stream(c.device) for c in comms]
+        works, caught = [], []
+        queued = threading.Event()       # the callback waits until the host has queued the collective behind it
+        def cb(timeout):
+            queued.wait(30)
+            try:
+                works[0].wait(timeout=timeout) if timeout else works[0].wait()
+                caught.append("returned")
+            except paddle_rt.StreamError as exc:
+                caught.append("StreamError: " + str(exc))
+            except Exception as exc:
+                caught.append(type(exc).__name__)
+        for timeout in (None, 3):
+            works.clear()
+            queued.clear()
+            streams[0].add_callback(cb, timeout)
+            works.extend(ccl.all_reduce(b, b, "sum", comm=c, stream=s, dtype="float32")
+                         for b, c, s in zip(bufs, comms, streams))
+            queued.set()
+            for w in works:
+                w.wait(timeout=30)
+        print("CAUGHT", caught)
+        del bufs
+        for c in comms:
+            c.destroy()
+    """, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert out.count("StreamError:") == 2 and "would deadlock" in out, out
+    assert "returned" not in out and "CollectiveTimeout" not in out

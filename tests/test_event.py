@@ -171,3 +171,30 @@ def test_ctrl_c_interrupts_event_synchronize(run_python):
     """)
     assert res.returncode == 0, res.stderr
     assert "INTERRUPTED False" in res.stdout
+
+
+def test_event_synchronize_from_its_streams_callback_is_an_error_not_a_deadlock(run_python):
+    """A callback on stream s that waits for an event recorded after it on s would wait forever: StreamError. In a
+    child with a timeout, so that a missing guard fails the test instead of hanging the suite."""
+    res = run_python("""
+        import threading, paddle_rt
+        s = paddle_rt.Stream()
+        ev = paddle_rt.Event()
+        caught = []
+        recorded = threading.Event()     # the callback waits until the host has recorded the event behind it
+        def cb():
+            recorded.wait(30)
+            try:
+                ev.synchronize()
+                caught.append("returned")
+            except paddle_rt.StreamError as exc:
+                caught.append(str(exc))
+        s.add_callback(cb)
+        ev.record(s)                     # recorded after the callback: done only once the callback returned
+        recorded.set()
+        s.synchronize()
+        ev.synchronize()                 # from the host: fine
+        print("CAUGHT", caught)
+    """, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "would deadlock" in res.stdout and "returned" not in res.stdout, res.stdout

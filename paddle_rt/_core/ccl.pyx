@@ -45,9 +45,11 @@ from paddle_rt._core.device_ext cimport (
 )
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.plugin cimport Plugin
-from paddle_rt._core.stream cimport Stream, StreamCtx, current_stream, stream_ctx_plugin_sync, stream_reached
+from paddle_rt._core.stream cimport (
+    Stream, StreamCtx, current_stream, stream_ctx_plugin_sync, stream_reached, stream_current_worker,
+)
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, prt_current_worker, prt_op_kind, PRT_OPK_COLLECTIVE,
+    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_COLLECTIVE,
 )
 from paddle_rt._core.includes.ccl_support cimport (
     prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
@@ -478,7 +480,7 @@ cdef class Work:
         if self._finished or s.ctx == NULL or stream_reached(s, pos):
             _drain()
             return 0
-        if prt_current_worker() == s.ctx.core:
+        if stream_current_worker() == s.ctx.core:
             raise errors.StreamError(f"{s.name}: waiting for a collective from a callback of its own stream "
                                      f"would deadlock")
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -8,9 +8,9 @@ from cpython.exc cimport PyErr_CheckSignals
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Event, C_Status, C_SUCCESS, C_WARNING
 from paddle_rt._core.device cimport Device, check_status
 from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream, fork_generation, \
-    stream_notify_host_sync, stream_notify_wait
+    stream_notify_host_sync, stream_notify_wait, stream_current_worker
 from paddle_rt._core.includes.stream_support cimport (
-    prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_current_worker, prt_op_kind, PRT_OPK_EVENT_RECORD,
+    prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_EVENT_RECORD,
     PRT_OPK_EVENT_WAIT,
 )
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
@@ -167,6 +167,10 @@ cdef class Event:
         if gen == 0:
             return
         self._check_process()
+        if not self.core.is_done(gen) and self._stream is not None and self._stream.ctx != NULL and \
+                stream_current_worker() == self._stream.ctx.core:
+            raise errors.StreamError(f"{self._stream.name}: waiting for an event recorded later on this stream from "
+                                     f"one of its own callbacks would deadlock")
         while not self.core.is_done(gen):
             with nogil:
                 ok = self.core.wait_for(gen, POLL_US)

@@ -59,6 +59,8 @@ cdef class Stream:
 
 cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) except 0 nogil
 cdef uint64_t stream_position(Stream s) noexcept nogil
+# The stream core whose worker the calling thread is (NULL on other threads): one per thread in the process.
+cdef prt_stream_core* stream_current_worker() noexcept nogil
 cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
 cdef bint stream_device_idle(void* device) noexcept nogil

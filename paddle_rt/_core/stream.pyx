@@ -45,7 +45,7 @@ from posix.unistd cimport usleep
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.includes.stream_support cimport (
-    prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_current_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
+    prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_t_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
     prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_P2P,
     prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle, prt_streams_count,
@@ -204,6 +204,12 @@ cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) excep
     return s.launch_host_func(fn, arg)
 
 
+cdef prt_stream_core* stream_current_worker() noexcept nogil:
+    """The stream core whose worker the calling thread is, NULL on other threads. The thread-local lives in this
+    module's engine/stream_state.cpp; other modules cimport this function (a copy of their own would never be set)."""
+    return prt_t_worker
+
+
 cdef uint64_t stream_position(Stream s) noexcept nogil:
     if s.ctx == NULL:
         return 0
@@ -222,7 +228,7 @@ cdef bint stream_device_idle(void* device) noexcept nogil:
 
 cdef int stream_device_quiesce(object device) except -1:
     cdef Stream s
-    if prt_current_worker() != NULL:
+    if prt_t_worker != NULL:
         return 0                 # a callback: its own stream is busy anyway, and waiting could deadlock
     for s in list(_live_streams):
         if s.closed or s.ctx == NULL or s._fork_gen != _fork_generation:
@@ -465,7 +471,7 @@ cdef class Stream:
         cdef prt_stream_core* core = self.ctx.core
         if core.reached(pos):
             return 0
-        if prt_current_worker() == core:
+        if prt_t_worker == core:
             raise errors.StreamError(f"{self.name}: waiting for the stream from its own callback would deadlock")
         self._waiting += 1
         try:
@@ -537,7 +543,7 @@ cdef class Stream:
             self.closed = True       # the parent's worker does not exist here: forget the stream (its memory is lost)
             self.ctx = NULL
             return
-        if prt_current_worker() == ctx.core:
+        if prt_t_worker == ctx.core:
             raise errors.StreamError(f"{self.name}: a stream cannot be closed from its own callback")
         cdef uint64_t pos = ctx.core.submitted_now()
         self._wait_position(pos)
@@ -577,7 +583,7 @@ cdef class Stream:
         self.ctx = NULL
         if self._fork_gen != _fork_generation:
             return                   # a child of fork(): the worker thread does not exist here
-        if prt_current_worker() == ctx.core:
+        if prt_t_worker == ctx.core:
             # dropped inside its own callback: let the worker finish; its memory is left (rare, small)
             with nogil:
                 ctx.core.stop_and_join()

@@ -1,0 +1,267 @@
+/* The library-side ordered queue of one paddle_rt stream with its worker thread.
+ *
+ * Mutable process state (the calling thread's worker and selected stream, the registry of live streams) is declared
+ * here and defined once, in stream_state.cpp, which only the stream extension links; every other extension reaches
+ * it through functions cimported from paddle_rt._core.stream. The logic that talks to plugins and to Python is in
+ * stream.pyx. */
+#ifndef PADDLE_RT_ENGINE_STREAM_CORE_H_
+#define PADDLE_RT_ENGINE_STREAM_CORE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/clock.h"
+
+/* One queued operation: fn(ctx, arg, aux, pos) runs on the stream's worker and returns 1 when it handed work to
+   the plugin's stream (it completes later: the worker synchronises the plugin stream before the next operation
+   flagged PRT_OP_NEEDS_IDLE and whenever it runs out of work), 0 when it is done, -1 after recording an error. */
+enum { PRT_OP_PLUGIN_ASYNC = 1, PRT_OP_NEEDS_IDLE = 2 };
+/* What an operation is, for the profiler: flags | prt_op_kind(PRT_OPK_...). */
+enum {
+    PRT_OPK_OTHER = 0, PRT_OPK_NOP = 1, PRT_OPK_HOST_FUNC = 2, PRT_OPK_PY_CALLBACK = 3, PRT_OPK_MEMCPY_H2H = 4,
+    PRT_OPK_MEMCPY_H2D = 5, PRT_OPK_MEMCPY_D2H = 6, PRT_OPK_MEMCPY_D2D = 7, PRT_OPK_MEMCPY_P2P = 8,
+    PRT_OPK_MEMSET = 9, PRT_OPK_EVENT_RECORD = 10, PRT_OPK_EVENT_WAIT = 11, PRT_OPK_COLLECTIVE = 12
+};
+static inline int prt_op_kind(int k) { return k << 8; }
+typedef int (*prt_op_fn)(void* ctx, void* arg, uint64_t aux, uint64_t pos);
+struct prt_op {
+    prt_op* next;
+    prt_op_fn fn;
+    void* arg;
+    uint64_t aux;
+    uint64_t pos;
+    int flags;
+    int64_t enq_ns;       /* enqueue time while streams are traced, else 0 */
+    uint64_t nbytes;      /* bytes the operation moves (for the profiler) */
+};
+/* A traced operation handed to the plugin's stream: it ends when the worker has synchronised that stream. */
+struct prt_traced_op {
+    int kind;
+    uint64_t pos, nbytes;
+    int64_t enq_ns, start_ns;
+};
+inline constexpr int prt_trace_off = 0;
+typedef void (*prt_trace_op_fn)(void* ctx, int kind, uint64_t pos, uint64_t nbytes, int64_t enq_ns,
+                                int64_t start_ns, int64_t end_ns);
+
+struct prt_stream_core;
+/* The stream whose worker the calling thread is (NULL on other threads). Defined in stream_state.cpp, which only the
+   stream extension links: other modules ask stream.pyx (stream_current_worker, cimported), so there is one per
+   thread in the process, not one per extension module. */
+extern thread_local prt_stream_core* prt_t_worker;
+
+/* The ordered queue of one paddle_rt stream. Positions: the n-th operation submitted has position n (from 1);
+   `completed` is the highest position known complete (everything up to it has run, plugin work included). */
+struct prt_stream_core {
+    std::mutex mu;
+    std::condition_variable work_cv;
+    std::condition_variable done_cv;
+    prt_op* head = nullptr;
+    prt_op* tail = nullptr;
+    prt_op* free_ops = nullptr;
+    uint64_t submitted = 0;                    /* under mu */
+    std::atomic<uint64_t> submitted_pub{0};    /* copy of submitted readable without the lock */
+    std::atomic<uint64_t> completed{0};
+    bool stopping = false;
+    bool sleeping = false;
+    int waiters = 0;
+    bool started = false;
+    /* set (for good) before the stream's first operation that touches another device's memory (a P2P copy):
+       from then on prt_streams_idle counts the stream for every device */
+    std::atomic<int> cross_device{0};
+    /* callbacks into stream.pyx */
+    void* ctx = nullptr;
+    void (*thread_init)(void* ctx) = nullptr;          /* on the worker, once: set the device */
+    void (*thread_exit)(void* ctx) = nullptr;          /* on the worker, last */
+    int (*plugin_sync)(void* ctx) = nullptr;           /* wait for the plugin stream; 0 ok */
+    std::thread worker;
+    bool dirty = false;                                /* worker only: plugin work handed off, not yet waited */
+    /* tracing (trace.pyx): operations enqueued while (*trace_mask & trace_bit) are timed and reported */
+    const int* trace_mask = &prt_trace_off;
+    int trace_bit = 0;
+    prt_trace_op_fn trace_op = nullptr;
+    std::vector<prt_traced_op> traced_async;           /* worker only */
+
+    ~prt_stream_core() {
+        prt_op* o = free_ops;
+        while (o) { prt_op* n = o->next; delete o; o = n; }
+    }
+
+    /* Returns the position, 0 when out of memory, UINT64_MAX when the stream is stopping. */
+    uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes = 0) {
+        int64_t t = __builtin_expect((*trace_mask & trace_bit) != 0, 0) ? prt_now_ns() : 0;
+        std::unique_lock<std::mutex> lk(mu);
+        if (stopping) return UINT64_MAX;
+        prt_op* o = free_ops;
+        if (o) free_ops = o->next;
+        else {
+            o = new (std::nothrow) prt_op;
+            if (!o) return 0;
+        }
+        o->next = nullptr; o->fn = fn; o->arg = arg; o->aux = aux; o->flags = flags;
+        o->enq_ns = t; o->nbytes = nbytes;
+        o->pos = ++submitted;
+        submitted_pub.store(submitted, std::memory_order_release);
+        if (tail) tail->next = o; else head = o;
+        tail = o;
+        if (sleeping) { sleeping = false; work_cv.notify_one(); }
+        return o->pos;
+    }
+
+    void sync_plugin() {
+        if (dirty) {
+            if (plugin_sync) plugin_sync(ctx);
+            dirty = false;
+            if (!traced_async.empty()) {
+                int64_t end = prt_now_ns();
+                for (const prt_traced_op& t : traced_async)
+                    if (trace_op) trace_op(ctx, t.kind, t.pos, t.nbytes, t.enq_ns, t.start_ns, end);
+                traced_async.clear();
+            }
+        }
+    }
+
+    /* A traced operation ran (r: what its fn returned); report it, or keep it until the plugin stream is synced. */
+    void traced(const prt_op* o, int r, int64_t start) {
+        if (!trace_op) return;
+        if (r == 1) {
+            try { traced_async.push_back(prt_traced_op{o->flags >> 8, o->pos, o->nbytes, o->enq_ns, start}); }
+            catch (...) {}
+        } else {
+            trace_op(ctx, o->flags >> 8, o->pos, o->nbytes, o->enq_ns, start, prt_now_ns());
+        }
+    }
+
+    void finish(uint64_t pos) {
+        completed.store(pos, std::memory_order_release);
+    }
+
+    void run() {
+        prt_t_worker = this;
+        if (thread_init) thread_init(ctx);
+        std::unique_lock<std::mutex> lk(mu);
+        uint64_t last = 0;
+        bool spun = false;
+        for (;;) {
+            if (!head) {
+                if (dirty) {
+                    lk.unlock();
+                    sync_plugin();
+                    finish(last);
+                    lk.lock();
+                    continue;
+                }
+                if (waiters) done_cv.notify_all();
+                if (stopping) break;
+                if (!spun) {
+                    /* Out of work: watch for more for a few microseconds before sleeping, so that a steady
+                       producer does not pay a futex wake-up per operation. */
+                    spun = true;
+                    uint64_t seen = submitted;
+                    lk.unlock();
+                    int64_t until = prt_now_ns() + PRT_SPIN_NS;
+                    for (unsigned i = 1;; ++i) {
+                        if (submitted_pub.load(std::memory_order_relaxed) != seen) break;
+                        prt_cpu_relax();
+                        if ((i & 63) == 0 && prt_now_ns() > until) break;
+                    }
+                    lk.lock();
+                    continue;
+                }
+                spun = false;
+                sleeping = true;
+                work_cv.wait(lk, [this] { return head != nullptr || stopping; });
+                sleeping = false;
+                continue;
+            }
+            spun = false;
+            prt_op* batch = head;
+            head = tail = nullptr;
+            lk.unlock();
+            prt_op* o = batch;
+            prt_op* end = nullptr;
+            while (o) {
+                if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
+                int64_t t0 = __builtin_expect(o->enq_ns != 0, 0) ? prt_now_ns() : 0;
+                int r = o->fn(ctx, o->arg, o->aux, o->pos);
+                if (__builtin_expect(t0 != 0, 0)) traced(o, r, t0);
+                last = o->pos;
+                if (r == 1) dirty = true;
+                else if (!dirty) finish(o->pos);
+                end = o;
+                o = o->next;
+            }
+            lk.lock();
+            end->next = free_ops;
+            free_ops = batch;
+            if (waiters && !dirty) done_cv.notify_all();
+        }
+        lk.unlock();
+        if (thread_exit) thread_exit(ctx);
+    }
+
+    void start() {
+        worker = std::thread([this] { this->run(); });
+        started = true;
+    }
+
+    bool idle() const {
+        return completed.load(std::memory_order_acquire) >= submitted_pub.load(std::memory_order_acquire);
+    }
+    bool reached(uint64_t pos) const { return completed.load(std::memory_order_acquire) >= pos; }
+
+    /* Wait up to timeout_us for `pos` to complete; true when it did. */
+    bool wait_for(uint64_t pos, long timeout_us) {
+        if (reached(pos)) return true;
+        std::unique_lock<std::mutex> lk(mu);
+        ++waiters;
+        bool ok = done_cv.wait_for(lk, std::chrono::microseconds(timeout_us), [&] { return reached(pos); });
+        --waiters;
+        return ok;
+    }
+
+    /* Stop the worker after it drained the queue and join it (or detach when called from the worker). */
+    void stop_and_join() {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            stopping = true;
+            work_cv.notify_one();
+        }
+        if (started) {
+            if (std::this_thread::get_id() == worker.get_id()) worker.detach();
+            else worker.join();
+            started = false;
+        }
+    }
+};
+
+
+static inline prt_stream_core* prt_stream_core_new(void) { return new (std::nothrow) prt_stream_core(); }
+static inline void prt_stream_core_delete(prt_stream_core* c) { delete c; }
+
+/* -- defined in stream_state.cpp (the stream extension only) -- */
+/* The stream a thread selected with `with paddle_rt.stream(s)` (its core) and that stream's Device object. */
+extern thread_local void* prt_t_stream_tag;
+extern thread_local void* prt_t_stream_dev;
+/* The live stream cores of the process with their Device objects, for the allocator's question "may memory of
+   this device go back to the plugin now?" (prt_streams_idle). Never freed: the registry must outlive every stream,
+   and a child of fork() starts a new one (prt_streams_reset), because a thread of the parent may have held the old
+   mutex at the fork. Lock order: an allocator's lock may be held while taking its mutex, never the reverse. */
+int prt_streams_reset(void);                                   /* 0, or -1 when out of memory */
+int prt_streams_add(void* device, prt_stream_core* c);         /* 0, or -1 when out of memory (not registered) */
+void prt_streams_remove(prt_stream_core* c);
+size_t prt_streams_count(void* device);                        /* of `device`, or of all with NULL */
+/* True when every live stream of `device` (NULL: of every device) has completed everything submitted to it so far,
+   plugin work included. Never blocks beyond the registry's mutex. */
+bool prt_streams_idle(void* device);
+
+#endif /* PADDLE_RT_ENGINE_STREAM_CORE_H_ */
