@@ -6,7 +6,7 @@ from libc.stdint cimport uint64_t
 from cpython.ref cimport PyObject
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_CCLComm, C_DataType, C_CCLReduceOp, C_Status
 from paddle_rt._core.device cimport Device
-from paddle_rt._core.includes.ccl_support cimport prt_ccl_comm_error_fn
+from paddle_rt._core.includes.ccl_ext cimport paddle_rt_xccl_comm_error_fn
 
 # One plugin call of a collective, as the worker makes it.
 cdef struct CclCall:
@@ -33,7 +33,7 @@ cdef struct CclCall:
 cdef struct CclBatch:
     C_DeviceInterface* iface
     C_Device cdev
-    prt_ccl_comm_error_fn comm_error
+    paddle_rt_xccl_comm_error_fn comm_error
     bint grouped
     size_t n
     CclCall* calls
@@ -57,6 +57,8 @@ cdef class Communicator:
     cdef readonly size_t nranks
     cdef readonly Clique clique
     cdef readonly bint destroyed
+    cdef readonly bint across_processes  # made by from_mpi: the other ranks are in other processes
+    cdef readonly object mpi_comm        # from_mpi: the mpi4py communicator it was made over
     cdef object _error          # the first asynchronous failure (the communicator is then in error)
     cdef uint64_t _seq          # collectives issued
     cdef dict _last             # Stream -> last Work issued on it

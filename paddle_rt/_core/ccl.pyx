@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
@@ -52,7 +52,10 @@ from paddle_rt._core.includes.stream_support cimport (
     PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_COLLECTIVE,
 )
 from paddle_rt._core.includes.ccl_support cimport (
-    prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
+    prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
+)
+from paddle_rt._core.includes.ccl_ext cimport (
+    PaddleRtCclError, paddle_rt_xccl_comm_error_fn, paddle_rt_xccl_comm_init_rank_mpi_fn,
 )
 from paddle_rt._core.includes.dl cimport dlsym
 
@@ -262,6 +265,95 @@ cdef Clique _clique_for(bytes uid, size_t nranks):
 _live_comms = weakref.WeakSet()
 
 
+cdef void* _plugin_ext(Device dev, const char* name):
+    """An optional extension symbol of the plugin (paddle_rt_ccl_ext.h), or NULL."""
+    cdef Plugin p = dev.plugin
+    if p._dl == NULL:
+        return NULL
+    return dlsym(p._dl, name)
+
+
+cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, object mpi_comm):
+    """Communicator.__init__, and from_mpi (mpi_comm: the mpi4py communicator the ranks are the processes of)."""
+    cdef Device dev = resolve_device(device)
+    cdef C_DeviceInterface* f = dev.iface
+    cdef C_CCLRootId rid
+    cdef C_CCLComm h = NULL
+    cdef C_Status st = C_SUCCESS
+    cdef size_t n, r
+    cdef int64_t mpi_handle = 0
+    cdef paddle_rt_xccl_comm_init_rank_mpi_fn init_mpi = NULL
+    where = f"{dev!r}: ccl.Communicator" + (".from_mpi" if mpi_comm is not None else "")
+    if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
+        raise errors.InvalidArgument(f"{where}: nranks must be a positive int, not {nranks!r}")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < nranks:
+        raise errors.InvalidArgument(f"{where}: rank {rank!r} is not in 0..{nranks - 1}")
+    if isinstance(unique_id, (bytes, bytearray)):
+        unique_id = UniqueId(unique_id)
+    if not isinstance(unique_id, UniqueId):
+        raise errors.InvalidArgument(f"{where}: unique_id must come from ccl.get_unique_id(), not "
+                                     f"{type(unique_id).__name__}")
+    if f.xccl_comm_init_rank == NULL or f.xccl_destroy_comm == NULL:
+        raise errors.NotSupportedError(f"{where}: the plugin has no xccl_comm_init_rank / xccl_destroy_comm")
+    data = bytearray(unique_id.data)
+    cdef unsigned char[::1] view = data
+    rid.sz = len(data)
+    rid.data = <void*>&view[0]
+    n = nranks
+    r = rank
+    if mpi_comm is not None:
+        init_mpi = <paddle_rt_xccl_comm_init_rank_mpi_fn>_plugin_ext(dev, b"paddle_rt_xccl_comm_init_rank_mpi")
+        mpi_handle = mpi_comm_handle(mpi_comm)
+        clique = Clique(unique_id.data, nranks)      # this process holds one rank of it
+    else:
+        clique = _clique_for(unique_id.data, nranks)
+    prev = _device_mod.get_device()
+    dev.activate()      # the communicator's device is the plugin's current device at init
+    try:
+        with nogil:
+            if init_mpi != NULL:
+                st = init_mpi(n, &rid, r, &h, mpi_handle)
+            else:
+                st = f.xccl_comm_init_rank(n, &rid, r, &h)
+    finally:
+        if prev is not dev:
+            (<Device>prev).activate()
+    if st != C_SUCCESS and st != C_WARNING:
+        if init_mpi != NULL:
+            raise errors.PluginError(repr(dev), "paddle_rt_xccl_comm_init_rank_mpi", st,
+                                     f"rank {rank} of {nranks}: the plugin could not join the MPI processes (its "
+                                     f"reason is on stderr: MPI not initialized with MPI_THREAD_MULTIPLE, another "
+                                     f"MPI ABI, or a rank did not join in time)")
+        raise errors.PluginError(repr(dev), "xccl_comm_init_rank", st,
+                                 f"rank {rank} of {nranks}: the id is not from this process, the rank is "
+                                 f"already taken, or another rank gave a different nranks")
+    self.handle = h
+    self.device = dev
+    self.rank = rank
+    self.nranks = nranks
+    self.clique = clique
+    self.destroyed = False
+    self.across_processes = mpi_comm is not None
+    self.mpi_comm = mpi_comm
+    self._seq = 0
+    _live_comms.add(self)
+    return self
+
+
+def mpi_comm_handle(comm):
+    """The C handle (MPI_Comm) of an mpi4py communicator, as an int."""
+    from mpi4py import MPI
+    return int(MPI._handleof(comm))
+
+
+def comm_from_unique_id_mpi(nranks, unique_id, rank, device, mpi_comm):
+    """Rank ``rank`` of the communicator of ``unique_id`` over the processes of ``mpi_comm`` (ccl_mpi's last step)."""
+    cdef Communicator c = Communicator.__new__(Communicator)
+    return _comm_init(c, nranks, unique_id, rank, device, mpi_comm)
+
+
+
+
 # -- communicators ---------------------------------------------------------------------------------------------------
 cdef class Communicator:
     """Rank ``rank`` of ``nranks`` of the communicator named by ``unique_id``, on ``device`` (default: the current
@@ -274,51 +366,18 @@ cdef class Communicator:
         self._last = {}
 
     def __init__(self, nranks, unique_id, rank, device=None):
-        cdef Device dev = resolve_device(device)
-        cdef C_DeviceInterface* f = dev.iface
-        cdef C_CCLRootId rid
-        cdef C_CCLComm h = NULL
-        cdef C_Status st = C_SUCCESS
-        cdef size_t n, r
-        where = f"{dev!r}: ccl.Communicator"
-        if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
-            raise errors.InvalidArgument(f"{where}: nranks must be a positive int, not {nranks!r}")
-        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < nranks:
-            raise errors.InvalidArgument(f"{where}: rank {rank!r} is not in 0..{nranks - 1}")
-        if isinstance(unique_id, (bytes, bytearray)):
-            unique_id = UniqueId(unique_id)
-        if not isinstance(unique_id, UniqueId):
-            raise errors.InvalidArgument(f"{where}: unique_id must come from ccl.get_unique_id(), not "
-                                         f"{type(unique_id).__name__}")
-        if f.xccl_comm_init_rank == NULL or f.xccl_destroy_comm == NULL:
-            raise errors.NotSupportedError(f"{where}: the plugin has no xccl_comm_init_rank / xccl_destroy_comm")
-        data = bytearray(unique_id.data)
-        cdef unsigned char[::1] view = data
-        rid.sz = len(data)
-        rid.data = <void*>&view[0]
-        n = nranks
-        r = rank
-        clique = _clique_for(unique_id.data, nranks)
-        prev = _device_mod.get_device()
-        dev.activate()      # the communicator's device is the plugin's current device at init
-        try:
-            with nogil:
-                st = f.xccl_comm_init_rank(n, &rid, r, &h)
-        finally:
-            if prev is not dev:
-                (<Device>prev).activate()
-        if st != C_SUCCESS and st != C_WARNING:
-            raise errors.PluginError(repr(dev), "xccl_comm_init_rank", st,
-                                     f"rank {rank} of {nranks}: the id is not from this process, the rank is "
-                                     f"already taken, or another rank gave a different nranks")
-        self.handle = h
-        self.device = dev
-        self.rank = rank
-        self.nranks = nranks
-        self.clique = clique
-        self.destroyed = False
-        self._seq = 0
-        _live_comms.add(self)
+        _comm_init(self, nranks, unique_id, rank, device, None)
+
+    @classmethod
+    def from_mpi(cls, device=None, comm=None):
+        """Rank ``comm.Get_rank()`` of a communicator over the processes of the mpi4py communicator ``comm``
+        (default ``MPI.COMM_WORLD``), on ``device`` (default: device ``rank % device_count`` of the current
+        device's plugin). Rank 0 asks the plugin for a unique id (``xccl_get_unique_id``), MPI broadcasts it, every
+        rank calls ``xccl_comm_init_rank`` (InfiniCCL's ``infinicclCommInitRank``), or the plugin's
+        ``paddle_rt_xccl_comm_init_rank_mpi`` extension when it exports one (rt_cpu: MPI is then its transport).
+        Collective over ``comm``: every process calls it. Needs ``pip install "paddle_rt[mpi]"``."""
+        from paddle_rt._core import ccl_mpi
+        return ccl_mpi.communicator_from_mpi(device, comm)
 
     def __repr__(self):
         state = "destroyed" if self.destroyed else ("in error" if self._error is not None else "ready")
@@ -515,6 +574,9 @@ cdef class Work:
     def _missing_text(self):
         """(missing ranks, text)"""
         cdef Clique q = self.comm.clique
+        if self.comm.across_processes:
+            return [], ("the other ranks are in other processes; the plugin reports the missing ranks when its "
+                        "time limit expires")
         if self.kind in (K_SEND, K_RECV):
             other = K_RECV if self.kind == K_SEND else K_SEND
             src, dst = (self.comm.rank, self.peer) if self.kind == K_SEND else (self.peer, self.comm.rank)
@@ -554,8 +616,15 @@ cdef class Work:
             why = f"xccl_group_start/xccl_group_end failed with {errors.STATUS_NAMES.get(group_status, group_status)}"
         else:
             rec = c.clique.records.get(self.seq) if self.kind not in (K_SEND, K_RECV) else None
-            missing, text = self._missing_text()
-            if missing:
+            plugin = _plugin_failure(c) if c.across_processes else None
+            if plugin is None:
+                missing, text = self._missing_text()
+            else:
+                why, missing = plugin
+            if plugin is not None:
+                if missing:
+                    why += f" (missing rank(s): {missing})"
+            elif missing:
                 why = f"peers did not join within the plugin's time limit: {text}"
             elif rec is not None and len(set(rec.values())) > 1:
                 shown = ", ".join(f"rank {r}: {_fmt_args(a)}" for r, a in sorted(rec.items()))
@@ -652,7 +721,7 @@ cdef int _ccl_run(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil
     cdef bint failed = not _ok(gs) or not _ok(ge)
     for i in range(b.n):
         c = &b.calls[i]
-        if _ok(c.status) and b.comm_error != NULL and b.comm_error(<void*>c.comm) == 1:
+        if _ok(c.status) and b.comm_error != NULL and b.comm_error(c.comm, NULL) == 1:
             c.comm_error = 1
         if not _ok(c.status) or c.comm_error:
             failed = True
@@ -719,11 +788,27 @@ def _drain_finished():
 _tls = threading.local()
 
 
-cdef prt_ccl_comm_error_fn _comm_error_fn(Device dev):
-    cdef Plugin p = dev.plugin
-    if p._dl == NULL:
-        return NULL
-    return <prt_ccl_comm_error_fn>dlsym(p._dl, b"rt_cpu_ccl_comm_error")
+cdef paddle_rt_xccl_comm_error_fn _comm_error_fn(Device dev):
+    return <paddle_rt_xccl_comm_error_fn>_plugin_ext(dev, b"paddle_rt_xccl_comm_error")
+
+
+def _plugin_failure(Communicator c):
+    """(reason, missing ranks) recorded by the plugin for a communicator in error (paddle_rt_xccl_comm_error), or
+    None when the plugin does not export it or recorded nothing."""
+    cdef paddle_rt_xccl_comm_error_fn fn = _comm_error_fn(c.device)
+    cdef PaddleRtCclError why
+    cdef int e
+    cdef size_t i
+    if fn == NULL or c.handle == NULL:
+        return None
+    memset(&why, 0, sizeof(why))
+    with nogil:
+        e = fn(c.handle, &why)
+    why.text[sizeof(why.text) - 1] = 0
+    text = (<bytes>why.text).decode(errors="replace")
+    if e != 1 or not text:
+        return None
+    return text, [why.missing[i] for i in range(min(why.n_missing, 64))]
 
 
 cdef object _assign(Work w, CclCall* c):

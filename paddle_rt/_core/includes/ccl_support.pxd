@@ -34,12 +34,9 @@ cdef extern from * nogil:
         return o;
     }
     static inline int prt_ccl_pending(void) { return __atomic_load_n(&prt_ccl_head, __ATOMIC_ACQUIRE) != nullptr; }
-    /* the signature of rt_cpu's exported rt_cpu_ccl_comm_error (1: in error, 0: fine, -1: unknown comm) */
-    typedef int (*prt_ccl_comm_error_fn)(void* comm);
     """
     int prt_ccl_defer(void* obj)
     void* prt_ccl_pop()
     int prt_ccl_pending()
     void prt_ccl_store_u64(uint64_t* p, uint64_t v)
     uint64_t prt_ccl_load_u64(const uint64_t* p)
-    ctypedef int (*prt_ccl_comm_error_fn)(void* comm) noexcept nogil

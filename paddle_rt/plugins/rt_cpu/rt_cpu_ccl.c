@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "paddle_rt/paddle_rt_ccl_ext.h"
 #include "rt_cpu_internal.h"
 
 #define RT_CCL_ID_SIZE 32
@@ -217,10 +218,20 @@ static int reduce(void* dst, const void* const* srcs, size_t n, size_t count, C_
   return 0;
 }
 
+int rt_ccl_reduce(void* dst, const void* const* srcs, size_t n, size_t count, C_DataType t, C_CCLReduceOp op) {
+  return reduce(dst, srcs, n, count, t, op);
+}
+
+void rt_ccl_scale_half(void* p, size_t count, int bf16, float factor) {
+  uint16_t* d = p;
+  for (size_t i = 0; i < count; i++) {
+    float v = (bf16 ? bf16_to_float(d[i]) : half_to_float(d[i])) * factor;
+    d[i] = bf16 ? float_to_bf16(v) : float_to_half(v);
+  }
+}
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Cliques, communicators, rendezvous slots.                                                                      */
-
-enum { K_ALL_REDUCE, K_BROADCAST, K_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_SEND, K_RECV, K_ALL_TO_ALL };
 
 typedef struct {
   int kind;
@@ -264,7 +275,10 @@ typedef struct rt_clique {
 
 typedef struct rt_comm {
   uint32_t magic;
-  rt_clique* clique;
+  rt_clique* clique;      /* in-process ranks (NULL for a communicator across MPI processes) */
+  rt_mpi_comm* mpi;       /* ranks in different processes: MPI is the transport (rt_cpu_mpi.c) */
+  uint64_t serial;        /* of the unique id */
+  PaddleRtCclError why;   /* the first failure (written under mu before error is set) */
   size_t rank, nranks;
   int device;
   atomic_int refs;
@@ -314,11 +328,14 @@ static rt_comm* comm_get(C_CCLComm h) {
 
 static void comm_put(rt_comm* c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
-  pthread_mutex_lock(&g_ccl_mu);
-  rt_clique* q = c->clique;
-  q->taken[c->rank] = 0;
-  clique_unref_locked(q);
-  pthread_mutex_unlock(&g_ccl_mu);
+  if (c->clique) {
+    pthread_mutex_lock(&g_ccl_mu);
+    rt_clique* q = c->clique;
+    q->taken[c->rank] = 0;
+    clique_unref_locked(q);
+    pthread_mutex_unlock(&g_ccl_mu);
+  }
+  rt_mpi_comm_free(c->mpi);
   pthread_mutex_destroy(&c->mu);
   free(c->send_seq);
   free(c->recv_seq);
@@ -705,17 +722,111 @@ static const char* kind_name(int k) {
   return (k >= 0 && k <= K_ALL_TO_ALL) ? names[k] : "?";
 }
 
+static void comm_record_failure(rt_comm* c, const char* text, const size_t* missing, size_t n_missing) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->why.text[0]) {
+    snprintf(c->why.text, sizeof(c->why.text), "%s", text);
+    c->why.n_missing = n_missing;
+    for (size_t i = 0; i < n_missing && i < sizeof(c->why.missing) / sizeof(c->why.missing[0]); i++)
+      c->why.missing[i] = missing[i];
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
 static void item_failed(rt_item* it) {
+  char t[200];
+  snprintf(t, sizeof(t), "%s: peers did not join within %llu ms, or the ranks' arguments differ",
+           kind_name(it->kind), (unsigned long long)rt_cfg.ccl_timeout_ms);
+  comm_record_failure(it->comm, t, NULL, 0); /* keeps a reason recorded before */
   if (!atomic_exchange(&it->comm->error, 1))
     fprintf(stderr, "rt_cpu: xccl %s on rank %zu of %zu failed (peers did not join within %llu ms, or their "
             "arguments differ); the communicator is now in error\n",
             kind_name(it->kind), it->comm->rank, it->comm->nranks, (unsigned long long)rt_cfg.ccl_timeout_ms);
 }
 
+/* A batch of a communicator across processes: its items as MPI operations (all_to_all as send/recv pairs). */
+static void batch_run_mpi(rt_batch* b) {
+  rt_comm* c = b->items[0].comm;
+  size_t nops = 0;
+  for (size_t i = 0; i < b->n; i++) nops += b->items[i].kind == K_ALL_TO_ALL ? 2 * c->nranks : 1;
+  rt_mpi_op* ops = calloc(nops ? nops : 1, sizeof(rt_mpi_op));
+  rt_mpi_failure* f = calloc(1, sizeof(*f));
+  const char* refuse = !ops || !f ? "out of host memory" : NULL;
+  size_t k = 0;
+  for (size_t x = 0; x < b->n && !refuse; x++) {
+    rt_item* it = &b->items[x];
+    if (it->comm != c) {
+      refuse = "a group mixes a communicator across processes with other communicators on one stream";
+      break;
+    }
+    if (it->kind != K_ALL_TO_ALL) {
+      rt_mpi_op* o = &ops[k++];
+      o->kind = it->kind;
+      o->send = it->a.send;
+      o->recv = it->a.recv;
+      o->count = it->a.count;
+      o->dtype = it->a.dtype;
+      o->op = it->a.op;
+      o->peer = it->kind == K_SEND || it->kind == K_RECV ? it->peer : it->a.root;
+      o->seq = it->seq;
+      continue;
+    }
+    size_t me = c->rank;
+    size_t sb = it->a2a_send_count[me] * dtype_size(it->a2a_send_dtype[me]);
+    size_t rb = it->a2a_recv_count[me] * dtype_size(it->a2a_recv_dtype[me]);
+    if (sb != rb) {
+      refuse = "all_to_all: this rank's own send and recv blocks differ in size";
+      break;
+    }
+    if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
+    for (size_t p = 0; p < c->nranks; p++) {
+      if (p == me) continue;
+      rt_mpi_op* s = &ops[k++];
+      s->kind = K_SEND;
+      s->send = it->a2a_send[p];
+      s->count = it->a2a_send_count[p];
+      s->dtype = it->a2a_send_dtype[p];
+      s->peer = p;
+      s->seq = it->a2a_send_seq[p];
+      rt_mpi_op* r = &ops[k++];
+      r->kind = K_RECV;
+      r->recv = it->a2a_recv[p];
+      r->count = it->a2a_recv_count[p];
+      r->dtype = it->a2a_recv_dtype[p];
+      r->peer = p;
+      r->seq = it->a2a_recv_seq[p];
+    }
+  }
+  int failed = 1;
+  if (refuse) comm_record_failure(c, refuse, NULL, 0);
+  else if (rt_mpi_run(c->mpi, ops, k, f) == 0) failed = 0;
+  else comm_record_failure(c, f->text, f->missing, f->n_missing);
+  if (failed) {
+    b->status = C_ERROR;
+    for (size_t x = 0; x < b->n; x++) item_failed(&b->items[x]);
+  }
+  free(ops);
+  free(f);
+}
+
 /* Expand the batch's items into participations, run them all together, report failures per item. */
 static void batch_run(void* arg) {
   rt_batch* b = arg;
   b->status = C_SUCCESS;
+  if (b->n && b->items[0].comm->mpi) {
+    batch_run_mpi(b);
+    return;
+  }
+  for (size_t i = 0; i < b->n; i++)
+    if (b->items[i].comm->mpi) { /* an in-process communicator grouped with one across processes */
+      b->status = C_ERROR;
+      for (size_t x = 0; x < b->n; x++) {
+        comm_record_failure(b->items[x].comm, "a group mixes a communicator across processes with other "
+                            "communicators on one stream", NULL, 0);
+        item_failed(&b->items[x]);
+      }
+      return;
+    }
   size_t np = 0;
   for (size_t i = 0; i < b->n; i++) np += b->items[i].kind == K_ALL_TO_ALL ? 2 * b->items[i].comm->nranks : 1;
   rt_part* parts = calloc(np ? np : 1, sizeof(rt_part));
@@ -1032,6 +1143,7 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
   q->refs++;
   c->magic = RT_COMM_MAGIC;
   c->clique = q;
+  c->serial = v.serial;
   c->rank = rank;
   c->nranks = nranks;
   c->device = rt_current_device();
@@ -1071,7 +1183,7 @@ static C_Status h_get_comm_name(C_CCLComm comm, char* name) {
   rt_comm* c = comm_get(comm);
   if (!c) return C_ERROR;
   /* short: hosts hand in small buffers */
-  snprintf(name, 32, "rt_cpu_ccl_%llu_%zu", (unsigned long long)c->clique->serial, c->rank);
+  snprintf(name, 32, "rt_cpu_ccl_%s%llu_%zu", c->mpi ? "mpi_" : "", (unsigned long long)c->serial, c->rank);
   comm_put(c);
   return C_SUCCESS;
 }
@@ -1271,11 +1383,70 @@ void rt_ccl_teardown(void) {
   ptrmap_free(&comms);
 }
 
-/* Exported for tests: 1 when an asynchronous collective on this communicator failed, 0 if not, -1 unknown. */
-RT_EXPORT int rt_cpu_ccl_comm_error(void* comm) {
-  rt_comm* c = comm_get((C_CCLComm)comm);
+/* The optional extensions of paddle_rt_ccl_ext.h. */
+RT_EXPORT int paddle_rt_xccl_comm_error(C_CCLComm comm, PaddleRtCclError* why) {
+  rt_comm* c = comm_get(comm);
   if (!c) return -1;
   int e = atomic_load(&c->error);
+  if (e && why) {
+    pthread_mutex_lock(&c->mu);
+    *why = c->why;
+    pthread_mutex_unlock(&c->mu);
+  }
   comm_put(c);
   return e;
+}
+
+/* Kept for rt_cpu's C tests: paddle_rt_xccl_comm_error without the reason. */
+RT_EXPORT int rt_cpu_ccl_comm_error(void* comm) { return paddle_rt_xccl_comm_error((C_CCLComm)comm, NULL); }
+
+/* A communicator over the processes of an MPI communicator (MPI is the transport: rt_cpu_mpi.c). */
+RT_EXPORT C_Status paddle_rt_xccl_comm_init_rank_mpi(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out,
+                                                     int64_t mpi_comm) {
+  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
+  if (!rt_is_initialized()) return C_ERROR;
+  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
+  rt_ccl_id v;
+  memcpy(&v, id->data, sizeof(v));
+  if (v.magic != k_id_magic || v.serial == 0) return C_ERROR;
+  rt_comm* c = calloc(1, sizeof(*c));
+  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
+  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
+  if (!c || !ss || !rs) {
+    free(c);
+    free(ss);
+    free(rs);
+    return C_FAILED;
+  }
+  char err[400] = "";
+  if (rt_mpi_comm_create(mpi_comm, nranks, rank, id->data, id->sz, &c->mpi, err, sizeof(err)) != 0) {
+    fprintf(stderr, "rt_cpu: paddle_rt_xccl_comm_init_rank_mpi (rank %zu of %zu): %s\n", rank, nranks, err);
+    free(c);
+    free(ss);
+    free(rs);
+    return C_ERROR;
+  }
+  c->magic = RT_COMM_MAGIC;
+  c->serial = v.serial;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = rt_current_device();
+  atomic_init(&c->refs, 1);
+  atomic_init(&c->error, 0);
+  pthread_mutex_init(&c->mu, NULL);
+  c->send_seq = ss;
+  c->recv_seq = rs;
+  pthread_mutex_lock(&g_ccl_mu);
+  int put = ptrmap_put(&g_comms, c, 0);
+  pthread_mutex_unlock(&g_ccl_mu);
+  if (put != 0) {
+    rt_mpi_comm_free(c->mpi);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    free(ss);
+    free(rs);
+    return C_FAILED;
+  }
+  *out = (C_CCLComm)c;
+  return C_SUCCESS;
 }

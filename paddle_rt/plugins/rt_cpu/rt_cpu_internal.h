@@ -71,4 +71,34 @@ uint64_t rt_now_ns(void);
 void rt_ccl_fill(C_DeviceInterface* iface);
 void rt_ccl_teardown(void);
 
+/* The collectives (the order of the ABI's hooks). */
+enum { K_ALL_REDUCE, K_BROADCAST, K_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_SEND, K_RECV, K_ALL_TO_ALL };
+/* dst[i] = op over the n sources (rt_cpu's reduction semantics); scale float16/bfloat16 values in place. */
+int rt_ccl_reduce(void* dst, const void* const* srcs, size_t n, size_t count, C_DataType t, C_CCLReduceOp op);
+void rt_ccl_scale_half(void* p, size_t count, int bf16, float factor);
+
+/* The MPI transport (rt_cpu_mpi.c): a communicator whose ranks are the processes of an MPI communicator. */
+typedef struct rt_mpi_comm rt_mpi_comm;
+typedef struct {
+  int kind;           /* K_*; all_to_all comes as send/recv pairs */
+  const void* send;
+  void* recv;
+  size_t count;
+  C_DataType dtype;
+  C_CCLReduceOp op;
+  size_t peer;        /* root (broadcast, reduce) or peer (send, recv) */
+  uint64_t seq;       /* collectives: the communicator's n-th; p2p: the n-th message between the pair */
+} rt_mpi_op;
+typedef struct {
+  char text[400];
+  size_t n_missing;
+  size_t missing[64];
+} rt_mpi_failure;
+/* 0, or -1 with a reason in err. Collective over the MPI communicator; bounded by RT_CPU_CCL_TIMEOUT_MS. */
+int rt_mpi_comm_create(int64_t mpi_comm, size_t nranks, size_t rank, const void* id, size_t id_size,
+                       rt_mpi_comm** out, char* err, size_t errsz);
+void rt_mpi_comm_free(rt_mpi_comm* m);
+/* Run one batch in order, on this thread; 0, or -1 with *f filled (the communicator is then unusable). */
+int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f);
+
 #endif /* RT_CPU_INTERNAL_H_ */
