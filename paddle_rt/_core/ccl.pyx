@@ -54,7 +54,6 @@ from paddle_rt._core.includes.stream_support cimport (
 from paddle_rt._core.includes.ccl_support cimport (
     prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
 )
-from paddle_rt._core.includes.dl cimport dlsym
 
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
@@ -720,10 +719,8 @@ _tls = threading.local()
 
 
 cdef prt_ccl_comm_error_fn _comm_error_fn(Device dev):
-    cdef Plugin p = dev.plugin
-    if p._dl == NULL:
-        return NULL
-    return <prt_ccl_comm_error_fn>dlsym(p._dl, b"rt_cpu_ccl_comm_error")
+    """The plugin's paddle_rt_ext_ccl_comm_error (include/paddle_rt/extension.h), or NULL."""
+    return <prt_ccl_comm_error_fn>(<Plugin>dev.plugin).ext_ccl_comm_error
 
 
 cdef object _assign(Work w, CclCall* c):

@@ -537,7 +537,7 @@ def _main(args):
     if multi is not None:
         res["stream_ordered"] = run_streams(multi[0], multi[1], args.device)
     dev = paddle_rt.device(res["device"])
-    if dev.type == "rt_cpu" and not args.no_min_capacity:
+    if dev.plugin.bundled and not args.no_min_capacity:   # the probe sets rt_cpu's RT_CPU_MEMORY_BYTES
         lo = trace[4]
         hi = max(res["peak_reserved"], lo + 1)
         bar = progress("min capacity", total=_bisection_steps(lo, hi), unit="probe") if progress else None

@@ -14,7 +14,7 @@ int prt_ccl_defer(void* obj);
 /* Pop one deferred object (NULL when none). */
 void* prt_ccl_pop(void);
 int prt_ccl_pending(void);
-/* the signature of rt_cpu's exported rt_cpu_ccl_comm_error (1: in error, 0: fine, -1: unknown comm) */
+/* paddle_rt_ext_ccl_comm_error (include/paddle_rt/extension.h): 1 in error, 0 fine, -1 unknown comm */
 typedef int (*prt_ccl_comm_error_fn)(void* comm);
 
 #endif /* PADDLE_RT_ENGINE_CCL_SUPPORT_H_ */

@@ -1271,9 +1271,10 @@ void rt_ccl_teardown(void) {
   ptrmap_free(&comms);
 }
 
-/* Exported for tests: 1 when an asynchronous collective on this communicator failed, 0 if not, -1 unknown. */
-RT_EXPORT int rt_cpu_ccl_comm_error(void* comm) {
-  rt_comm* c = comm_get((C_CCLComm)comm);
+/* paddle_rt's optional extension (paddle_rt/extension.h): 1 when an asynchronous collective on this communicator
+ * failed, 0 if not, -1 unknown. */
+RT_EXPORT int paddle_rt_ext_ccl_comm_error(C_CCLComm comm) {
+  rt_comm* c = comm_get(comm);
   if (!c) return -1;
   int e = atomic_load(&c->error);
   comm_put(c);
