@@ -79,7 +79,7 @@ from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.stream cimport (
     Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation, stream_device_idle,
-    stream_device_quiesce, stream_tag,
+    stream_device_quiesce, stream_alloc_tag,
 )
 from paddle_rt._core.includes.atomics cimport prt_atomic_add_i64, prt_atomic_load_i64, prt_atomic_add_int
 from paddle_rt._core.includes.alloc_support cimport (
@@ -1516,7 +1516,7 @@ def _deferred_frees_pending(device=None):
 
 
 cdef inline uintptr_t _tag_of(Stream s) noexcept:
-    return stream_tag(s)
+    return stream_alloc_tag(s)
 
 
 # The allocator tag of malloc's `stream` argument. Inline for the common None (a tag is an address or 0, never

@@ -65,7 +65,7 @@ cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
 # The allocator's tag of `s`: 0 for its device's default stream (what current_stream_tag gives when no stream is
 # selected), else the address of its queue.
-cdef uintptr_t stream_tag(Stream s) noexcept
+cdef uintptr_t stream_alloc_tag(Stream s) noexcept
 cdef bint stream_device_idle(void* device) noexcept nogil
 cdef int stream_device_quiesce(object device) except -1
 # Ordering hooks for the stream-ordered pool (pool.pyx), called with the GIL: `host_sync(stream, pos)` after the host

@@ -204,7 +204,7 @@ cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) excep
     return s.launch_host_func(fn, arg)
 
 
-cdef uintptr_t stream_tag(Stream s) noexcept:
+cdef uintptr_t stream_alloc_tag(Stream s) noexcept:
     if s.ctx == NULL or (<Device>s.device).layers.get("streams.default") is s:
         return 0
     return <uintptr_t>s.ctx.core
