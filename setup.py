@@ -43,6 +43,9 @@ PLAIN_LIBRARIES = {
 # functions cimported from it). Compiled on their own with -Wall -Werror, unlike Cython's generated code.
 ENGINE_SOURCES = {
     "paddle_rt._core.stream": [os.path.join(SRC, "paddle_rt", "_core", "engine", "stream_state.cpp")],
+    "paddle_rt._core.ccl": [os.path.join(SRC, "paddle_rt", "_core", "engine", "ccl_state.cpp")],
+    "paddle_rt._core.trace": [os.path.join(SRC, "paddle_rt", "_core", "engine", "trace_state.cpp")],
+    "paddle_rt._core.pool": [os.path.join(SRC, "paddle_rt", "_core", "engine", "obj_freelist.cpp")],
 }
 ENGINE_FLAGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fPIC"]
 

@@ -701,3 +701,31 @@ except paddle_rt.PluginError as e:
     assert out.startswith("PluginError |"), out
     for text in ("vd_hugechunk:0", "plugin 'vd_hugechunk'", "device_min_chunk_size", "returned 1099511627776 bytes"):
         assert text in out, (text, out)
+
+
+def test_host_addressable_is_one_fact(build_plugin, run_python):
+    """Device.host_addressable: the plugin's paddle_rt_ext_host_addressable (rt_cpu and a test plugin export it),
+    or the type listed in PADDLE_RT_HOST_ADDRESSABLE; allocations follow it (zero-copy exports or a clear error)."""
+    plain = build_plugin("vendor", {"DEVICE_TYPE": '"vd_plain"'})
+    hostmem = build_plugin("vendor", {"DEVICE_TYPE": '"vd_hostmem"', "HOST_MEMORY": None})
+    listed = build_plugin("vendor", {"DEVICE_TYPE": '"vd_listed"'})
+    res = run_python(f"""
+import numpy as np, paddle_rt
+for so in ({str(plain)!r}, {str(hostmem)!r}, {str(listed)!r}):
+    paddle_rt.load_plugin(so)
+out = []
+for t in ("rt_cpu", "vd_plain", "vd_hostmem", "vd_listed"):
+    d = paddle_rt.device(t + ":0")
+    a = paddle_rt.malloc(64, device=d)
+    try:
+        np.asarray(a)
+        exported = True
+    except BufferError:
+        exported = False
+    out.append(f"{{t}}={{d.host_addressable}}/{{exported}}")
+    a.free()
+print(" ".join(out))
+""", env={"PADDLE_RT_HOST_ADDRESSABLE": "vd_listed"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["rt_cpu=True/True", "vd_plain=False/False",
+                                  "vd_hostmem=True/True", "vd_listed=True/True"]

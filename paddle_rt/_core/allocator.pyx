@@ -76,10 +76,10 @@ from cython.operator cimport dereference as deref, preincrement as inc, predecre
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
-from paddle_rt._core.device cimport Device, resolve_device
+from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.stream cimport (
     Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation, stream_device_idle,
-    stream_device_quiesce,
+    stream_device_quiesce, stream_alloc_tag,
 )
 from paddle_rt._core.includes.atomics cimport prt_atomic_add_i64, prt_atomic_load_i64, prt_atomic_add_int
 from paddle_rt._core.includes.alloc_support cimport (
@@ -1030,8 +1030,7 @@ cdef class DeviceAllocator:
         a.device = dev
         a.kind = "host" if kind == KIND_HOST else "device"
         a._keywords = {}
-        types = {t.strip() for t in os.environ.get("PADDLE_RT_HOST_ADDRESSABLE", "").split(",") if t.strip()}
-        a.host_addressable = kind == KIND_HOST or dev.type == "rt_cpu" or dev.type in types
+        a.host_addressable = kind == KIND_HOST or device_host_addressable(dev)
         try:
             free_, total = dev.memory_info()
         except errors.PaddleRTError:
@@ -1517,11 +1516,7 @@ def _deferred_frees_pending(device=None):
 
 
 cdef inline uintptr_t _tag_of(Stream s) noexcept:
-    # the allocator tag of a stream: 0 for the device's default stream (what current_stream_tag gives when no
-    # stream is selected), else its queue's address
-    if s.ctx == NULL or (<Device>s.device).layers.get("streams.default") is s:
-        return 0
-    return <uintptr_t>s.ctx.core
+    return stream_alloc_tag(s)
 
 
 # The allocator tag of malloc's `stream` argument. Inline for the common None (a tag is an address or 0, never

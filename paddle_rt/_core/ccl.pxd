@@ -6,7 +6,7 @@ from libc.stdint cimport uint64_t
 from cpython.ref cimport PyObject
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_CCLComm, C_DataType, C_CCLReduceOp, C_Status
 from paddle_rt._core.device cimport Device
-from paddle_rt._core.includes.ccl_ext cimport paddle_rt_xccl_comm_error_fn
+from paddle_rt._core.includes.ccl_support cimport prt_ccl_comm_error_fn
 
 # One plugin call of a collective, as the worker makes it.
 cdef struct CclCall:
@@ -33,7 +33,7 @@ cdef struct CclCall:
 cdef struct CclBatch:
     C_DeviceInterface* iface
     C_Device cdev
-    paddle_rt_xccl_comm_error_fn comm_error
+    prt_ccl_comm_error_fn comm_error
     bint grouped
     size_t n
     CclCall* calls

@@ -52,10 +52,10 @@ from paddle_rt._core.includes.stream_support cimport (
     PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_COLLECTIVE,
 )
 from paddle_rt._core.includes.ccl_support cimport (
-    prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
+    prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
 )
 from paddle_rt._core.includes.ccl_ext cimport (
-    PaddleRtCclError, paddle_rt_xccl_comm_error_fn, paddle_rt_xccl_comm_init_rank_mpi_fn,
+    PaddleRtCclError, paddle_rt_ext_ccl_comm_failure_fn, paddle_rt_ext_ccl_comm_init_rank_mpi_fn,
 )
 from paddle_rt._core.includes.dl cimport dlsym
 
@@ -282,7 +282,7 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
     cdef C_Status st = C_SUCCESS
     cdef size_t n, r
     cdef int64_t mpi_handle = 0
-    cdef paddle_rt_xccl_comm_init_rank_mpi_fn init_mpi = NULL
+    cdef paddle_rt_ext_ccl_comm_init_rank_mpi_fn init_mpi = NULL
     where = f"{dev!r}: ccl.Communicator" + (".from_mpi" if mpi_comm is not None else "")
     if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
         raise errors.InvalidArgument(f"{where}: nranks must be a positive int, not {nranks!r}")
@@ -302,7 +302,7 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
     n = nranks
     r = rank
     if mpi_comm is not None:
-        init_mpi = <paddle_rt_xccl_comm_init_rank_mpi_fn>_plugin_ext(dev, b"paddle_rt_xccl_comm_init_rank_mpi")
+        init_mpi = <paddle_rt_ext_ccl_comm_init_rank_mpi_fn>_plugin_ext(dev, b"paddle_rt_ext_ccl_comm_init_rank_mpi")
         mpi_handle = mpi_comm_handle(mpi_comm)
         clique = Clique(unique_id.data, nranks)      # this process holds one rank of it
     else:
@@ -320,7 +320,7 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
             (<Device>prev).activate()
     if st != C_SUCCESS and st != C_WARNING:
         if init_mpi != NULL:
-            raise errors.PluginError(repr(dev), "paddle_rt_xccl_comm_init_rank_mpi", st,
+            raise errors.PluginError(repr(dev), "paddle_rt_ext_ccl_comm_init_rank_mpi", st,
                                      f"rank {rank} of {nranks}: the plugin could not join the MPI processes (its "
                                      f"reason is on stderr: MPI not initialized with MPI_THREAD_MULTIPLE, another "
                                      f"MPI ABI, or a rank did not join in time)")
@@ -374,7 +374,7 @@ cdef class Communicator:
         (default ``MPI.COMM_WORLD``), on ``device`` (default: device ``rank % device_count`` of the current
         device's plugin). Rank 0 asks the plugin for a unique id (``xccl_get_unique_id``), MPI broadcasts it, every
         rank calls ``xccl_comm_init_rank`` (InfiniCCL's ``infinicclCommInitRank``), or the plugin's
-        ``paddle_rt_xccl_comm_init_rank_mpi`` extension when it exports one (rt_cpu: MPI is then its transport).
+        ``paddle_rt_ext_ccl_comm_init_rank_mpi`` extension when it exports one (rt_cpu: MPI is then its transport).
         Collective over ``comm``: every process calls it. Needs ``pip install "paddle_rt[mpi]"``."""
         from paddle_rt._core import ccl_mpi
         return ccl_mpi.communicator_from_mpi(device, comm)
@@ -721,7 +721,7 @@ cdef int _ccl_run(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil
     cdef bint failed = not _ok(gs) or not _ok(ge)
     for i in range(b.n):
         c = &b.calls[i]
-        if _ok(c.status) and b.comm_error != NULL and b.comm_error(c.comm, NULL) == 1:
+        if _ok(c.status) and b.comm_error != NULL and b.comm_error(<void*>c.comm) == 1:
             c.comm_error = 1
         if not _ok(c.status) or c.comm_error:
             failed = True
@@ -788,14 +788,16 @@ def _drain_finished():
 _tls = threading.local()
 
 
-cdef paddle_rt_xccl_comm_error_fn _comm_error_fn(Device dev):
-    return <paddle_rt_xccl_comm_error_fn>_plugin_ext(dev, b"paddle_rt_xccl_comm_error")
+cdef prt_ccl_comm_error_fn _comm_error_fn(Device dev):
+    """The plugin's paddle_rt_ext_ccl_comm_error (include/paddle_rt/extension.h), or NULL."""
+    return <prt_ccl_comm_error_fn>(<Plugin>dev.plugin).ext_ccl_comm_error
 
 
 def _plugin_failure(Communicator c):
-    """(reason, missing ranks) recorded by the plugin for a communicator in error (paddle_rt_xccl_comm_error), or
-    None when the plugin does not export it or recorded nothing."""
-    cdef paddle_rt_xccl_comm_error_fn fn = _comm_error_fn(c.device)
+    """(reason, missing ranks) recorded by the plugin for a communicator in error (paddle_rt_ext_ccl_comm_failure),
+    or None when the plugin does not export it or recorded nothing."""
+    cdef paddle_rt_ext_ccl_comm_failure_fn fn = <paddle_rt_ext_ccl_comm_failure_fn>_plugin_ext(
+        c.device, b"paddle_rt_ext_ccl_comm_failure")
     cdef PaddleRtCclError why
     cdef int e
     cdef size_t i

@@ -27,6 +27,10 @@ cdef class Device:
     cdef object _size_hint(self, str name)
     cdef object _bool_hint(self, str name)
 
+# A function fn(dev) that Device.synchronize() calls first (a layer above that drives work of its own: streams).
+cdef int add_synchronize_hook(Device dev, object fn) except -1
+# Whether the host may read and write the device's memory at its address (Device.host_addressable).
+cdef bint device_host_addressable(Device dev)
 # Raise PluginError naming the device and the call unless status is C_SUCCESS or C_WARNING.
 cdef int check_status(Device dev, str call, C_Status status) except -1
 # The current device of the calling thread, or the device named/given by `device` (None, str, int, Device).

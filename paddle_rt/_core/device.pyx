@@ -34,6 +34,24 @@ MAX_PLAUSIBLE_HINT = 1 << 30
 _torn_down = False
 
 
+cdef int add_synchronize_hook(Device dev, object fn) except -1:
+    hooks = dev.layers.setdefault("synchronize", [])
+    if fn not in hooks:
+        hooks.append(fn)
+    return 0
+
+
+def host_addressable_types():
+    """Device types listed in ``PADDLE_RT_HOST_ADDRESSABLE`` (comma separated): their device memory is taken for host
+    memory even when the plugin does not say so (paddle_rt_ext_host_addressable, include/paddle_rt/extension.h)."""
+    extra = os.environ.get("PADDLE_RT_HOST_ADDRESSABLE", "")
+    return frozenset(t.strip() for t in extra.split(",") if t.strip())
+
+
+cdef bint device_host_addressable(Device dev):
+    return dev.plugin.host_memory or dev.type in host_addressable_types()
+
+
 cdef int check_status(Device dev, str call, C_Status status) except -1:
     if status == C_SUCCESS or status == C_WARNING:
         return 0
@@ -69,6 +87,13 @@ cdef class Device:
 
     def __reduce__(self):
         return (device, (f"{self.type}:{self.index}",))
+
+    @property
+    def host_addressable(self):
+        """Whether the host may read and write this device's memory at its address (zero-copy buffer, array
+        interface and DLPack exports of its allocations): the plugin says so through paddle_rt's extension
+        ``paddle_rt_ext_host_addressable``, or the device type is listed in ``PADDLE_RT_HOST_ADDRESSABLE``."""
+        return device_host_addressable(self)
 
     @property
     def id(self):

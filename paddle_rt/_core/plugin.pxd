@@ -17,6 +17,9 @@ cdef class Plugin:
     cdef list _devices                # Device objects by logical index, created on first use
     cdef list _physical_ids           # from get_device_list
     cdef int _fault_slot              # its slot in the fatal-signal handler (fault_handler.c), -1 when not watched
+    # paddle_rt's optional extensions (paddle_rt/extension.h), looked up once at load
+    cdef readonly bint host_memory    # paddle_rt_ext_host_addressable() said 1: device memory is host memory
+    cdef void* ext_ccl_comm_error     # paddle_rt_ext_ccl_comm_error, or NULL
 
     cdef int ensure_initialized(self) except -1
     cdef int check_process(self) except -1

@@ -331,7 +331,23 @@ cdef Plugin _open_plugin(str path, bint bundled):
     p.bundled = bundled
     p.capabilities = tuple(n for n in ALL_HOOKS if prt_hook_at(iface, _HOOK_OFFSETS[n]) != NULL)
     p.missing = tuple(n for n in ALL_HOOKS if prt_hook_at(iface, _HOOK_OFFSETS[n]) == NULL)
+    _read_extensions(p)
     return p
+
+
+ctypedef int (*_ext_host_addressable_fn)() noexcept nogil
+
+
+cdef int _read_extensions(Plugin p) except -1:
+    """paddle_rt's optional plugin extensions (include/paddle_rt/extension.h), from the plugin's own symbols."""
+    cdef _ext_host_addressable_fn host = <_ext_host_addressable_fn>dlsym(p._dl, b"paddle_rt_ext_host_addressable")
+    cdef int answer = 0
+    if host != NULL:
+        with nogil:
+            answer = host()
+    p.host_memory = answer == 1
+    p.ext_ccl_comm_error = dlsym(p._dl, b"paddle_rt_ext_ccl_comm_error")
+    return 0
 
 
 def load_plugin(path, *, _bundled=False):

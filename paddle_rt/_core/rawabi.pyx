@@ -21,11 +21,11 @@ from paddle_rt._core.device_ext cimport (
     C_DeviceInterface, C_Device, C_Device_st, C_Status, C_Stream, C_Event, C_CCLComm, C_CCLRootId, C_DataType,
     C_CCLReduceOp, C_SUCCESS, C_ERROR,
 )
-from paddle_rt._core.device cimport Device, resolve_device
+from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 
 from paddle_rt._core import errors
 
-__all__ = ["RawDevice", "CallbackTicket", "read_host", "write_host", "host_addressable_types", "SIZE_HINTS",
+__all__ = ["RawDevice", "CallbackTicket", "read_host", "write_host", "SIZE_HINTS",
            "HOOK_OF", "get_device_count", "get_device_list", "stray_callback_calls", "pending_callbacks"]
 
 #: The size hooks ``RawDevice.size_hint`` knows, by short name.
@@ -62,13 +62,6 @@ cdef inline void* _p(object addr) except? NULL:
     if addr is None:
         return NULL
     return <void*><uintptr_t>addr
-
-
-def host_addressable_types():
-    """Device types whose device memory the host may read and write at its address: rt_cpu, plus the types listed in
-    ``PADDLE_RT_HOST_ADDRESSABLE`` (comma separated)."""
-    extra = os.environ.get("PADDLE_RT_HOST_ADDRESSABLE", "")
-    return frozenset({"rt_cpu"} | {t.strip() for t in extra.split(",") if t.strip()})
 
 
 def read_host(addr, size_t size):
@@ -176,7 +169,7 @@ cdef class RawDevice:
         self.device = d
         self.f = d.iface
         self.cd = d.cdev()
-        self.host_addressable = d.type in host_addressable_types()
+        self.host_addressable = device_host_addressable(d)
         d.activate()
 
     def __repr__(self):

@@ -63,6 +63,9 @@ cdef uint64_t stream_position(Stream s) noexcept nogil
 cdef prt_stream_core* stream_current_worker() noexcept nogil
 cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
+# The allocator's tag of `s`: 0 for its device's default stream (what current_stream_tag gives when no stream is
+# selected), else the address of its queue.
+cdef uintptr_t stream_alloc_tag(Stream s) noexcept
 cdef bint stream_device_idle(void* device) noexcept nogil
 cdef int stream_device_quiesce(object device) except -1
 # Ordering hooks for the stream-ordered pool (pool.pyx), called with the GIL: `host_sync(stream, pos)` after the host

@@ -43,7 +43,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from posix.unistd cimport usleep
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
-from paddle_rt._core.device cimport Device, resolve_device, check_status
+from paddle_rt._core.device cimport Device, resolve_device, check_status, add_synchronize_hook
 from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_t_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
@@ -202,6 +202,12 @@ def trace_stream_names():
 # -- the C API ---------------------------------------------------------------------------------------------------------
 cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) except 0 nogil:
     return s.launch_host_func(fn, arg)
+
+
+cdef uintptr_t stream_alloc_tag(Stream s) noexcept:
+    if s.ctx == NULL or (<Device>s.device).layers.get("streams.default") is s:
+        return 0
+    return <uintptr_t>s.ctx.core
 
 
 cdef prt_stream_core* stream_current_worker() noexcept nogil:
@@ -625,9 +631,7 @@ def _device_sync_hook(Device dev):
 
 
 def _register_device_sync(Device dev):
-    hooks = dev.layers.setdefault("synchronize", [])
-    if _device_sync_hook not in hooks:
-        hooks.append(_device_sync_hook)
+    add_synchronize_hook(dev, _device_sync_hook)
 
 
 cpdef Stream current_stream(object device=None):

@@ -17,8 +17,9 @@ directly through :mod:`paddle_rt._core.rawabi` and judge the raw statuses.
 Results: ``pass``, ``warn``, ``skip`` (with the reason, e.g. the hooks the plugin lacks) and ``fail``. The exit
 status is 1 when any check failed (with ``--strict``: or warned), 0 otherwise (2 for bad arguments).
 
-Device memory is read or written at its address only for device types the host may address (rt_cpu, and those
-listed in ``PADDLE_RT_HOST_ADDRESSABLE``); otherwise contents are checked by round trips h2d -> d2d -> d2h.
+Device memory is read or written at its address only on devices the host may address (``Device.host_addressable``:
+the plugin exports paddle_rt_ext_host_addressable, or its type is listed in ``PADDLE_RT_HOST_ADDRESSABLE``);
+otherwise contents are checked by round trips h2d -> d2d -> d2h.
 """
 import argparse
 import json

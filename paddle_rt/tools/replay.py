@@ -507,12 +507,22 @@ def main(argv=None):
         return 2
 
 
+def plot_data(res, source):
+    """The plotting form (:mod:`paddle_rt.tools.plot`) of ``run_once(..., record=True)``'s result."""
+    tl = res["timeline"]
+    return {"source": source, "kind": "rmm_trace", "devices": [{
+        "device": res["device"], "time": tl["event"], "time_unit": "event", "allocated": tl["allocated"],
+        "reserved": tl["reserved"], "requested": tl["requested"], "markers": [],
+        "note": (f"maxima over every {tl['stride']} events" if tl["stride"] > 1 else None),
+        "segments": res["segments"]}], "replay": {k: v for k, v in res.items() if k not in ("timeline", "segments")}}
+
+
 def _main(args):
     if args.plot:
-        from paddle_rt.tools import plot
+        from paddle_rt.tools import figures
         try:
-            plot.require_matplotlib()            # fail before a long replay, not after it
-        except plot.MissingExtraError as exc:
+            figures.require_matplotlib()         # fail before a long replay, not after it
+        except figures.MissingExtraError as exc:
             print(f"paddle_rt replay: --plot: {exc}", file=sys.stderr)
             return 2
     progress = None if args.probe else progress_factory(args.progress)
@@ -528,16 +538,15 @@ def _main(args):
         return 0
 
     res = run_once(args.trace, args.device, conf, trace, record=bool(args.plot), progress=progress)
-    plot_data = None
+    drawing = None
     if args.plot:
-        from paddle_rt.tools import plot
-        plot_data = plot.from_replay(res, args.trace)
+        drawing = plot_data(res, args.trace)
         del res["timeline"], res["segments"]
     multi = load_stream_trace(args.trace)
     if multi is not None:
         res["stream_ordered"] = run_streams(multi[0], multi[1], args.device)
     dev = paddle_rt.device(res["device"])
-    if dev.type == "rt_cpu" and not args.no_min_capacity:
+    if dev.plugin.bundled and not args.no_min_capacity:   # the probe sets rt_cpu's RT_CPU_MEMORY_BYTES
         lo = trace[4]
         hi = max(res["peak_reserved"], lo + 1)
         bar = progress("min capacity", total=_bisection_steps(lo, hi), unit="probe") if progress else None
@@ -550,8 +559,9 @@ def _main(args):
     if args.baselines:
         res["paddle"] = run_model(PaddleAutoGrowthModel(res["config"]["alignment"], res["config"]["padding"]), trace)
         res["torch"] = run_model(TorchCachingModel(), trace)
-    if plot_data is not None:
-        plot.plot_memory(plot_data, args.plot)
+    if drawing is not None:
+        from paddle_rt.tools import figures
+        figures.draw_memory(drawing, args.plot)
         res["plot"] = args.plot
     if args.json:
         print(json.dumps(res, indent=1, default=str))

@@ -1445,7 +1445,7 @@ static void test_ccl_group_exit(void) {
 /* expects RT_CPU_CCL_TIMEOUT_MS small (e.g. 200) */
 static void test_ccl_timeout(void) {
   begin();
-  int (*comm_error)(void*) = (int (*)(void*))dlsym(g_lib, "rt_cpu_ccl_comm_error");
+  int (*comm_error)(void*) = (int (*)(void*))dlsym(g_lib, "paddle_rt_ext_ccl_comm_error");
   CHECK(comm_error != NULL);
   if (!comm_error || g_nranks < 2) {
     end();

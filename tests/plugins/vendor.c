@@ -15,6 +15,7 @@
  *   MIN_CHUNK=n        device_min_chunk_size reports n (default 256)
  *   SEGV_SIZE=n        device_memory_allocate of exactly n bytes writes through a NULL pointer (SIGSEGV)
  *   SEGV_MEMSET        device_memory_set writes through a NULL pointer
+ *   HOST_MEMORY        exports paddle_rt_ext_host_addressable() returning 1 (paddle_rt/extension.h)
  * Switches of tp_common.h (DEVICE_TYPE, NDEV...) apply too. */
 #include <pthread.h>
 #include <stdint.h>
@@ -149,6 +150,11 @@ static C_Status vd_memset(const C_Device device, void* ptr, unsigned char value,
   if (size) memset(ptr, value, size);
   return C_SUCCESS;
 }
+
+#ifdef HOST_MEMORY
+#include "paddle_rt/extension.h"
+TP_EXPORT int paddle_rt_ext_host_addressable(void) { return 1; }
+#endif
 
 void InitPlugin(CustomRuntimeParams* params) {
   PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);

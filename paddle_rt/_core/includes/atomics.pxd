@@ -2,15 +2,7 @@
 # threads and stream worker threads (deferred frees of record_stream).
 from libc.stdint cimport int64_t
 
-cdef extern from * nogil:
-    """
-    #include <stdint.h>
-    static inline int64_t prt_atomic_add_i64(int64_t* p, int64_t d) {
-        return __atomic_add_fetch(p, d, __ATOMIC_ACQ_REL);
-    }
-    static inline int64_t prt_atomic_load_i64(int64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-    static inline int prt_atomic_add_int(int* p, int d) { return __atomic_add_fetch(p, d, __ATOMIC_ACQ_REL); }
-    """
+cdef extern from "engine/atomics.h" nogil:
     # Add d; return the new value.
     int64_t prt_atomic_add_i64(int64_t* p, int64_t d)
     int64_t prt_atomic_load_i64(int64_t* p)

@@ -1,26 +1,7 @@
 # The DLPack exchange structures (unversioned "dltensor" capsules), declared from the DLPack specification's layout.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 
-cdef extern from * nogil:
-    """
-    #include <stdint.h>
-    typedef struct { int32_t device_type; int32_t device_id; } prt_DLDevice;
-    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } prt_DLDataType;
-    typedef struct {
-        void* data;
-        prt_DLDevice device;
-        int32_t ndim;
-        prt_DLDataType dtype;
-        int64_t* shape;
-        int64_t* strides;
-        uint64_t byte_offset;
-    } prt_DLTensor;
-    typedef struct prt_DLManagedTensor {
-        prt_DLTensor dl_tensor;
-        void* manager_ctx;
-        void (*deleter)(struct prt_DLManagedTensor* self);
-    } prt_DLManagedTensor;
-    """
+cdef extern from "engine/dlpack.h" nogil:
     ctypedef struct prt_DLDevice:
         int32_t device_type
         int32_t device_id

@@ -62,7 +62,9 @@
  *   size_t rt_cpu_live_streams(void), rt_cpu_live_events(void)
  *   int    rt_cpu_async_memset(int device, void* stream, void* ptr, int value, size_t size)   (C_Status)
  *   size_t rt_cpu_profiler_count(int which)   profiler sessions initialised (0) / collect calls served (1)
- *   int    rt_cpu_ccl_comm_error(void* comm)  1 if an asynchronous collective failed on comm, 0 if not, -1 unknown
+ *
+ * paddle_rt's optional extensions (paddle_rt/extension.h): paddle_rt_ext_host_addressable (1: device memory is host
+ * memory) and paddle_rt_ext_ccl_comm_error (rt_cpu_ccl.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1506,6 +1508,9 @@ RT_EXPORT void InitPlugin(CustomRuntimeParams* params) {
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Exported helpers for tests and paddle_rt (not part of the ABI).                                                */
+
+/* paddle_rt's optional extension (paddle_rt/extension.h): rt_cpu's device memory is this process's heap. */
+RT_EXPORT int paddle_rt_ext_host_addressable(void) { return 1; }
 
 RT_EXPORT size_t rt_cpu_live_bytes(int device) {
   if (device < 0 || device >= RT_CPU_MAX_DEVICES) return 0;

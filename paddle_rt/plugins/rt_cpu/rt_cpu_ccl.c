@@ -1383,8 +1383,8 @@ void rt_ccl_teardown(void) {
   ptrmap_free(&comms);
 }
 
-/* The optional extensions of paddle_rt_ccl_ext.h. */
-RT_EXPORT int paddle_rt_xccl_comm_error(C_CCLComm comm, PaddleRtCclError* why) {
+/* paddle_rt's optional extensions (paddle_rt/extension.h, paddle_rt/paddle_rt_ccl_ext.h). */
+RT_EXPORT int paddle_rt_ext_ccl_comm_failure(C_CCLComm comm, PaddleRtCclError* why) {
   rt_comm* c = comm_get(comm);
   if (!c) return -1;
   int e = atomic_load(&c->error);
@@ -1397,11 +1397,13 @@ RT_EXPORT int paddle_rt_xccl_comm_error(C_CCLComm comm, PaddleRtCclError* why) {
   return e;
 }
 
-/* Kept for rt_cpu's C tests: paddle_rt_xccl_comm_error without the reason. */
-RT_EXPORT int rt_cpu_ccl_comm_error(void* comm) { return paddle_rt_xccl_comm_error((C_CCLComm)comm, NULL); }
+/* 1 when an asynchronous collective on this communicator failed, 0 if not, -1 unknown. */
+RT_EXPORT int paddle_rt_ext_ccl_comm_error(C_CCLComm comm) {
+  return paddle_rt_ext_ccl_comm_failure(comm, NULL);
+}
 
 /* A communicator over the processes of an MPI communicator (MPI is the transport: rt_cpu_mpi.c). */
-RT_EXPORT C_Status paddle_rt_xccl_comm_init_rank_mpi(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out,
+RT_EXPORT C_Status paddle_rt_ext_ccl_comm_init_rank_mpi(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out,
                                                      int64_t mpi_comm) {
   if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
   if (!rt_is_initialized()) return C_ERROR;
@@ -1420,7 +1422,7 @@ RT_EXPORT C_Status paddle_rt_xccl_comm_init_rank_mpi(size_t nranks, C_CCLRootId*
   }
   char err[400] = "";
   if (rt_mpi_comm_create(mpi_comm, nranks, rank, id->data, id->sz, &c->mpi, err, sizeof(err)) != 0) {
-    fprintf(stderr, "rt_cpu: paddle_rt_xccl_comm_init_rank_mpi (rank %zu of %zu): %s\n", rank, nranks, err);
+    fprintf(stderr, "rt_cpu: paddle_rt_ext_ccl_comm_init_rank_mpi (rank %zu of %zu): %s\n", rank, nranks, err);
     free(c);
     free(ss);
     free(rs);

@@ -208,7 +208,10 @@ static void mpi_errtext(int code, char* out, size_t n) {
   int len = 0;
   if (mpi.Error_string(code, s, &len) != M_SUCCESS) snprintf(s, sizeof(s), "code %d", code);
   s[sizeof(s) - 1] = 0;
-  snprintf(out, n, "%s", s);
+  if (n) {
+    strncpy(out, s, n - 1);
+    out[n - 1] = 0;
+  }
 }
 
 /* ---- communicators ------------------------------------------------------------------------------------------ */

@@ -1,0 +1,73 @@
+/* The stream engine's process state, linked into the stream extension only (setup.py: ENGINE_SOURCES), so each item
+ * exists once per process: the calling thread's worker and selected stream, and the registry of live streams. Other
+ * extensions reach it through functions cimported from paddle_rt._core.stream. */
+#include "engine/stream_core.h"
+
+thread_local prt_stream_core* prt_t_worker = nullptr;
+thread_local void* prt_t_stream_tag = nullptr;
+thread_local void* prt_t_stream_dev = nullptr;
+
+namespace {
+
+struct prt_stream_registry {
+    std::mutex mu;
+    std::vector<std::pair<void*, prt_stream_core*>> live;
+};
+
+prt_stream_registry* g_registry = nullptr;
+
+}  // namespace
+
+int prt_streams_reset(void) {
+    prt_stream_registry* r = new (std::nothrow) prt_stream_registry();
+    if (!r) return -1;
+    g_registry = r;  // the old one is abandoned, never freed (a parent's thread may have held its mutex at fork)
+    return 0;
+}
+
+int prt_streams_add(void* device, prt_stream_core* c) {
+    prt_stream_registry* r = g_registry;
+    if (!r) return -1;
+    std::lock_guard<std::mutex> lk(r->mu);
+    try {
+        r->live.emplace_back(device, c);
+    } catch (...) {
+        return -1;
+    }
+    return 0;
+}
+
+void prt_streams_remove(prt_stream_core* c) {
+    prt_stream_registry* r = g_registry;
+    if (!r) return;
+    std::lock_guard<std::mutex> lk(r->mu);
+    for (size_t i = 0; i < r->live.size(); ++i) {
+        if (r->live[i].second == c) {
+            r->live[i] = r->live.back();
+            r->live.pop_back();
+            return;
+        }
+    }
+}
+
+size_t prt_streams_count(void* device) {
+    prt_stream_registry* r = g_registry;
+    if (!r) return 0;
+    std::lock_guard<std::mutex> lk(r->mu);
+    size_t n = 0;
+    for (const auto& e : r->live)
+        if (!device || e.first == device) ++n;
+    return n;
+}
+
+bool prt_streams_idle(void* device) {
+    prt_stream_registry* r = g_registry;
+    if (!r) return true;
+    std::lock_guard<std::mutex> lk(r->mu);
+    for (const auto& e : r->live) {
+        prt_stream_core* c = e.second;
+        if (device && e.first != device && !c->cross_device.load(std::memory_order_acquire)) continue;
+        if (!c->reached(c->submitted_pub.load(std::memory_order_acquire))) return false;
+    }
+    return true;
+}
