@@ -738,10 +738,12 @@ static void item_failed(rt_item* it) {
   snprintf(t, sizeof(t), "%s: peers did not join within %llu ms, or the ranks' arguments differ",
            kind_name(it->kind), (unsigned long long)rt_cfg.ccl_timeout_ms);
   comm_record_failure(it->comm, t, NULL, 0); /* keeps a reason recorded before */
-  if (!atomic_exchange(&it->comm->error, 1))
-    fprintf(stderr, "rt_cpu: xccl %s on rank %zu of %zu failed (peers did not join within %llu ms, or their "
-            "arguments differ); the communicator is now in error\n",
-            kind_name(it->kind), it->comm->rank, it->comm->nranks, (unsigned long long)rt_cfg.ccl_timeout_ms);
+  if (!atomic_exchange(&it->comm->error, 1)) {
+    pthread_mutex_lock(&it->comm->mu);
+    fprintf(stderr, "rt_cpu: xccl %s on rank %zu of %zu failed (%s); the communicator is now in error\n",
+            kind_name(it->kind), it->comm->rank, it->comm->nranks, it->comm->why.text);
+    pthread_mutex_unlock(&it->comm->mu);
+  }
 }
 
 /* A batch of a communicator across processes: its items as MPI operations (all_to_all as send/recv pairs). */

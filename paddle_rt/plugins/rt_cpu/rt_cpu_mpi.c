@@ -208,10 +208,9 @@ static void mpi_errtext(int code, char* out, size_t n) {
   int len = 0;
   if (mpi.Error_string(code, s, &len) != M_SUCCESS) snprintf(s, sizeof(s), "code %d", code);
   s[sizeof(s) - 1] = 0;
-  if (n) {
-    strncpy(out, s, n - 1);
-    out[n - 1] = 0;
-  }
+  size_t i = 0;
+  for (; n && i + 1 < n && s[i]; i++) out[i] = s[i];
+  if (n) out[i] = 0;
 }
 
 /* ---- communicators ------------------------------------------------------------------------------------------ */

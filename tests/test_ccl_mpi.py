@@ -1,0 +1,95 @@
+"""Collectives across processes (ccl.Communicator.from_mpi, rt_cpu's MPI transport), driven by mpiexec.
+
+Each test starts `mpiexec -n N python tests/mpi/ccl_worker.py SCENARIO` and checks that every rank printed its OK
+line (the worker asserts against numpy on every rank). Skipped when mpi4py or mpiexec is missing:
+pip install ".[mpi]" brings both (the mpich wheel).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import paddle_rt
+
+pytestmark = pytest.mark.mpi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "mpi", "ccl_worker.py")
+
+
+def _mpiexec():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed (pip install \".[mpi]\")")
+    exe = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("mpiexec is not on PATH (pip install \".[mpi]\" brings MPICH's)")
+    return exe
+
+
+def run_ranks(n, scenario, env=None, timeout=150, keep_going=False):
+    """Run the worker on n ranks; returns (returncode, combined output)."""
+    exe = _mpiexec()
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+    child = dict(os.environ)
+    child["PYTHONPATH"] = os.pathsep.join(p for p in (parent, os.environ.get("PYTHONPATH", "")) if p)
+    child.setdefault("RT_CPU_DEVICE_COUNT", "2")
+    child.update(env or {})
+    cmd = [exe] + (["-disable-auto-cleanup"] if keep_going else []) + ["-n", str(n), sys.executable, WORKER,
+                                                                        scenario]
+    p = subprocess.run(cmd, cwd=parent, env=child, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def ok_ranks(out, scenario):
+    """Ranks that printed their OK line (lines of several ranks may interleave)."""
+    return sorted(int(m.group(1)) for m in re.finditer(rf"RANK (\d+) OK {scenario}\b", out))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_collective_and_dtype_against_numpy(n):
+    rc, out = run_ranks(n, "ops")
+    assert rc == 0, out
+    assert ok_ranks(out, "ops") == list(range(n)), out
+
+
+def test_over_tcp_without_shared_memory():
+    """MPICH's shared-memory path off: the bytes cross the TCP stack as between machines."""
+    rc, out = run_ranks(2, "ops", env={"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi",
+                                       "FI_PROVIDER": "tcp"})
+    assert rc == 0, out
+    assert ok_ranks(out, "ops") == [0, 1], out
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ordering_with_copies_on_the_same_stream(n):
+    rc, out = run_ranks(n, "order")
+    assert rc == 0, out
+    assert ok_ranks(out, "order") == list(range(n)), out
+
+
+def test_mismatched_counts_dtypes_roots_raise_collective_error():
+    rc, out = run_ranks(2, "mismatch", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"})
+    assert rc == 0, out
+    assert ok_ranks(out, "mismatch") == [0, 1], out
+    assert "count ranges from 8 to 16" in out
+    assert "dtype ranges" in out and "root ranges from 0 to 1" in out
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_rank_that_never_joins_is_named(n):
+    rc, out = run_ranks(n, "absent", env={"RT_CPU_CCL_TIMEOUT_MS": "2000"}, keep_going=True)
+    assert ok_ranks(out, "absent")[: n - 1] == list(range(n - 1)), out
+    assert f"rank(s) {n - 1} did not join it" in out, out
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_rank_that_dies_is_named_and_survivors_keep_running(n):
+    rc, out = run_ranks(n, "dies", env={"RT_CPU_CCL_TIMEOUT_MS": "2000"}, keep_going=True)
+    assert ok_ranks(out, "dies") == list(range(n - 1)), out
+    assert "all_reduce #1 did not complete within 2000 ms" in out, out
+    assert f"rank(s) {n - 1} did not join it" in out, out
