@@ -35,6 +35,7 @@ cdef struct CclBatch:
     C_Device cdev
     prt_ccl_comm_error_fn comm_error
     bint grouped
+    bint host_calls             # call the hooks with the NULL stream once the plugin stream is idle (see ccl.pyx)
     size_t n
     CclCall* calls
     PyObject* works             # list of Work, one per call (owned reference; released on the worker)
@@ -59,6 +60,7 @@ cdef class Communicator:
     cdef readonly bint destroyed
     cdef readonly bint across_processes  # made by from_mpi: the other ranks are in other processes
     cdef readonly object mpi_comm        # from_mpi: the mpi4py communicator it was made over
+    cdef bint _host_calls                # made by paddle_rt_ext_ccl_comm_init_rank_mpi: see CclBatch.host_calls
     cdef object _error          # the first asynchronous failure (the communicator is then in error)
     cdef uint64_t _seq          # collectives issued
     cdef dict _last             # Stream -> last Work issued on it

@@ -335,6 +335,7 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
     self.destroyed = False
     self.across_processes = mpi_comm is not None
     self.mpi_comm = mpi_comm
+    self._host_calls = init_mpi != NULL
     self._seq = 0
     _live_comms.add(self)
     return self
@@ -607,7 +608,13 @@ cdef class Work:
         dev = repr(c.device)
         head = f"{dev}: ccl.{self.collective} #{self.seq} (rank {c.rank} of {c.nranks}) failed"
         missing = None
-        if status != C_SUCCESS and status != C_WARNING:
+        plugin = _plugin_failure(c) if c.across_processes else None
+        if plugin is not None and (comm_error or (status != C_SUCCESS and status != C_WARNING)):
+            why, missing = plugin
+            if missing:
+                why += f" (missing rank(s): {missing})"
+            why += "; the communicator is now in error"
+        elif status != C_SUCCESS and status != C_WARNING:
             sname = errors.STATUS_NAMES.get(status, str(status))
             why = f"the plugin refused xccl_{self.collective} with {sname}"
             if c._error is not None:
@@ -616,15 +623,8 @@ cdef class Work:
             why = f"xccl_group_start/xccl_group_end failed with {errors.STATUS_NAMES.get(group_status, group_status)}"
         else:
             rec = c.clique.records.get(self.seq) if self.kind not in (K_SEND, K_RECV) else None
-            plugin = _plugin_failure(c) if c.across_processes else None
-            if plugin is None:
-                missing, text = self._missing_text()
-            else:
-                why, missing = plugin
-            if plugin is not None:
-                if missing:
-                    why += f" (missing rank(s): {missing})"
-            elif missing:
+            missing, text = self._missing_text()
+            if missing:
                 why = f"peers did not join within the plugin's time limit: {text}"
             elif rec is not None and len(set(rec.values())) > 1:
                 shown = ", ".join(f"rank {r}: {_fmt_args(a)}" for r, a in sorted(rec.items()))
@@ -697,7 +697,7 @@ cdef int _ccl_run(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil
     cdef StreamCtx* ctx = <StreamCtx*>p
     cdef CclBatch* b = <CclBatch*>arg
     cdef C_DeviceInterface* f = b.iface
-    cdef C_Stream s = ctx.pstream if ctx.has_pstream else NULL
+    cdef C_Stream s = ctx.pstream if ctx.has_pstream and not b.host_calls else NULL
     cdef C_Status gs = C_SUCCESS
     cdef C_Status ge = C_SUCCESS
     cdef bint any_ok = False
@@ -868,12 +868,13 @@ cdef object _enqueue(Stream s, list items, bint grouped):
     b.comm_error = _comm_error_fn(dev)
     b.grouped = grouped
     works = [it[0] for it in items]
+    b.host_calls = any((<Work>w).comm._host_calls for w in works)
     for i in range(b.n):
         _assign(<Work>works[i], &b.calls[i])
     b.works = <PyObject*>works
     Py_INCREF(works)
     try:
-        pos = s.enqueue(_ccl_run, b, 0, (0 if s.ctx.has_pstream else PRT_OP_NEEDS_IDLE) |
+        pos = s.enqueue(_ccl_run, b, 0, (0 if s.ctx.has_pstream and not b.host_calls else PRT_OP_NEEDS_IDLE) |
                         prt_op_kind(PRT_OPK_COLLECTIVE))
     except BaseException:
         Py_DECREF(works)

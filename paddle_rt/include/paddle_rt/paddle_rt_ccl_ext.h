@@ -39,7 +39,11 @@ typedef int (*paddle_rt_ext_ccl_comm_failure_fn)(C_CCLComm comm, PaddleRtCclErro
  * MPI_THREAD_MULTIPLE. Collective: every rank of mpi_comm calls it with the same unique id (the one rank 0 got from
  * xccl_get_unique_id, broadcast by paddle_rt). The plugin keeps its own duplicate of mpi_comm. Plugins whose
  * collective library connects processes itself do not export it: paddle_rt then calls xccl_comm_init_rank with the
- * broadcast id (ccl.Communicator.from_mpi). */
+ * broadcast id (ccl.Communicator.from_mpi).
+ * Host-driven transport: paddle_rt calls the collectives of a communicator made this way with the NULL stream, from
+ * the worker thread of the paddle_rt stream they were issued on, once every earlier operation of that stream
+ * (plugin stream included) has completed; the hook runs the collective to completion (or failure, returning C_ERROR
+ * and recording the reason for paddle_rt_ext_ccl_comm_failure) before it returns. */
 C_Status paddle_rt_ext_ccl_comm_init_rank_mpi(size_t nranks, C_CCLRootId* unique_id, size_t rank, C_CCLComm* comm,
                                               int64_t mpi_comm);
 typedef C_Status (*paddle_rt_ext_ccl_comm_init_rank_mpi_fn)(size_t nranks, C_CCLRootId* unique_id, size_t rank,

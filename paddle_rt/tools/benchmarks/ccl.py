@@ -6,6 +6,12 @@ device's current stream), algbw = bytes / time, busbw = algbw * 2 * (n - 1) / n,
 same size measured in the same run (numpy.copyto of a host buffer). Figures are medians of the repetitions. Runs on
 more devices than this process has happen in a child process (``RT_CPU_DEVICE_COUNT``, read once per process).
 Target: busbw >= 50% of memcpy at 64 MiB on 2 ranks.
+
+Under mpiexec with more than one process (``mpiexec -n 2 python -m paddle_rt bench --only ccl``), the ranks are the
+processes (``ccl.Communicator.from_mpi``, rt_cpu's MPI transport) and the table is nccl-tests' for all_reduce float32
+from 8 B to 64 MiB, beside mpi4py's own ``Allreduce`` on numpy buffers of the same size, measured alternately in the
+same run (each figure: the slowest rank's time, median of the repetitions). Rank 0 prints the table and reports the
+figures. Targets: busbw >= 90% of raw MPI's at 64 MiB, latency <= 2x raw MPI's at 8 B.
 """
 import json
 import os
@@ -17,7 +23,7 @@ import time
 import numpy as np
 
 import paddle_rt
-from paddle_rt.tools.benchmarks import AreaSkipped, result, at_least
+from paddle_rt.tools.benchmarks import AreaSkipped, result, at_least, at_most
 
 AREA = "ccl"
 BUSBW_PERCENT = 50.0
@@ -127,8 +133,128 @@ def _mib(n):
     return f"{n >> 20} MiB" if n >= (1 << 20) else f"{n >> 10} KiB"
 
 
+MPI_BUSBW_PERCENT = 90.0
+MPI_LATENCY_RATIO = 2.0
+
+
+def mpi_world_size():
+    """The number of processes mpiexec started (MPICH/Hydra, Open MPI, PMIx, Slurm), 1 when not under mpiexec."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
+        v = os.environ.get(var, "")
+        if v.isdigit():
+            return int(v)
+    return 1
+
+
+def mpi_sizes(max_bytes):
+    s = 8
+    while s <= max_bytes:
+        yield s
+        s *= 4 if s < max_bytes // 2 else 2
+
+
+def mpi_iters(nbytes):
+    return max(3, min(1000, (64 << 20) // max(nbytes, 1) // 4))
+
+
+def run_mpi(max_bytes, reps):
+    """Rows {"n", "bytes", "time_us", "algbw", "busbw", "mpi_time_us", "mpi_algbw", "mpi_busbw"} on this rank (the
+    times are the slowest rank's): paddle_rt's all_reduce over the processes, and mpi4py's Allreduce."""
+    from mpi4py import MPI
+    from paddle_rt import ccl
+
+    world = MPI.COMM_WORLD
+    comm = ccl.Communicator.from_mpi()
+    n = comm.nranks
+    stream = paddle_rt.current_stream(comm.device)
+    rows = []
+    try:
+        for nbytes in mpi_sizes(max_bytes):
+            count = nbytes // 4
+            send = paddle_rt.malloc(nbytes, device=comm.device)
+            recv = paddle_rt.malloc(nbytes, device=comm.device)
+            np.asarray(send).view(np.float32)[:] = comm.rank + 1
+            a = np.full(count, comm.rank + 1, np.float32)
+            b = np.empty(count, np.float32)
+            it = mpi_iters(nbytes)
+
+            def ours(k):
+                world.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    ccl.all_reduce(send, recv, "sum", comm=comm, stream=stream, count=count, dtype="float32")
+                stream.synchronize()
+                return world.allreduce((time.perf_counter() - t0) / k, op=MPI.MAX)
+
+            def raw(k):
+                world.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    world.Allreduce(a, b, op=MPI.SUM)
+                return world.allreduce((time.perf_counter() - t0) / k, op=MPI.MAX)
+
+            ours(2)
+            raw(2)
+            t_ours, t_raw = [], []
+            for _ in range(reps):               # alternate: both see the same machine load
+                t_ours.append(ours(it))
+                t_raw.append(raw(it))
+            got = np.asarray(recv).view(np.float32)
+            assert got[0] == n * (n + 1) / 2 and got[-1] == got[0], "wrong all_reduce result"
+            assert b[0] == got[0], "wrong MPI_Allreduce result"
+            del got
+            t, tm = statistics.median(t_ours), statistics.median(t_raw)
+            factor = 2 * (n - 1) / n
+            rows.append({"n": n, "bytes": nbytes, "time_us": t * 1e6, "algbw": nbytes / t / 1e9,
+                         "busbw": nbytes / t / 1e9 * factor, "mpi_time_us": tm * 1e6,
+                         "mpi_algbw": nbytes / tm / 1e9, "mpi_busbw": nbytes / tm / 1e9 * factor})
+            del send, recv
+    finally:
+        comm.destroy()
+    return rows
+
+
+def show_mpi(rows):
+    print(f"# all_reduce float32 sum, {rows[0]['n']} processes (ccl.Communicator.from_mpi, rt_cpu over MPI), out "
+          f"of place, beside mpi4py Allreduce on numpy buffers")
+    print(f"{'size':>10} {'count':>10} {'time(us)':>10} {'algbw':>8} {'busbw':>8}   {'MPI time':>10} {'algbw':>8} "
+          f"{'busbw':>8}   {'time/MPI':>8}")
+    for r in rows:
+        print(f"{r['bytes']:>10} {r['bytes'] // 4:>10} {r['time_us']:>10.1f} {r['algbw']:>8.3f} {r['busbw']:>8.3f}   "
+              f"{r['mpi_time_us']:>10.1f} {r['mpi_algbw']:>8.3f} {r['mpi_busbw']:>8.3f}   "
+              f"{r['time_us'] / r['mpi_time_us']:>8.2f}")
+    print("(algbw, busbw in GB/s; busbw = algbw * 2 * (n - 1) / n; times: the slowest rank's, medians)")
+
+
+def measure_mpi(quick=False):
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise AreaSkipped("started by mpiexec, but mpi4py is missing (pip install \".[mpi]\")") from None
+    rows = run_mpi(TARGET_BYTES, 3 if quick else 7)
+    rank = MPI.COMM_WORLD.Get_rank()
+    if rank != 0:
+        raise AreaSkipped(f"rank {rank} of {rows[0]['n']}: rank 0 prints the figures")
+    show_mpi(rows)
+    small, big = rows[0], rows[-1]
+    n = big["n"]
+    pct = 100 * big["busbw"] / big["mpi_busbw"]
+    lat = small["time_us"] / small["mpi_time_us"]
+    return [
+        result(AREA, f"all_reduce {n} processes {_mib(big['bytes'])}: busbw", big["busbw"], "GB/s",
+               note=f"{big['time_us'] / 1000:.1f} ms per call"),
+        result(AREA, f"mpi4py Allreduce {_mib(big['bytes'])}, same run: busbw", big["mpi_busbw"], "GB/s"),
+        result(AREA, f"  busbw / MPI's at {_mib(big['bytes'])}", pct, "%", *at_least(pct, MPI_BUSBW_PERCENT, "%")),
+        result(AREA, f"all_reduce {n} processes {small['bytes']} B: time", small["time_us"], "us"),
+        result(AREA, f"mpi4py Allreduce {small['bytes']} B, same run: time", small["mpi_time_us"], "us"),
+        result(AREA, f"  time / MPI's at {small['bytes']} B", lat, "x", *at_most(lat, MPI_LATENCY_RATIO, "x")),
+    ]
+
+
 def measure(quick=False):
     """all_reduce on 2 ranks at 1 MiB and 64 MiB (and, not quick, 4 ranks at 64 MiB in a child process)."""
+    if mpi_world_size() > 1:
+        return measure_mpi(quick)
     reps = 3 if quick else 5
     try:
         have = paddle_rt.device_count("rt_cpu")
