@@ -71,6 +71,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -996,6 +997,16 @@ static C_Status oom(void** ptr) {
   return rt_cfg.oom_null ? C_SUCCESS : C_FAILED;
 }
 
+/* Large device allocations ask for transparent huge pages (as numpy does for its arrays): fewer TLB misses and page
+ * faults when a collective or a copy streams through them. Advice only: ignored where THP is off. */
+static void advise_huge_pages(void* p, size_t size) {
+  const uintptr_t huge = (uintptr_t)2 << 20;
+  if (size < ((size_t)4 << 20)) return;
+  uintptr_t begin = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+  uintptr_t end = ((uintptr_t)p + size) & ~(huge - 1);
+  if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);
+}
+
 static C_Status h_device_memory_allocate(const C_Device device, void** ptr, size_t size) {
   DEV_OR_ERROR(device, id);
   rt_device_state* ds = &g_dev[id];
@@ -1021,6 +1032,7 @@ static C_Status h_device_memory_allocate(const C_Device device, void** ptr, size
     free(p);
     return oom(ptr);
   }
+  advise_huge_pages(p, size);
   ds->live_bytes += size;
   ds->live_count++;
   pthread_mutex_unlock(&ds->mu);
