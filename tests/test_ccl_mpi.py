@@ -93,3 +93,71 @@ def test_rank_that_dies_is_named_and_survivors_keep_running(n):
     assert ok_ranks(out, "dies") == list(range(n - 1)), out
     assert "all_reduce #1 did not complete within 2000 ms" in out, out
     assert f"rank(s) {n - 1} did not join it" in out, out
+
+
+# -- one process (MPI's singleton init, in a child so that the test process stays without MPI) --------------------------
+def _child(run_python, code, env=None):
+    _mpiexec()
+    p = run_python(code, env=env, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_single_process_communicator_and_bad_arguments(run_python):
+    rc, out = _child(run_python, """
+        import numpy as np
+        from mpi4py import MPI
+        import paddle_rt
+        from paddle_rt import ccl
+        from paddle_rt import InvalidArgument
+        c = ccl.Communicator.from_mpi()
+        assert (c.rank, c.nranks, c.across_processes) == (0, 1, True), c
+        assert c.device is paddle_rt.devices()[0]
+        b = paddle_rt.malloc(16, device=c.device)
+        np.asarray(b).view(np.int32)[:] = [1, 2, 3, 4]
+        ccl.all_reduce(b, b, "avg", comm=c, dtype="int32").wait()
+        assert list(np.asarray(b).view(np.int32)) == [1, 2, 3, 4]
+        assert c.name.startswith("rt_cpu_ccl_mpi_"), c.name
+        for bad in ("x", MPI.COMM_NULL):
+            try:
+                ccl.Communicator.from_mpi(comm=bad)
+            except InvalidArgument as e:
+                assert "intracommunicator" in str(e), e
+            else:
+                raise AssertionError("no error")
+        c2 = ccl.Communicator.from_mpi(device="rt_cpu:1", comm=MPI.COMM_SELF)
+        assert c2.device is paddle_rt.devices()[1]
+        c.destroy(); c2.destroy()
+        print("FINE")
+    """)
+    assert rc == 0 and "FINE" in out, out
+
+
+def test_mpi_without_thread_multiple_is_refused(run_python):
+    rc, out = _child(run_python, """
+        import mpi4py
+        mpi4py.rc.thread_level = "serialized"
+        from mpi4py import MPI
+        from paddle_rt import ccl
+        from paddle_rt import NotSupportedError
+        try:
+            ccl.Communicator.from_mpi()
+        except NotSupportedError as e:
+            assert "MPI_THREAD_MULTIPLE" in str(e), e
+            print("FINE")
+    """)
+    assert rc == 0 and "FINE" in out, out
+
+
+def test_unloadable_mpi_library_is_a_clear_plugin_error(run_python):
+    rc, out = _child(run_python, """
+        from mpi4py import MPI
+        from paddle_rt import ccl
+        from paddle_rt import PluginError
+        try:
+            ccl.Communicator.from_mpi()
+        except PluginError as e:
+            assert "paddle_rt_ext_ccl_comm_init_rank_mpi" in str(e), e
+            print("FINE")
+    """, env={"PADDLE_RT_MPI_LIBRARY": "/nonexistent/libmpi.so.12"})
+    assert rc == 0 and "FINE" in out, out
+    assert "PADDLE_RT_MPI_LIBRARY=/nonexistent/libmpi.so.12 cannot be loaded" in out, out
