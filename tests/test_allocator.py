@@ -26,7 +26,7 @@ MiB = 1 << 20
 TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
 
-# The table of ABI.md (measured on Paddle 3.3.1): (min_chunk, padding) -> [(request, plugin allocation)].
+# Paddle 3.3.1's requests, as measured: (min_chunk, padding) -> [(request, plugin allocation)].
 ABI_TABLE = {
     (256, 0): [(1, 256), (257, 512), (1000, 1024), (4097, 4352), (1048577, 1048832)],
     (4096, 0): [(1, 4096), (4097, 8192), (1048577, 1052672)],
@@ -102,7 +102,7 @@ def check_consistent(d):
 @pytest.mark.smoke
 @pytest.mark.parametrize("hints", sorted(ABI_TABLE))
 def test_rounding_matches_paddle_table(hints):
-    """paddle_compat: a miss asks the plugin for exactly what Paddle asks for (ABI.md's table); default mode rounds
+    """paddle_compat: a miss asks the plugin for exactly what Paddle asks for (the table below, measured on Paddle 3.3.1); default mode rounds
     requests the same way."""
     align, pad = hints
     code = f"""
@@ -130,7 +130,7 @@ def test_rounding_matches_paddle_table(hints):
 
 
 class PaddleModel:
-    """Paddle's auto-growth best-fit rules in plain Python (ABI.md, last section): the reference for paddle_compat."""
+    """Paddle's auto-growth best-fit rules in plain Python (paddlepaddle 3.3.1's auto_growth_best_fit_allocator): the reference for paddle_compat."""
 
     def __init__(self, align=256, pad=0, chunk=0):
         self.align, self.pad, self.chunk = align, pad, chunk

@@ -258,7 +258,6 @@ cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_
 cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
     cdef Block* r
     cdef size_t rest
-    cdef int pool = b.chunk.pool
     cdef prt_free_set.iterator it
     rest = b.size - size
     if rest > 0 and (c.cfg.max_split_size == SIZE_MAX or b.size <= c.cfg.max_split_size):
@@ -317,7 +316,7 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
 
 cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
     cdef uint64_t h = (<uint64_t>size ^ (<uint64_t>stream * 0x9E3779B97F4A7C15ULL)) * 0x9E3779B97F4A7C15ULL
-    return <int>(h >> 58)
+    return <int>(h >> 58)           # the top 6 bits: one of N_QUICK_SLOTS (64)
 
 
 cdef inline Block* _q_pop(AllocatorCore* c, size_t size, uintptr_t stream) noexcept nogil:
@@ -403,7 +402,7 @@ cdef void _q_flush(AllocatorCore* c) noexcept nogil:
     cdef Block* b
     if c.q_blocks == 0:
         return
-    for i in range(64):
+    for i in range(N_QUICK_SLOTS):
         while c.q_head[i] != NULL:
             b = c.q_head[i]
             c.q_head[i] = b.qnext
@@ -706,7 +705,6 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
 cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef prt_chunk_map.iterator it
     cdef Chunk* ch
-    cdef Block* b
     if c.cx.live.find(ptr) != NULL:
         return 1
     it = c.cx.chunks.upper_bound(ptr)
@@ -789,9 +787,6 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
 
 cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     cdef AllocError err
-    cdef Block* b
-    cdef Block* n
-    cdef int pool, owns
     if c.torn_down:
         return 0
     c.cx.mu.lock()
@@ -818,13 +813,12 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
 cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef prt_chunk_map.iterator it = c.cx.chunks.upper_bound(ptr)
     cdef Chunk* ch
-    cdef prt_free_key k
     cdef prt_free_set.iterator fi
     cdef int p
     cdef Block* q
     if it == c.cx.chunks.begin():
         return 0
-    for p in range(64):
+    for p in range(N_QUICK_SLOTS):
         q = c.q_head[p]
         while q != NULL:
             if q.addr == ptr:
@@ -867,7 +861,6 @@ cdef int64_t core_empty_cache(AllocatorCore* c) except -1 nogil:
 cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
     cdef prt_chunk_map.iterator it
     cdef Chunk* ch
-    cdef Block* b
     c.cx.mu.lock()
     if c.torn_down:
         c.cx.mu.unlock()
@@ -1032,7 +1025,7 @@ cdef class DeviceAllocator:
         a._keywords = {}
         a.host_addressable = kind == KIND_HOST or device_host_addressable(dev)
         try:
-            free_, total = dev.memory_info()
+            _, total = dev.memory_info()
         except errors.PaddleRTError:
             total = 0
         c.capacity = total
@@ -1168,7 +1161,7 @@ cdef class DeviceAllocator:
 
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
-        cdef Stat st[3][9]
+        cdef Stat st[N_STAT_GROUPS][N_STATS]
         cdef int64_t extra[6]
         cdef AllocatorCore* c = self.core
         cdef int p
@@ -1954,7 +1947,7 @@ def allocator_config(device=None):
 cdef enum:
     MAX_PLUGGABLE = 64
 
-cdef AllocatorCore* _pluggable[64]
+cdef AllocatorCore* _pluggable[MAX_PLUGGABLE]
 memset(_pluggable, 0, sizeof(_pluggable))
 
 

@@ -278,7 +278,7 @@ cdef class MemPool:
         cdef list safe = []
         if self.n_hot:
             self._spill()
-        for s, d in self._cache.items():
+        for d in self._cache.values():
             for lst in d.values():
                 for e in lst:
                     if not _recorded_done(e):
@@ -415,7 +415,7 @@ cdef class MemPool:
         cdef dict need = {}
         if self.n_hot:
             self._spill()
-        for s, d in self._cache.items():
+        for d in self._cache.values():
             for lst in d.values():
                 for e in lst:
                     if need.get(e.stream, 0) < e.pos:
@@ -429,7 +429,7 @@ cdef class MemPool:
                 st._wait_position(pos)
             if self._synced.get(st, 0) < pos:
                 self._synced[st] = pos
-        for s, d in list(self._cache.items()):
+        for d in list(self._cache.values()):
             for lst in list(d.values()):
                 for e in list(lst):
                     if self._drop_entry(e):
@@ -442,7 +442,6 @@ cdef class MemPool:
 
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
         cdef _FreedBlock e
-        cdef Stream y
         cdef dict d
         cdef list lst
         if a._freed:
@@ -553,7 +552,7 @@ cdef class MemPool:
         cdef _FreedBlock e
         out = []
         self._spill()
-        for s, d in self._cache.items():
+        for d in self._cache.values():
             for lst in d.values():
                 for e in lst:
                     out.append((e.stream.name, e.pos, e.size))
@@ -628,7 +627,7 @@ def _teardown_pools():
     for p in list(_pools):
         try:
             p._spill()
-            for s, d in list(p._cache.items()):
+            for d in list(p._cache.values()):
                 for lst in list(d.values()):
                     for e in list(lst):
                         if p._drop_entry(e):

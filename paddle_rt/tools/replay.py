@@ -432,7 +432,7 @@ class _Model:
 
 
 class PaddleAutoGrowthModel(_Model):
-    """Paddle's auto_growth best fit (ABI.md): round_up(n + padding, min_chunk), exact chunks, remainder low."""
+    """Paddle's auto_growth best fit (as in paddlepaddle 3.3.1): round_up(n + padding, min_chunk), exact chunks, remainder low."""
 
     def __init__(self, align=256, padding=0):
         super().__init__()
