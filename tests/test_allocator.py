@@ -828,8 +828,8 @@ def test_pluggable_allocator_functions(d1):
 
 
 def test_cython_api_from_another_module(d1):
-    """paddle_rt._core._bench_alloc cimports the public .pxd and runs core_malloc/core_free in nogil loops."""
-    from paddle_rt._core import _bench_alloc as B
+    """paddle_rt.bench._alloc_kernels cimports the public .pxd and runs core_malloc/core_free in nogil loops."""
+    from paddle_rt.bench import _alloc_kernels as B
     sizes = np.array([1 << k for k in range(8, 21)], dtype=np.int64)
     ns = B.core_pairs(d1, sizes, 10)
     assert ns > 0
@@ -868,7 +868,7 @@ def test_peak_and_accumulated_stats(d1):
 def test_eight_threads_nogil_stress(d1, conf):
     """8 threads run random alloc/fill/check/free loops through the C API without the GIL (true concurrency on the
     allocator's lock); a block shared by two threads would show the other thread's fill byte."""
-    from paddle_rt._core import _bench_alloc as B
+    from paddle_rt.bench import _alloc_kernels as B
     paddle_rt.set_allocator_config(d1, **conf)
     results = [None] * 8
 

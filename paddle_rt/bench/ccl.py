@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import paddle_rt
-from paddle_rt.tools.benchmarks import AreaSkipped, result, at_least
+from paddle_rt.bench import AreaSkipped, result, at_least
 
 AREA = "ccl"
 BUSBW_PERCENT = 50.0
