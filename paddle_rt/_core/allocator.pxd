@@ -83,6 +83,8 @@ cdef struct AllocConfig:
     size_t limit           # most bytes reserved at once (SIZE_MAX: off)
     size_t small_size      # requests up to it use the small pool (0: one pool)
     size_t small_chunk     # chunk size of the small pool
+    int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
+    int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size
 
 # An error found under the lock, raised after the lock is released.
 cdef struct AllocError:
