@@ -77,7 +77,9 @@ def cython_extensions():
     from Cython.Build import cythonize
 
     exts = []
-    for pyx in sorted(glob.glob(os.path.join(SRC, "paddle_rt", "_core", "*.pyx"))):
+    pyx_files = (glob.glob(os.path.join(SRC, "paddle_rt", "_core", "*.pyx"))
+                 + glob.glob(os.path.join(SRC, "paddle_rt", "bench", "*.pyx")))   # the benchmarks' C kernels
+    for pyx in sorted(pyx_files):
         name = os.path.relpath(pyx, SRC)[:-4].replace(os.sep, ".")
         if not wanted(name):
             continue

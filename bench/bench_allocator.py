@@ -1,4 +1,4 @@
-"""Allocator benchmarks: a thin wrapper over paddle_rt.tools.benchmarks.allocator (the same code
+"""Allocator benchmarks: a thin wrapper over paddle_rt.bench.allocator (the same code
 ``python -m paddle_rt bench --only allocator`` runs; that module says what is measured). Every ratio is measured
 within one run, the two sides interleaved, and reported as the median over --reps repetitions (default 7).
 
@@ -14,7 +14,7 @@ try:
 except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
-from paddle_rt.tools.benchmarks import allocator as alloc_bench
+from paddle_rt.bench import allocator as alloc_bench
 
 
 def main(argv=None):

@@ -1,4 +1,4 @@
-"""Collective benchmark (issue 6): a thin wrapper over paddle_rt.tools.benchmarks.ccl (the same code
+"""Collective benchmark (issue 6): a thin wrapper over paddle_rt.bench.ccl (the same code
 ``python -m paddle_rt bench --only ccl`` runs). all_reduce of float32 on rt_cpu, reported like nccl-tests.
 
     python bench/bench_ccl.py [--reps 5] [--max-mib 256] [--devices 2,4]
@@ -17,7 +17,7 @@ try:
 except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
-from paddle_rt.tools.benchmarks import ccl as ccl_bench
+from paddle_rt.bench import ccl as ccl_bench
 
 
 def main():

@@ -1,4 +1,4 @@
-"""Stream-ordered pool benchmarks: a thin wrapper over paddle_rt.tools.benchmarks.pool (the same code
+"""Stream-ordered pool benchmarks: a thin wrapper over paddle_rt.bench.pool (the same code
 ``python -m paddle_rt bench`` runs; see that module for what is measured).
 
   python bench/bench_pool.py [--quick] [--reps N] [--n N] [--json]
@@ -14,7 +14,7 @@ except ImportError:     # running from a checkout with an in-place build (python
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
 
-from paddle_rt.tools.benchmarks import pool as pool_bench
+from paddle_rt.bench import pool as pool_bench
 
 
 def main():

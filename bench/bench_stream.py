@@ -1,4 +1,4 @@
-"""Stream/event/copy benchmarks (issue 4): a thin wrapper over paddle_rt.tools.benchmarks.streams (the same code
+"""Stream/event/copy benchmarks (issue 4): a thin wrapper over paddle_rt.bench.streams (the same code
 ``python -m paddle_rt bench --only streams`` runs). Run from the repository root after an in-place build:
 
     python bench/bench_stream.py [--reps 7]
@@ -15,7 +15,7 @@ try:
 except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
-from paddle_rt.tools.benchmarks import streams as stream_bench
+from paddle_rt.bench import streams as stream_bench
 
 
 def main():

@@ -25,7 +25,8 @@ try:
 except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import paddle_rt
-from paddle_rt._core import _bench_alloc as B, _bench_stream as CB, trace
+from paddle_rt._core import trace
+from paddle_rt.bench import _alloc_kernels as B, _stream_kernels as CB
 
 SIZES = np.array([1 << k for k in range(8, 21)], dtype=np.int64)
 
@@ -55,7 +56,7 @@ def measure(s):
 
 PROBE = r"""
 import time, numpy as np, paddle_rt
-from paddle_rt._core import _bench_alloc as B, _bench_stream as CB
+from paddle_rt.bench import _alloc_kernels as B, _stream_kernels as CB
 sizes = np.array([1 << k for k in range(8, 21)], dtype=np.int64)
 B.core_pairs("rt_cpu:0", sizes, 2000)
 core = min(B.core_pairs("rt_cpu:0", sizes, 5000) for _ in range(9))

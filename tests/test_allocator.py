@@ -26,7 +26,7 @@ MiB = 1 << 20
 TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
 
-# The table of ABI.md (measured on Paddle 3.3.1): (min_chunk, padding) -> [(request, plugin allocation)].
+# Paddle 3.3.1's requests, as measured: (min_chunk, padding) -> [(request, plugin allocation)].
 ABI_TABLE = {
     (256, 0): [(1, 256), (257, 512), (1000, 1024), (4097, 4352), (1048577, 1048832)],
     (4096, 0): [(1, 4096), (4097, 8192), (1048577, 1052672)],
@@ -102,7 +102,7 @@ def check_consistent(d):
 @pytest.mark.smoke
 @pytest.mark.parametrize("hints", sorted(ABI_TABLE))
 def test_rounding_matches_paddle_table(hints):
-    """paddle_compat: a miss asks the plugin for exactly what Paddle asks for (ABI.md's table); default mode rounds
+    """paddle_compat: a miss asks the plugin for exactly what Paddle asks for (the table below, measured on Paddle 3.3.1); default mode rounds
     requests the same way."""
     align, pad = hints
     code = f"""
@@ -130,7 +130,7 @@ def test_rounding_matches_paddle_table(hints):
 
 
 class PaddleModel:
-    """Paddle's auto-growth best-fit rules in plain Python (ABI.md, last section): the reference for paddle_compat."""
+    """Paddle's auto-growth best-fit rules in plain Python (paddlepaddle 3.3.1's auto_growth_best_fit_allocator): the reference for paddle_compat."""
 
     def __init__(self, align=256, pad=0, chunk=0):
         self.align, self.pad, self.chunk = align, pad, chunk
@@ -828,8 +828,8 @@ def test_pluggable_allocator_functions(d1):
 
 
 def test_cython_api_from_another_module(d1):
-    """paddle_rt._core._bench_alloc cimports the public .pxd and runs core_malloc/core_free in nogil loops."""
-    from paddle_rt._core import _bench_alloc as B
+    """paddle_rt.bench._alloc_kernels cimports the public .pxd and runs core_malloc/core_free in nogil loops."""
+    from paddle_rt.bench import _alloc_kernels as B
     sizes = np.array([1 << k for k in range(8, 21)], dtype=np.int64)
     ns = B.core_pairs(d1, sizes, 10)
     assert ns > 0
@@ -868,7 +868,7 @@ def test_peak_and_accumulated_stats(d1):
 def test_eight_threads_nogil_stress(d1, conf):
     """8 threads run random alloc/fill/check/free loops through the C API without the GIL (true concurrency on the
     allocator's lock); a block shared by two threads would show the other thread's fill byte."""
-    from paddle_rt._core import _bench_alloc as B
+    from paddle_rt.bench import _alloc_kernels as B
     paddle_rt.set_allocator_config(d1, **conf)
     results = [None] * 8
 

@@ -1,4 +1,4 @@
-"""paddle_rt/tools/bench.py and paddle_rt/tools/benchmarks: the ``bench`` command's discovery of areas, its table and
+"""paddle_rt/tools/bench.py and paddle_rt/bench: the ``bench`` command's discovery of areas, its table and
 JSON, error isolation between areas, and the bench/*.py wrappers over the same code. Speed is not asserted here."""
 import json
 import os
@@ -9,7 +9,8 @@ import types
 import pytest
 
 import paddle_rt
-from paddle_rt.tools import bench, benchmarks
+from paddle_rt import bench as benchmarks
+from paddle_rt.tools import bench
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))   # the paddle_rt under test
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))            # the checkout (bench/ lives there)

@@ -1,6 +1,6 @@
 """Layout of paddle_rt/include/paddle_rt/device_ext.h, checked by compiling small C and C++ programs against it.
 
-The tables below are ABI.md's (the layout of PaddlePaddle 3.3.1's device_ext.h on x86-64), written out field by
+The tables below are the layout of PaddlePaddle 3.3.1's device_ext.h on x86-64, written out field by
 field so that a slip in the header (a missing reserved slot, a reordered hook) is caught with the field's name.
 """
 import os
@@ -236,7 +236,7 @@ def check_output(lines):
     expected = expected_lines()
     # compare line by line so that a failure names the field
     mismatches = [(e, g) for e, g in zip(expected, lines) if e != g]
-    assert not mismatches, "layout differs from ABI.md (expected, got):\n" + "\n".join(
+    assert not mismatches, "layout differs from paddlepaddle 3.3.1's (expected, got):\n" + "\n".join(
         f"  {e!r} != {g!r}" for e, g in mismatches)
     assert len(lines) == len(expected)
     return version
@@ -313,7 +313,7 @@ int main(void) {
 
 
 def test_check_version_macro_gives_up_only_when_both_sizes_differ(tmp_path):
-    """Paddle's check uses `&&`: a host with one wrong size is still accepted (ABI.md, handshake)."""
+    """Paddle's check uses `&&`: a host with one wrong size is still accepted (paddlepaddle 3.3.1's handshake)."""
     lines = compile_and_run(tmp_path, "gcc", C_FLAGS, CHECK_VERSION_PROGRAM, ".c", include_dir())
     assert lines == [
         "96 1128 -> checked 0.1.1",

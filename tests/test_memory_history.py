@@ -7,7 +7,7 @@ import pytest
 import paddle_rt
 from paddle_rt import memory, profiler
 from paddle_rt._core import trace
-from paddle_rt._core import _bench_alloc
+from paddle_rt.bench import _alloc_kernels as _bench_alloc
 
 TRACE_KEYS = {"action", "addr", "size", "stream", "time_ns", "frames"}
 SEGMENT_KEYS = {"address", "total_size", "stream", "segment_type", "allocated_size", "active_size",

@@ -207,7 +207,7 @@ def test_each_required_hook_missing(build_plugin, hook):
                                                                               "record_event"),
                                           ("get_device_count", "device_memory_deallocate")])
 def test_first_missing_hook_in_abi_order_is_named(build_plugin, first, second):
-    # `second` comes before `first` in ABI.md's list, so it is the one named
+    # `second` comes before `first` in Paddle's order of checks, so it is the one named
     name = f"tp_miss2_{first}_{second}"
     so = build_plugin("variant", {"DEVICE_TYPE": dtype(name), "MISSING": first, "MISSING2": second})
     with pytest.raises(MissingHookError) as info:

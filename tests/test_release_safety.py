@@ -16,8 +16,16 @@ import paddle_rt
 from paddle_rt import plugins
 from paddle_rt._core import allocator as A
 MiB = 1 << 20
-def busy(s, secs=0.4):
-    s.add_callback(time.sleep, secs)           # everything queued after this waits
+def busy(s):
+    # everything queued on s after this waits until the returned gate is set (a window that lasts as long as the
+    # test needs, whatever the machine's speed)
+    gate = threading.Event()
+    s.add_callback(gate.wait, 60)
+    return gate
+def open_soon(gate, secs=0.2):
+    # open the gate from another thread while this one is in a call that waits for the stream (the call's result
+    # does not depend on when: only that the call returns)
+    threading.Timer(secs, gate.set).start()
 def deferred(dev=None):
     return paddle_rt.memory_stats(dev)["num_release_deferred"]
 """
@@ -37,11 +45,13 @@ s = paddle_rt.Stream()
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
 h = np.zeros(8 * MiB, np.uint8)
-busy(s)
+gate = busy(s)
 paddle_rt.memset_async(a, 7, stream=s)
 paddle_rt.memcpy_async(h, a, stream=s)
 a.free()                                      # stream-ordered: the block returns to s's cache at once
 assert paddle_rt.memory_reserved() == 8 * MiB
+assert not s.query()
+open_soon(gate)
 released = paddle_rt.empty_cache()            # waits for s, then really gives the chunk back
 assert released == 8 * MiB, released
 assert s.query()
@@ -59,7 +69,7 @@ s = paddle_rt.Stream()
 h = np.zeros(8 * MiB, np.uint8)
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
-    busy(s)
+    gate = busy(s)
     paddle_rt.memset_async(a, 3, stream=s)
     paddle_rt.memcpy_async(h, a, stream=s)
     a.free()                                  # the chunk is idle, the memset still pending
@@ -68,6 +78,7 @@ with paddle_rt.stream(s):
 assert deferred() >= 1
 assert not s.query()
 assert plugins.rt_cpu_live_bytes(0) >= n0 + 32 * MiB     # the 8 MiB chunk is still held
+gate.set()
 s.synchronize()
 assert (h == 3).all()
 b.free()
@@ -84,7 +95,7 @@ s = paddle_rt.Stream()
 h = np.zeros(8 * MiB, np.uint8)
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
-busy(s)
+gate = busy(s)
 paddle_rt.memset_async(a, 5, stream=s)
 paddle_rt.memcpy_async(h, a, stream=s)
 frees = paddle_rt.memory_stats()["num_device_free"]
@@ -92,6 +103,7 @@ a.free()                                      # release:free would give the chun
 assert paddle_rt.memory_stats()["num_device_free"] == frees
 assert deferred() == 1
 assert paddle_rt.memory_reserved() == 8 * MiB and plugins.rt_cpu_live_bytes(0) == 8 * MiB
+gate.set()
 s.synchronize()
 assert (h == 5).all()
 # kept chunks are released by the next free that makes a chunk idle while the streams are idle ...
@@ -101,10 +113,11 @@ assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
 # ... or by empty_cache
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
-busy(s, 0.2)
+gate = busy(s)
 paddle_rt.memset_async(a, 1, stream=s)
 a.free()
 assert paddle_rt.memory_reserved() == 8 * MiB
+open_soon(gate)
 assert paddle_rt.empty_cache() == 8 * MiB
 assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
 s.synchronize()
@@ -119,10 +132,11 @@ h = np.zeros(40 * MiB, np.uint8)
 for alloc in ("malloc", "raw"):
     with paddle_rt.stream(s):
         a = paddle_rt.malloc(40 * MiB)
-    busy(s)
+    gate = busy(s)
     paddle_rt.memset_async(a, 9, stream=s)
     paddle_rt.memcpy_async(h, a, stream=s)
     a.free()
+    open_soon(gate)
     # another stream cannot reuse s's block: the ladder must give s's chunk back, after s finished with it
     if alloc == "malloc":
         b = paddle_rt.malloc(40 * MiB)
@@ -149,10 +163,11 @@ t = paddle_rt.Stream()
 h = np.zeros(40 * MiB, np.uint8)
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(40 * MiB)
-busy(s)
+gate = busy(s)
 paddle_rt.memset_async(a, 4, stream=s)
 paddle_rt.memcpy_async(h, a, stream=s)
 a.free()
+open_soon(gate)
 b = paddle_rt.malloc_async(40 * MiB, stream=t)
 assert s.query() and (h == 4).all()
 paddle_rt.free_async(b)
@@ -171,10 +186,11 @@ hb = paddle_rt.malloc_host(8 * MiB)
 np.frombuffer(hb, np.uint8)[:] = 6
 out = np.zeros(8 * MiB, np.uint8)
 host0 = plugins.rt_cpu_host_live_bytes()
-busy(s)
+gate = busy(s)
 paddle_rt.memcpy_async(d, hb, stream=s)       # H2D from pinned memory, pending
 paddle_rt.memcpy_async(out, d, stream=s)
 hb.free()
+open_soon(gate)
 assert paddle_rt.empty_cache() >= 8 * MiB     # waits for s, then the pinned chunk goes back too
 assert plugins.rt_cpu_host_live_bytes() == host0 - 8 * MiB
 s.synchronize()
@@ -183,11 +199,12 @@ assert (out == 6).all()
 A.get_allocator(kind="host").configure(release="free")
 hb = paddle_rt.malloc_host(8 * MiB)
 np.frombuffer(hb, np.uint8)[:] = 2
-busy(s)
+gate = busy(s)
 paddle_rt.memcpy_async(d, hb, stream=s)
 paddle_rt.memcpy_async(out, d, stream=s)
 hb.free()
 assert A.get_allocator(kind="host").stats()["num_release_deferred"] == 1
+gate.set()
 s.synchronize()
 assert (out == 2).all()
 assert paddle_rt.empty_cache() >= 8 * MiB
@@ -201,9 +218,10 @@ s = paddle_rt.Stream()
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
 h = np.zeros(8 * MiB, np.uint8)
-busy(s, 0.1)
+gate = busy(s)
 paddle_rt.memset_async(a, 8, stream=s)
 s.add_callback(a.free)                        # on s's worker: s itself is busy -> the chunk is kept
+gate.set()
 s.synchronize()
 assert deferred() == 1
 assert paddle_rt.memory_reserved() == 8 * MiB
@@ -223,8 +241,9 @@ a.free()
 out = []
 def cb():
     out.append(paddle_rt.empty_cache())
-busy(s, 0.05)
+gate = busy(s)
 s.add_callback(cb)
+gate.set()
 s.synchronize()                               # no StreamError, no deadlock
 assert out == [0], out                        # s (running the callback) is busy: nothing released, nothing lost
 assert paddle_rt.memory_reserved() == 8 * MiB
@@ -239,9 +258,10 @@ for i in range(3):
     s = paddle_rt.Stream()
     with paddle_rt.stream(s):
         a = paddle_rt.malloc(8 * MiB)
-    busy(s, 0.1)
+    gate = busy(s)
     paddle_rt.memset_async(a, 1, stream=s)
     a.free()
+    open_soon(gate, 0.05)
     s.close()                                 # waits for its work; the stream leaves the registry
     del s
     # release:free: the next free that makes a chunk idle releases at once (no stale busy stream)
@@ -251,7 +271,7 @@ for i in range(3):
     assert plugins.rt_cpu_live_bytes(0) == 0
 # a stream dropped without close() leaves the registry too
 s = paddle_rt.Stream()
-busy(s, 0.05)
+open_soon(busy(s), 0.05)
 del s
 import gc; gc.collect()
 c = paddle_rt.malloc(1 * MiB)
@@ -264,13 +284,12 @@ print("OK")
 def test_busy_stream_of_another_device_does_not_block_release():
     run("""
 s1 = paddle_rt.Stream("rt_cpu:1")
-busy(s1, 1.0)
+gate = busy(s1)                               # closed until the end: empty_cache would hang if it waited for s1
 a = paddle_rt.malloc(8 * MiB, device="rt_cpu:0")
 a.free()
-t0 = time.monotonic()
-assert paddle_rt.empty_cache("rt_cpu:0") == 8 * MiB
-assert time.monotonic() - t0 < 0.5            # rt_cpu:0 has no busy stream: no waiting for rt_cpu:1
+assert paddle_rt.empty_cache("rt_cpu:0") == 8 * MiB   # rt_cpu:0 has no busy stream: no waiting for rt_cpu:1
 assert not s1.query()
+gate.set()
 s1.synchronize()
 print("OK")
 """, timeout=30)
@@ -285,9 +304,10 @@ assert idle0
 s = paddle_rt.Stream(d0)
 t = paddle_rt.Stream(d0)
 assert S._registry_count(d0)[0] == n0 + 2
-busy(s, 0.2)
+gate = busy(s)
 assert S._registry_count(d0) == (n0 + 2, False)
 assert S._registry_count("rt_cpu:1")[1]             # another device's streams are not s
+gate.set()
 s.close()
 assert S._registry_count(d0) == (n0 + 1, True)
 del t
@@ -302,7 +322,7 @@ def test_fork_child_starts_with_an_empty_registry():
 import os
 from paddle_rt._core import stream as S
 s = paddle_rt.Stream()
-busy(s, 1.0)                                  # the parent's stream is busy at the fork
+gate = busy(s)                                # the parent's stream is busy at the fork
 pid = os.fork()
 if pid == 0:
     ok = S._registry_count() == (0, True)     # the parent's (worker-less) streams are forgotten
@@ -313,6 +333,7 @@ if pid == 0:
     os._exit(0 if ok else 3)
 _, status = os.waitpid(pid, 0)
 assert os.WEXITSTATUS(status) == 0, status
+gate.set()
 s.synchronize()
 print("OK")
 """, timeout=30)
@@ -334,7 +355,7 @@ def worker(k):
             h = np.zeros(a.size, np.uint8)
             v = (k * 31 + i) % 251 + 1
             if i % 7 == 0:
-                busy(s, 0.01)
+                open_soon(busy(s), 0.01)
             paddle_rt.memset_async(a, v, stream=s)
             paddle_rt.memcpy_async(h, a, stream=s)
             if i % 3 == 0:
@@ -378,11 +399,12 @@ a = paddle_rt.malloc(8 * MiB, device="rt_cpu:0")
 paddle_rt.memset(a, 4)
 b = paddle_rt.malloc(8 * MiB, device="rt_cpu:1", stream=s1)
 h = np.zeros(8 * MiB, np.uint8)
-busy(s1, 0.3)
+gate = busy(s1)
 paddle_rt.memcpy_async(b, a, stream=s1)       # P2P: s1 reads rt_cpu:0's memory
 paddle_rt.memcpy_async(h, b, stream=s1)
 a.free()
 assert not S._registry_count("rt_cpu:0")[1]   # s1 now counts for rt_cpu:0 too
+open_soon(gate)
 assert paddle_rt.empty_cache("rt_cpu:0") == 8 * MiB    # waited for s1
 assert s1.query() and (h == 4).all()
 s1.synchronize()

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import paddle_rt
 from paddle_rt._core import trace
 from paddle_rt._core import stream as _stream
-from paddle_rt._core import _bench_alloc
+from paddle_rt.bench import _alloc_kernels as _bench_alloc
 
 
 class Sub:

@@ -20,6 +20,10 @@ cdef enum:
 cdef enum:
     POOL_SMALL = 0
     POOL_LARGE = 1
+    N_STAT_GROUPS = 3     # stats[0] all pools, stats[1 + pool] one pool
+
+cdef enum:
+    N_QUICK_SLOTS = 64    # quick-reuse slots, by a hash of (size, stream)
 
 cdef enum:
     GROWTH_ADAPTIVE = 0   # paddle_rt's default: grow from the current demand (see allocator.pyx)
@@ -79,6 +83,8 @@ cdef struct AllocConfig:
     size_t limit           # most bytes reserved at once (SIZE_MAX: off)
     size_t small_size      # requests up to it use the small pool (0: one pool)
     size_t small_chunk     # chunk size of the small pool
+    int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
+    int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size
 
 # An error found under the lock, raised after the lock is released.
 cdef struct AllocError:
@@ -96,7 +102,7 @@ cdef struct AllocatorCore:
     int index              # position in the module's registry
     int torn_down
     AllocConfig cfg
-    Stat stats[3][9]       # [all, small_pool, large_pool][stat]
+    Stat stats[N_STAT_GROUPS][N_STATS]   # [all, small_pool, large_pool][stat]
     int64_t num_alloc_retries
     int64_t num_ooms
     int64_t num_device_alloc
@@ -106,10 +112,10 @@ cdef struct AllocatorCore:
     # Quick reuse (default mode): a freed block waits unmerged in a small slot keyed by (size, stream) for the next
     # request of exactly its size; slots are merged back into the best-fit index before any growth, release,
     # snapshot or configuration change.
-    Block* q_head[64]
-    size_t q_size[64]
-    uintptr_t q_stream[64]
-    int q_count[64]
+    Block* q_head[N_QUICK_SLOTS]
+    size_t q_size[N_QUICK_SLOTS]
+    uintptr_t q_stream[N_QUICK_SLOTS]
+    int q_count[N_QUICK_SLOTS]
     int64_t q_blocks
     int quick              # quick reuse enabled (not in paddle_compat, not with release on free)
     size_t capacity        # device total memory at creation (0: unknown)

@@ -77,6 +77,9 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
+from paddle_rt._core.alloc_policy cimport (
+    pool_for, serves, splits, remainder_low, consolidates_before_growth, chunk_for_miss, releases_on_free,
+)
 from paddle_rt._core.stream cimport (
     Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation, stream_device_idle,
     stream_device_quiesce, stream_alloc_tag,
@@ -107,10 +110,6 @@ cdef char* _FORMAT_B = "B"
 cdef size_t KiB = 1024
 cdef size_t MiB = 1024 * 1024
 
-# Adaptive growth constants (documented in the module docstring).
-cdef size_t GROW_MIN = 2 * 1024 * 1024
-cdef size_t GROW_STEP = 16 * 1024 * 1024
-cdef size_t GROW_FRACTION = 24
 
 cdef enum:
     ERR_NONE = 0
@@ -124,8 +123,8 @@ cdef enum:
     ERR_HOST_OOM = 8
     ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
 
-CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
-             "small_chunk")
+from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES
+from paddle_rt._core import alloc_config
 
 _registry_lock = threading.RLock()
 _allocators = []          # every DeviceAllocator ever created (they live as long as the process)
@@ -232,9 +231,7 @@ cdef inline void _free_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* 
 
 
 cdef inline int _pool_of(AllocatorCore* c, size_t size) noexcept nogil:
-    if c.cfg.small_size != 0 and size <= c.cfg.small_size:
-        return POOL_SMALL
-    return POOL_LARGE
+    return pool_for(&c.cfg, size)
 
 
 cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
@@ -249,7 +246,7 @@ cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_
     if deref(it).stream != stream:
         return NULL
     cdef Block* b = <Block*>deref(it).block
-    if c.cfg.max_split_size != SIZE_MAX and size <= c.cfg.max_split_size and b.size > c.cfg.max_split_size:
+    if not serves(&c.cfg, b.size, size):
         return NULL
     return b
 
@@ -258,10 +255,9 @@ cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_
 cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
     cdef Block* r
     cdef size_t rest
-    cdef int pool = b.chunk.pool
     cdef prt_free_set.iterator it
     rest = b.size - size
-    if rest > 0 and (c.cfg.max_split_size == SIZE_MAX or b.size <= c.cfg.max_split_size):
+    if splits(&c.cfg, b.size, size):
         r = _new_block(c)
         if r == NULL:
             fail[0] = ERR_HOST_OOM
@@ -272,8 +268,7 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
         r.chunk = b.chunk
         r.stream = b.stream
         r.size = rest
-        if c.cfg.paddle_compat:
-            # the free remainder stays at the low end (Paddle)
+        if remainder_low(&c.cfg):
             r.addr = b.addr
             r.prev = b.prev
             r.next = b
@@ -317,7 +312,7 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
 
 cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
     cdef uint64_t h = (<uint64_t>size ^ (<uint64_t>stream * 0x9E3779B97F4A7C15ULL)) * 0x9E3779B97F4A7C15ULL
-    return <int>(h >> 58)
+    return <int>(h >> 58)           # the top 6 bits: one of N_QUICK_SLOTS (64)
 
 
 cdef inline Block* _q_pop(AllocatorCore* c, size_t size, uintptr_t stream) noexcept nogil:
@@ -403,7 +398,7 @@ cdef void _q_flush(AllocatorCore* c) noexcept nogil:
     cdef Block* b
     if c.q_blocks == 0:
         return
-    for i in range(64):
+    for i in range(N_QUICK_SLOTS):
         while c.q_head[i] != NULL:
             b = c.q_head[i]
             c.q_head[i] = b.qnext
@@ -452,7 +447,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
         return 0
     b.allocated = 0
     b = _merge_insert(c, b)
-    if c.cfg.release == RELEASE_ON_FREE and b.prev == NULL and b.next == NULL:
+    if releases_on_free(&c.cfg) and b.prev == NULL and b.next == NULL:
         if not _streams_idle(c):
             # queued work may still use the memory (a stream-ordered free, or this is a stream's callback): keep it
             c.num_release_deferred += 1
@@ -593,34 +588,14 @@ cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t
     return total
 
 
-# Size of the chunk to ask for on a miss of `size` bytes (may first consolidate idle chunks).
+# Size of the chunk to ask for on a miss of `size` bytes: the policy's choice (alloc_policy.chunk_for_miss), after
+# consolidating idle chunks when the policy says so, rounded to the plugin's alignment and cut to the limit.
 cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
-    cdef size_t released, want, reserved, cap, a, k
-    if c.cfg.paddle_compat or c.cfg.growth == GROWTH_FIXED:
-        return size if size >= c.cfg.chunk_size else c.cfg.chunk_size
-    if c.cfg.growth == GROWTH_EXACT:
-        return size
-    if pool == POOL_SMALL:
-        want = c.cfg.small_chunk
-    else:
-        # demand: what is held now (idle chunks included), before consolidation
-        reserved = <size_t>c.stats[0][ST_RESERVED_BYTES].current
+    cdef size_t released = 0, want, reserved, a
+    reserved = <size_t>c.stats[0][ST_RESERVED_BYTES].current
+    if consolidates_before_growth(&c.cfg, pool):
         released = _release_idle(c, POOL_LARGE, 1, stream)
-        cap = reserved // GROW_FRACTION
-        if cap < GROW_STEP:
-            cap = GROW_STEP
-        want = reserved if reserved > GROW_MIN else GROW_MIN
-        if want > cap:
-            want = cap
-        if want > size:
-            # a whole number of requests of this size (the nearest), so that the chunk's tail is not a useless
-            # remainder for the next request of the same size
-            k = (want + size // 2) // size
-            want = size * (k if k > 0 else 1)
-        if size + released > want:
-            want = size + released
-    if want < size:
-        want = size
+    want = chunk_for_miss(&c.cfg, pool, size, reserved, released)
     a = c.cfg.alignment
     if want <= SIZE_MAX - a:
         want = ((want + a - 1) // a) * a
@@ -706,7 +681,6 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
 cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef prt_chunk_map.iterator it
     cdef Chunk* ch
-    cdef Block* b
     if c.cx.live.find(ptr) != NULL:
         return 1
     it = c.cx.chunks.upper_bound(ptr)
@@ -789,9 +763,6 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
 
 cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     cdef AllocError err
-    cdef Block* b
-    cdef Block* n
-    cdef int pool, owns
     if c.torn_down:
         return 0
     c.cx.mu.lock()
@@ -818,13 +789,12 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
 cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef prt_chunk_map.iterator it = c.cx.chunks.upper_bound(ptr)
     cdef Chunk* ch
-    cdef prt_free_key k
     cdef prt_free_set.iterator fi
     cdef int p
     cdef Block* q
     if it == c.cx.chunks.begin():
         return 0
-    for p in range(64):
+    for p in range(N_QUICK_SLOTS):
         q = c.q_head[p]
         while q != NULL:
             if q.addr == ptr:
@@ -867,7 +837,6 @@ cdef int64_t core_empty_cache(AllocatorCore* c) except -1 nogil:
 cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
     cdef prt_chunk_map.iterator it
     cdef Chunk* ch
-    cdef Block* b
     c.cx.mu.lock()
     if c.torn_down:
         c.cx.mu.unlock()
@@ -880,109 +849,6 @@ cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
             _plugin_free(c, ch.base, ch.size)
             inc(it)
     c.cx.mu.unlock()
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Configuration
-# ---------------------------------------------------------------------------------------------------------------------
-_SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
-
-
-def _parse_size(key, value, allow_none=False):
-    if isinstance(value, bool):
-        raise errors.InvalidArgument(f"allocator config {key}: expected a size in bytes, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise errors.InvalidArgument(f"allocator config {key}: the size must not be negative, got {value}")
-        return value
-    if value is None and allow_none:
-        return None
-    s = str(value).strip().lower()
-    if allow_none and s in ("none", "inf", "off", ""):
-        return None
-    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    suf = s[len(num):].strip()
-    num = num.strip()
-    if suf not in _SUFFIX or not num:
-        raise errors.InvalidArgument(f"allocator config {key}: {value!r} is not a size (bytes, optionally with a "
-                                     f"K/M/G suffix)")
-    try:
-        v = float(num) if "." in num else int(num)
-    except ValueError:
-        raise errors.InvalidArgument(f"allocator config {key}: {value!r} is not a size") from None
-    v = int(v * _SUFFIX[suf])
-    if v < 0:
-        raise errors.InvalidArgument(f"allocator config {key}: the size must not be negative, got {value!r}")
-    return v
-
-
-def _parse_bool(key, value):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    s = str(value).strip().lower()
-    if s in ("1", "true", "yes", "on"):
-        return True
-    if s in ("0", "false", "no", "off"):
-        return False
-    raise errors.InvalidArgument(f"allocator config {key}: expected 0 or 1, got {value!r}")
-
-
-def _normalize(conf, source):
-    """Validate a {key: value} mapping; return {key: parsed}. `source` names where it came from, for messages."""
-    out = {}
-    for key, value in conf.items():
-        if key not in CONF_KEYS:
-            raise errors.InvalidArgument(f"{source}: unknown allocator config key {key!r} "
-                                         f"(known: {', '.join(CONF_KEYS)})")
-        if key == "paddle_compat":
-            out[key] = _parse_bool(key, value)
-        elif key == "growth":
-            v = str(value).strip().lower()
-            if v not in ("adaptive", "exact", "fixed"):
-                raise errors.InvalidArgument(f"{source}: allocator config growth: expected adaptive, exact or "
-                                             f"fixed, got {value!r}")
-            out[key] = v
-        elif key == "release":
-            v = str(value).strip().lower()
-            if v not in ("empty_cache", "free"):
-                raise errors.InvalidArgument(f"{source}: allocator config release: expected empty_cache or free, "
-                                             f"got {value!r}")
-            out[key] = v
-        elif key == "max_split_size":
-            out[key] = _parse_size(key, value, allow_none=True)
-        elif key == "limit":
-            if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "")):
-                out[key] = None
-                continue
-            if isinstance(value, float) or (isinstance(value, str) and "." in value and
-                                            value.strip().rstrip("0123456789.") == ""):
-                f = float(value)
-                if not (0.0 < f <= 1.0):
-                    raise errors.InvalidArgument(f"{source}: allocator config limit: a fraction must be in (0, 1], "
-                                                 f"got {value!r}")
-                out[key] = ("fraction", f)
-            else:
-                out[key] = _parse_size(key, value)
-        else:
-            out[key] = _parse_size(key, value)
-    return out
-
-
-def _parse_env():
-    text = os.environ.get("PADDLE_RT_ALLOC_CONF", "")
-    conf = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if ":" not in item:
-            raise errors.InvalidArgument(f"PADDLE_RT_ALLOC_CONF: {item!r} is not key:value")
-        k, _, v = item.partition(":")
-        conf[k.strip()] = v.strip()
-    return _normalize(conf, "PADDLE_RT_ALLOC_CONF")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1032,7 +898,7 @@ cdef class DeviceAllocator:
         a._keywords = {}
         a.host_addressable = kind == KIND_HOST or device_host_addressable(dev)
         try:
-            free_, total = dev.memory_info()
+            _, total = dev.memory_info()
         except errors.PaddleRTError:
             total = 0
         c.capacity = total
@@ -1040,10 +906,7 @@ cdef class DeviceAllocator:
         return a
 
     cdef dict _effective(self):
-        conf = {}
-        conf.update(_parse_env())
-        conf.update(self._keywords)
-        return conf
+        return alloc_config.effective(self._keywords)
 
     def _apply(self, conf):
         """Set the core's configuration from a normalised mapping (hints below, then env, then keywords)."""
@@ -1051,21 +914,21 @@ cdef class DeviceAllocator:
         cdef AllocConfig cfg
         align = self.device.size_hint("min_chunk_size") or 1
         pad = self.device.size_hint("extra_padding_size") or 0
+        try:
+            r = alloc_config.resolve(conf)
+        except errors.InvalidArgument as exc:
+            raise errors.InvalidArgument(f"{self.device}: {exc}") from None
         memset(&cfg, 0, sizeof(AllocConfig))
         cfg.alignment = align
         cfg.align_mask = (align - 1) if (align & (align - 1)) == 0 else 0
         cfg.padding = pad
-        compat = bool(conf.get("paddle_compat", False))
-        cfg.paddle_compat = compat
-        growth = conf.get("growth")
-        chunk = conf.get("chunk_size", 0)
-        if growth is None:
-            growth = "fixed" if (chunk and not compat) else "adaptive"
-        cfg.growth = {"adaptive": GROWTH_ADAPTIVE, "exact": GROWTH_EXACT, "fixed": GROWTH_FIXED}[growth]
-        cfg.chunk_size = chunk
-        mss = conf.get("max_split_size")
-        cfg.max_split_size = SIZE_MAX if mss is None else mss
-        lim = conf.get("limit")
+        cfg.paddle_compat = r["paddle_compat"]
+        cfg.growth = r["growth"]
+        cfg.chunk_size = r["chunk_size"]
+        cfg.max_split_size = SIZE_MAX if r["max_split_size"] is None else r["max_split_size"]
+        cfg.remainder_low = r["remainder_low"]
+        cfg.quick_reuse = r["quick_reuse"]
+        lim = r["limit"]
         if lim is None:
             cfg.limit = SIZE_MAX
         elif isinstance(lim, tuple):
@@ -1075,11 +938,9 @@ cdef class DeviceAllocator:
             cfg.limit = int(c.capacity * lim[1])
         else:
             cfg.limit = lim
-        cfg.release = RELEASE_ON_FREE if conf.get("release") == "free" else RELEASE_EMPTY_CACHE
-        cfg.small_size = 0 if compat else conf.get("small_size", 64 * KiB)
-        cfg.small_chunk = conf.get("small_chunk", 2 * MiB)
-        if cfg.small_chunk == 0:
-            raise errors.InvalidArgument(f"{self.device}: allocator config small_chunk must be positive")
+        cfg.release = r["release"]
+        cfg.small_size = r["small_size"]
+        cfg.small_chunk = r["small_chunk"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -1090,7 +951,7 @@ cdef class DeviceAllocator:
                 f"(free everything and call empty_cache() first)")
         _q_flush(c)
         c.cfg = cfg
-        c.quick = not cfg.paddle_compat and cfg.release != RELEASE_ON_FREE
+        c.quick = cfg.quick_reuse
         c.cx.mu.unlock()
 
     def configure(self, **kw):
@@ -1103,11 +964,8 @@ cdef class DeviceAllocator:
                 if k not in CONF_KEYS:
                     raise errors.InvalidArgument(f"unknown allocator config key {k!r} (known: {', '.join(CONF_KEYS)})")
             else:
-                new.update(_normalize({k: v}, f"{self.device}: set_allocator_config"))
-        conf = {}
-        conf.update(_parse_env())
-        conf.update(new)
-        self._apply(conf)
+                new.update(alloc_config.normalize({k: v}, f"{self.device}: set_allocator_config"))
+        self._apply(alloc_config.effective(new))
         self._keywords = new
 
     def config(self):
@@ -1115,11 +973,11 @@ cdef class DeviceAllocator:
         cdef AllocConfig cfg = self.core.cfg
         return {
             "paddle_compat": bool(cfg.paddle_compat),
-            "growth": {GROWTH_ADAPTIVE: "adaptive", GROWTH_EXACT: "exact", GROWTH_FIXED: "fixed"}[cfg.growth],
+            "growth": GROWTH_NAMES[cfg.growth],
             "chunk_size": cfg.chunk_size,
             "max_split_size": None if cfg.max_split_size == SIZE_MAX else cfg.max_split_size,
             "limit": None if cfg.limit == SIZE_MAX else cfg.limit,
-            "release": "free" if cfg.release == RELEASE_ON_FREE else "empty_cache",
+            "release": RELEASE_NAMES[cfg.release],
             "small_size": cfg.small_size,
             "small_chunk": cfg.small_chunk,
             "alignment": cfg.alignment,
@@ -1168,7 +1026,7 @@ cdef class DeviceAllocator:
 
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
-        cdef Stat st[3][9]
+        cdef Stat st[N_STAT_GROUPS][N_STATS]
         cdef int64_t extra[6]
         cdef AllocatorCore* c = self.core
         cdef int p
@@ -1776,7 +1634,7 @@ cdef inline int _fast_free(AllocatorCore* c, uintptr_t p) noexcept:
     cdef int r = -1
     if c.torn_down:
         return 1
-    if c.cfg.release == RELEASE_ON_FREE or not c.cx.mu.try_lock():
+    if releases_on_free(&c.cfg) or not c.cx.mu.try_lock():
         return 0
     if not c.torn_down:
         r = _free_locked(c, p)
@@ -1954,7 +1812,7 @@ def allocator_config(device=None):
 cdef enum:
     MAX_PLUGGABLE = 64
 
-cdef AllocatorCore* _pluggable[64]
+cdef AllocatorCore* _pluggable[MAX_PLUGGABLE]
 memset(_pluggable, 0, sizeof(_pluggable))
 
 

@@ -66,14 +66,15 @@ __all__ = ["Communicator", "UniqueId", "Work", "comm_init_all", "get_unique_id",
            "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all", "all_gather_v",
            "reduce_scatter_v", "REDUCE_OPS", "DTYPES"]
 
-DEF K_ALL_REDUCE = 0
-DEF K_BROADCAST = 1
-DEF K_REDUCE = 2
-DEF K_ALL_GATHER = 3
-DEF K_REDUCE_SCATTER = 4
-DEF K_SEND = 5
-DEF K_RECV = 6
-DEF K_ALL_TO_ALL = 7
+cdef enum:
+    K_ALL_REDUCE = 0
+    K_BROADCAST = 1
+    K_REDUCE = 2
+    K_ALL_GATHER = 3
+    K_REDUCE_SCATTER = 4
+    K_SEND = 5
+    K_RECV = 6
+    K_ALL_TO_ALL = 7
 _NAMES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all")
 _HOOKS = tuple("xccl_" + n for n in _NAMES)
 
@@ -841,7 +842,6 @@ cdef object _assign(Work w, CclCall* c):
 cdef object _enqueue(Stream s, list items, bint grouped):
     """items: [(Work, address of a malloc'd CclCall)] of one stream; takes ownership of the calls."""
     cdef CclBatch* b = <CclBatch*>calloc(1, sizeof(CclBatch))
-    cdef CclCall* c
     cdef size_t i
     cdef Work w
     cdef Device dev = s.device

@@ -243,7 +243,7 @@ cdef class Device:
                 st = self.iface.get_max_grid_dim_size(&self._cdev, <C_GridDim3*>dims)
             if st == C_SUCCESS or st == C_WARNING:
                 props["max_grid_dim_size"] = (dims[0], dims[1], dims[2])
-        free_, total = self.memory_info()
+        _, total = self.memory_info()
         props["total_memory"] = total
         return props
 
@@ -441,7 +441,7 @@ def _teardown_all():
     if _torn_down or _plugin_mod.is_forked():
         return
     _torn_down = True
-    for order, seq, fn in sorted(_teardown_hooks, key=lambda t: (t[0], t[1])):
+    for _, _, fn in sorted(_teardown_hooks, key=lambda t: (t[0], t[1])):
         try:
             fn()
         except BaseException as exc:  # never let one layer stop the others from returning memory

@@ -26,13 +26,14 @@ from paddle_rt._core import errors
 # InfiniRT's infinirtMemcpyKind values, plus P2P (two devices).
 MEMCPY_KINDS = {"H2H": 0, "H2D": 1, "D2H": 2, "D2D": 3, "P2P": 4}
 _KIND_NAMES = {v: k for k, v in MEMCPY_KINDS.items()}
-DEF K_H2H = 0
-DEF K_H2D = 1
-DEF K_D2H = 2
-DEF K_D2D = 3
-DEF K_P2P = 4
-DEF K_SET = 5
-DEF K_SET_HOST = 6
+cdef enum:
+    K_H2H = 0
+    K_H2D = 1
+    K_D2H = 2
+    K_D2D = 3
+    K_P2P = 4
+    K_SET = 5
+    K_SET_HOST = 6
 
 
 # -- plain hook calls, no GIL; return the failing status and set *call --------------------------------------------

@@ -1,6 +1,6 @@
 """Loading plugins: dlopen, the InitPlugin handshake exactly as Paddle performs it, validation, and the registry.
 
-Paddle's rules reproduced here (see ABI.md): the host zero-fills the parameter block and the interface table, sets
+Paddle's rules reproduced here (as measured on paddlepaddle 3.3.1; the layout is paddle_rt/device_ext.h's): the host zero-fills the parameter block and the interface table, sets
 their sizes (96 and 1128), calls ``InitPlugin``; a plugin that leaves ``device_type`` NULL has refused; the reported
 version must satisfy major*10000 + minor*100 + patch >= 101; the ten required hooks must be set, and the first missing
 one is named. Plugins are never unloaded.
@@ -180,7 +180,6 @@ cdef class Plugin:
         cdef C_Status st
         cdef size_t count = 0
         cdef size_t* ids
-        cdef size_t i
         if self._state == 1:
             return self.check_process()
         with self._lock:

@@ -15,6 +15,16 @@ cdef class _FreedBlock:
     cdef uint64_t pos          # that stream's position at the free (everything before it may still use the block)
     cdef list recorded         # [(Stream, position at the free)] of record_stream streams, or None
 
+# How a freed block came to be reused (the steps of MemPool.malloc_on, in order) and the counters of stats().
+cdef enum:                           # ReuseKind
+    REUSE_NONE = 0
+    REUSE_SAME_STREAM = 1            # freed on the allocating stream itself
+    REUSE_HOST_SYNCED = 2            # the host synchronized the freeing stream past the free (or it was closed)
+    REUSE_EVENT_DEPENDENCY = 3       # the allocating stream waits on an event recorded after the free
+    REUSE_OPPORTUNISTIC = 4          # the free has already run
+    REUSE_INTERNAL_DEPENDENCY = 5    # the pool made the allocating stream wait for the freeing one
+    N_REUSE_KINDS = 6
+
 # A block freed on the stream it was allocated on, with no record_stream streams: kept at C level for the next
 # malloc_async of its size on that stream (the hot path). Moved into the Python-level cache (as _FreedBlock) before any
 # other pool operation looks at freed blocks.
@@ -41,14 +51,24 @@ cdef class MemPool:
     cdef object _waits                 # weak waiter Stream -> weak recorded Stream -> highest position waited for
     cdef int64_t used_cur, used_high, reserved_cur, reserved_high
     cdef int64_t cached_bytes
-    cdef int64_t n_cross_reuse[4]      # reuses by: 0 host sync, 1 follow events, 2 opportunistic, 3 internal
-    cdef HotBlock hot[16]              # HOT_N same-stream frees, newest last
+    cdef int64_t n_reuse[N_REUSE_KINDS]   # reuses of freed blocks from the cache, by ReuseKind
+    cdef HotBlock hot[HOT_N]           # same-stream frees, newest last
     cdef int n_hot
     cdef object __weakref__
 
     cdef AsyncAllocation malloc_on(self, size_t n, Stream s)
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1
-    cdef int _reusable(self, _FreedBlock e, Stream b) except -1
+    cdef int _reusable(self, _FreedBlock e, Stream b) except -1           # a ReuseKind
+    cdef bint _host_synced(self, _FreedBlock e)
+    cdef bint _follows_event(self, _FreedBlock e, Stream b)
+    cdef bint _opportunistic(self, _FreedBlock e)
+    cdef bint _safe_for_every_stream(self, _FreedBlock e)
+    cdef list _freed_blocks(self, size_t size=*, object skip=*)
+    cdef uintptr_t _take_hot(self, size_t r, Stream s)
+    cdef _FreedBlock _take_same_stream(self, size_t r, Stream s)
+    cdef _FreedBlock _take_cross_stream(self, size_t r, Stream s)
+    cdef _FreedBlock _take_with_internal_dependency(self, size_t r, Stream s)
+    cdef AsyncAllocation _from_allocator(self, size_t n, Stream s)
     cdef int _retire(self, _FreedBlock e) except -1
     cdef int _retire_safe(self, int64_t keep) except -1
     cdef int _drop_entry(self, _FreedBlock e) except -1

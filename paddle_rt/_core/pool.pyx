@@ -186,11 +186,9 @@ cdef class MemPool:
         if not give_back or self._cache is None:
             return
         try:
-            for d in self._cache.values():
-                for lst in d.values():
-                    for e in lst:
-                        with nogil:
-                            core_free(self.core, <void*>e.ptr)
+            for e in self._freed_blocks():
+                with nogil:
+                    core_free(self.core, <void*>e.ptr)
         except BaseException:
             pass
 
@@ -235,21 +233,56 @@ cdef class MemPool:
         return 0
 
     # -- reuse ---------------------------------------------------------------------------------------------------------
+    cdef bint _host_synced(self, _FreedBlock e):
+        """The host waited for the freeing stream past the free (or the stream was closed, which waits for it)."""
+        return self._synced.get(e.stream, 0) >= e.pos or e.stream.closed
+
+    cdef bint _follows_event(self, _FreedBlock e, Stream b):
+        """``b`` waits on an event recorded on the freeing stream after the free (a direct wait)."""
+        if not self.reuse_follow_event_dependencies:
+            return False
+        ws = self._waits.get(b)
+        return ws is not None and ws.get(e.stream, 0) >= e.pos
+
+    cdef bint _opportunistic(self, _FreedBlock e):
+        """The free has already run, and the opportunistic policy allows using that."""
+        return self.reuse_allow_opportunistic and stream_reached(e.stream, e.pos)
+
+    cdef bint _safe_for_every_stream(self, _FreedBlock e):
+        """Any stream may reuse ``e`` now: its record_stream streams passed the free, and the free completed as the
+        host saw it (or as the opportunistic policy accepts)."""
+        return _recorded_done(e) and (self._host_synced(e) or self._opportunistic(e))
+
     cdef int _reusable(self, _FreedBlock e, Stream b) except -1:
-        """0: no; 1: same stream; 2: host synced; 3: follow events; 4: opportunistic."""
-        if e.recorded is not None and not _recorded_done(e):
-            return 0
+        """How stream ``b`` may reuse ``e`` (a ReuseKind; REUSE_NONE: not now). Internal dependencies are not
+        considered here: they change ``b``."""
+        if not _recorded_done(e):
+            return REUSE_NONE
         if e.stream is b:
-            return 1
-        if self._synced.get(e.stream, 0) >= e.pos or e.stream.closed:
-            return 2
-        if self.reuse_follow_event_dependencies:
-            ws = self._waits.get(b)
-            if ws is not None and ws.get(e.stream, 0) >= e.pos:
-                return 3
-        if self.reuse_allow_opportunistic and stream_reached(e.stream, e.pos):
-            return 4
-        return 0
+            return REUSE_SAME_STREAM
+        if self._host_synced(e):
+            return REUSE_HOST_SYNCED
+        if self._follows_event(e, b):
+            return REUSE_EVENT_DEPENDENCY
+        if self._opportunistic(e):
+            return REUSE_OPPORTUNISTIC
+        return REUSE_NONE
+
+    cdef list _freed_blocks(self, size_t size=0, object skip=None):
+        """Every freed block the cache holds (of ``size`` when non-zero; not those freed on ``skip``), as a list that
+        stays valid while the cache changes."""
+        cdef list out = []
+        for st, d in self._cache.items():
+            if st is skip:
+                continue
+            if size:
+                lst = d.get(size)
+                if lst:
+                    out.extend(lst)
+            else:
+                for lst in d.values():
+                    out.extend(lst)
+        return out
 
     cdef int _drop_entry(self, _FreedBlock e) except -1:
         # 1 when removed, 0 when another thread took it meanwhile (a wait released the GIL)
@@ -275,17 +308,9 @@ cdef class MemPool:
         """Give back freed blocks that every stream may reuse (free completed and seen by the host, or completed under
         the opportunistic policy) until at most ``keep`` bytes are held."""
         cdef _FreedBlock e
-        cdef list safe = []
         if self.n_hot:
             self._spill()
-        for s, d in self._cache.items():
-            for lst in d.values():
-                for e in lst:
-                    if not _recorded_done(e):
-                        continue
-                    if self._synced.get(e.stream, 0) >= e.pos or e.stream.closed or \
-                            (self.reuse_allow_opportunistic and stream_reached(e.stream, e.pos)):
-                        safe.append(e)
+        cdef list safe = [e for e in self._freed_blocks() if self._safe_for_every_stream(e)]
         safe.sort(key=lambda x: -(<_FreedBlock>x).size)
         for e in safe:
             if self.cached_bytes <= keep:
@@ -322,76 +347,93 @@ cdef class MemPool:
         return a
 
     cdef AsyncAllocation malloc_on(self, size_t n, Stream s):
+        """The allocation steps, in order: a hot block freed on ``s`` -> a cached block freed on ``s`` -> one freed
+        on another stream that ``s`` may reuse (host-synchronised, event dependencies, opportunistic) -> one the pool
+        makes ``s`` wait for (internal dependencies) -> the allocator (after giving back what every stream may
+        reuse)."""
         cdef size_t r = round_request(self.core, n)
-        cdef dict d
-        cdef list lst
-        cdef _FreedBlock e
-        cdef int how, i
-        cdef void* p = NULL
+        cdef uintptr_t p
+        cdef _FreedBlock e = None
         if s.device is not self.device:
             raise errors.InvalidArgument(f"{self.device}: malloc_async: {s.name} belongs to {s.device}, not to the "
                                          f"pool's device")
         s._check_open()
-        # 0. the hot blocks: freed on s itself, newest first
+        p = self._take_hot(r, s)
+        if p:
+            self.cached_bytes -= r
+            return self._wrap(p, n, r, s)
+        if self.n_hot:
+            self._spill()
+        if self._cache:
+            e = self._take_same_stream(r, s)
+            if e is None:
+                e = self._take_cross_stream(r, s)
+            if e is None and self.reuse_allow_internal_dependencies:
+                e = self._take_with_internal_dependency(r, s)
+            if e is not None:
+                self.cached_bytes -= e.size
+                return self._wrap(e.ptr, n, e.size, s)
+            self._retire_safe(0)
+        return self._from_allocator(n, s)
+
+    cdef uintptr_t _take_hot(self, size_t r, Stream s):
+        """Step 0: the newest block of size ``r`` in the hot table freed on ``s`` (0 when none)."""
+        cdef int i
+        cdef uintptr_t p
         for i in range(self.n_hot - 1, -1, -1):
             if self.hot[i].stream == <void*>s and self.hot[i].size == r:
-                p = <void*>self.hot[i].ptr
+                p = self.hot[i].ptr
                 self.n_hot -= 1
                 while i < self.n_hot:
                     self.hot[i] = self.hot[i + 1]
                     i += 1
                 Py_DECREF(s)
-                self.cached_bytes -= r
-                return self._wrap(<uintptr_t>p, n, r, s)
-        if self.n_hot:
-            self._spill()
-        if self._cache:
-            # 1. freed on s itself
-            d = self._cache.get(s)
-            if d is not None:
-                lst = d.get(r)
-                if lst:
-                    for i in range(len(lst) - 1, -1, -1):
-                        e = lst[i]
-                        if e.recorded is None or _recorded_done(e):
-                            del lst[i]        # empty containers stay (cheap steady state)
-                            self.cached_bytes -= e.size
-                            return self._wrap(e.ptr, n, e.size, s)
-            # 2. freed on another stream, allowed by the host's synchronization or a policy
-            for other, d in self._cache.items():
-                if other is s:
-                    continue
-                lst = d.get(r)
-                if not lst:
-                    continue
-                for e in lst:
-                    how = self._reusable(e, s)
-                    if how and self._drop_entry(e):
-                        self.n_cross_reuse[how - 2] += 1
-                        self.cached_bytes -= e.size
-                        return self._wrap(e.ptr, n, e.size, s)
-            # 3. internal dependencies: make s wait for the stream of the free
-            if self.reuse_allow_internal_dependencies:
-                for other, d in list(self._cache.items()):
-                    if other is s or (<Stream>other).closed:
-                        continue
-                    lst = d.get(r)
-                    if not lst:
-                        continue
-                    for e in lst:
-                        if e.recorded is not None and not _recorded_done(e):
-                            continue
-                        from paddle_rt._core.event import Event
-                        ev = Event()
-                        ev.record(e.stream)
-                        ev.wait(s)
-                        if not self._drop_entry(e):
-                            break                 # taken meanwhile by another thread: allocate instead
-                        self.n_cross_reuse[3] += 1
-                        self.cached_bytes -= e.size
-                        return self._wrap(e.ptr, n, e.size, s)
-            # 4. hand the allocator what every stream may reuse
-            self._retire_safe(0)
+                return p
+        return 0
+
+    cdef _FreedBlock _take_same_stream(self, size_t r, Stream s):
+        """Step 1: the newest cached block of size ``r`` freed on ``s`` whose record_stream streams passed the free."""
+        cdef _FreedBlock e
+        cdef dict d = self._cache.get(s)
+        cdef list lst = d.get(r) if d is not None else None
+        if lst:
+            for i in range(len(lst) - 1, -1, -1):
+                e = lst[i]
+                if _recorded_done(e):
+                    del lst[i]        # empty containers stay (cheap steady state)
+                    return e
+        return None
+
+    cdef _FreedBlock _take_cross_stream(self, size_t r, Stream s):
+        """Step 2: a block of size ``r`` freed on another stream that ``s`` may reuse as it is (see _reusable)."""
+        cdef _FreedBlock e
+        cdef int how
+        for e in self._freed_blocks(r, s):
+            how = self._reusable(e, s)
+            if how != REUSE_NONE and self._drop_entry(e):
+                self.n_reuse[how] += 1
+                return e
+        return None
+
+    cdef _FreedBlock _take_with_internal_dependency(self, size_t r, Stream s):
+        """Step 3: a block of size ``r`` freed on another open stream; ``s`` is made to wait for that free."""
+        cdef _FreedBlock e
+        for e in self._freed_blocks(r, s):
+            if e.stream.closed or not _recorded_done(e):
+                continue
+            from paddle_rt._core.event import Event
+            ev = Event()
+            ev.record(e.stream)
+            ev.wait(s)
+            if not self._drop_entry(e):
+                return None               # taken meanwhile by another thread: allocate instead
+            self.n_reuse[REUSE_INTERNAL_DEPENDENCY] += 1
+            return e
+        return None
+
+    cdef AsyncAllocation _from_allocator(self, size_t n, Stream s):
+        """Step 4: a new block from the device's allocator, after the pool's OOM ladder when it is out of memory."""
+        cdef void* p = NULL
         try:
             with nogil:
                 core_malloc(self.core, n, self.tag, &p)
@@ -415,25 +457,21 @@ cdef class MemPool:
         cdef dict need = {}
         if self.n_hot:
             self._spill()
-        for s, d in self._cache.items():
-            for lst in d.values():
-                for e in lst:
-                    if need.get(e.stream, 0) < e.pos:
-                        need[e.stream] = e.pos
-                    if e.recorded is not None:
-                        for y, yp in e.recorded:
-                            if need.get(y, 0) < yp:
-                                need[y] = yp
+        for e in self._freed_blocks():
+            if need.get(e.stream, 0) < e.pos:
+                need[e.stream] = e.pos
+            if e.recorded is not None:
+                for y, yp in e.recorded:
+                    if need.get(y, 0) < yp:
+                        need[y] = yp
         for st, pos in need.items():
             if not st.closed:
                 st._wait_position(pos)
             if self._synced.get(st, 0) < pos:
                 self._synced[st] = pos
-        for s, d in list(self._cache.items()):
-            for lst in list(d.values()):
-                for e in list(lst):
-                    if self._drop_entry(e):
-                        self._retire(e)
+        for e in self._freed_blocks():
+            if self._drop_entry(e):
+                self._retire(e)
         self._prune()
         # blocks of paddle_rt.malloc whose frees wait for record_stream streams: let them reach the allocator
         core_wait_deferred(self.core)
@@ -442,7 +480,6 @@ cdef class MemPool:
 
     cdef int free_on(self, AsyncAllocation a, Stream s) except -1:
         cdef _FreedBlock e
-        cdef Stream y
         cdef dict d
         cdef list lst
         if a._freed:
@@ -539,8 +576,10 @@ cdef class MemPool:
             "reserved_mem_current": self.reserved_cur, "reserved_mem_high": self.reserved_high,
             "used_mem_current": self.used_cur, "used_mem_high": self.used_high,
             "cached": self.cached_bytes,
-            "reuse_after_host_sync": self.n_cross_reuse[0], "reuse_follow_event_dependencies": self.n_cross_reuse[1],
-            "reuse_opportunistic": self.n_cross_reuse[2], "reuse_internal_dependencies": self.n_cross_reuse[3],
+            "reuse_after_host_sync": self.n_reuse[REUSE_HOST_SYNCED],
+            "reuse_follow_event_dependencies": self.n_reuse[REUSE_EVENT_DEPENDENCY],
+            "reuse_opportunistic": self.n_reuse[REUSE_OPPORTUNISTIC],
+            "reuse_internal_dependencies": self.n_reuse[REUSE_INTERNAL_DEPENDENCY],
         }
 
     def reset_peak(self):
@@ -553,11 +592,7 @@ cdef class MemPool:
         cdef _FreedBlock e
         out = []
         self._spill()
-        for s, d in self._cache.items():
-            for lst in d.values():
-                for e in lst:
-                    out.append((e.stream.name, e.pos, e.size))
-        return out
+        return [(e.stream.name, e.pos, e.size) for e in self._freed_blocks()]
 
 
 cdef Stream _as_stream(object stream, Device dev):
@@ -628,11 +663,9 @@ def _teardown_pools():
     for p in list(_pools):
         try:
             p._spill()
-            for s, d in list(p._cache.items()):
-                for lst in list(d.values()):
-                    for e in list(lst):
-                        if p._drop_entry(e):
-                            p._retire(e)
+            for e in p._freed_blocks():
+                if p._drop_entry(e):
+                    p._retire(e)
         except BaseException:
             pass
     _torn_down = True

@@ -33,6 +33,7 @@ Semantics and decisions:
   queued work keeps running). ``close()`` (also at interpreter exit, and when a stream is garbage collected) waits
   for pending work; only streams paddle_rt created are destroyed in the plugin.
 """
+import sys
 import threading
 import weakref
 
@@ -570,7 +571,7 @@ cdef class Stream:
         self._free_ctx()
         check_status(self.device, "destroy_stream", st)
         if pending:
-            pos0, exc, what = pending[0]
+            pos0, exc, _ = pending[0]
             err = errors.StreamError(f"{self.name}: closed with {len(pending)} unreported error(s); first at "
                                      f"operation {pos0}: {type(exc).__name__}: {exc}")
             err.errors = [e[1] for e in pending]
@@ -698,8 +699,7 @@ def _teardown_streams():
         try:
             s.close()
         except BaseException as exc:
-            import sys
-            print(f"paddle_rt: closing {s.name} at exit: {exc}", file=__import__("sys").stderr)
+            print(f"paddle_rt: closing {s.name} at exit: {exc}", file=sys.stderr)
 
 
 _device_mod.register_teardown(_teardown_streams, 20)

@@ -1,5 +1,5 @@
 """``python -m paddle_rt bench [--quick] [--json] [--only AREA,...]``: run the benchmark suite of the installed
-package (every module of :mod:`paddle_rt.tools.benchmarks` that defines ``measure``) and print one table: each
+package (every module of :mod:`paddle_rt.bench` that defines ``measure``) and print one table: each
 figure, its target and whether this run met it.
 
 Figures are medians of several repetitions and ratios are measured within one run, but absolute figures follow the
@@ -28,7 +28,7 @@ def run_suite(quick=False, only=None, log=None):
     """Run the areas (all, or the names in ``only``); returns (results, errors, seconds per area). An area that
     raises is reported in ``errors`` ({"area", "error", "traceback"}; ``"skipped": True`` when it raised
     ``AreaSkipped``) and the others still run."""
-    from paddle_rt.tools import benchmarks
+    from paddle_rt import bench as benchmarks
     names = benchmarks.area_names()
     if only:
         unknown = [n for n in only if n not in names]
@@ -113,7 +113,7 @@ def _machine():
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m paddle_rt bench",
-        description="Run the benchmark suite (every module of paddle_rt.tools.benchmarks that defines measure) and "
+        description="Run the benchmark suite (every module of paddle_rt.bench that defines measure) and "
                     "print one table: each figure, its target and whether this run met it. Exit status 1 when an "
                     "area failed to run (missed targets do not change it).")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes (under a minute)")
@@ -123,7 +123,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # idle BLAS threads would steal the measured CPU
     import paddle_rt
-    from paddle_rt.tools import benchmarks
+    from paddle_rt import bench as benchmarks
     if args.list:
         for name in benchmarks.area_names():
             print(name)

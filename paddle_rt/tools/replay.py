@@ -239,7 +239,7 @@ def run_once(path, device, conf, trace=None, record=False, progress=None, sample
     replay gives its memory back). ``progress``: a bar factory (see :func:`progress_factory`)."""
     import numpy as np
     import paddle_rt
-    from paddle_rt._core import _bench_alloc
+    from paddle_rt.bench import _alloc_kernels as _bench_alloc
 
     is_alloc, sizes, slots, nslots, peak_live = trace or load_trace(path, progress=progress)
     dev = paddle_rt.device(device) if device else paddle_rt.get_device()
@@ -432,7 +432,7 @@ class _Model:
 
 
 class PaddleAutoGrowthModel(_Model):
-    """Paddle's auto_growth best fit (ABI.md): round_up(n + padding, min_chunk), exact chunks, remainder low."""
+    """Paddle's auto_growth best fit (as in paddlepaddle 3.3.1): round_up(n + padding, min_chunk), exact chunks, remainder low."""
 
     def __init__(self, align=256, padding=0):
         super().__init__()

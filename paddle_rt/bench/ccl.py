@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import paddle_rt
-from paddle_rt.tools.benchmarks import AreaSkipped, result, at_least, at_most
+from paddle_rt.bench import AreaSkipped, result, at_least, at_most
 
 AREA = "ccl"
 BUSBW_PERCENT = 50.0

@@ -21,7 +21,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 import paddle_rt
-from paddle_rt.tools.benchmarks import result, at_most
+from paddle_rt.bench import result, at_most
 
 AREA = "allocator"
 PAIR_NS, PAIR_RATIO, NOGIL_RATIO, LIVE_RATIO = 100.0, 3.0, 2.0, 2.0
@@ -31,7 +31,7 @@ PY_PAIRS = (("allocation", "malloc(256).free()"), ("allocation_device", "malloc(
 
 
 def _bench():
-    from paddle_rt._core import _bench_alloc
+    from paddle_rt.bench import _alloc_kernels as _bench_alloc
     return _bench_alloc
 
 

@@ -103,7 +103,6 @@ def replay(device, const signed char[::1] is_alloc, const int64_t[::1] sizes, co
     cdef Py_ssize_t i, n = is_alloc.shape[0]
     cdef void* p = NULL
     cdef uint64_t t0, t1
-    cdef int rc = 0
     i = 0
     try:
         with nogil:

@@ -1,5 +1,6 @@
-"""The benchmark suite of paddle_rt, run by ``python -m paddle_rt bench`` (and by the scripts in bench/, thin
-wrappers over these modules).
+"""The benchmark suite of paddle_rt, in one place: run by ``python -m paddle_rt bench`` and by the scripts in the
+checkout's bench/ (thin wrappers over these modules); the C-level loops they time are this package's Cython kernels
+(``_alloc_kernels``, ``_stream_kernels``; the replay tool uses ``_alloc_kernels.replay`` too).
 
 Every module of this package that defines ``measure(quick: bool) -> list[dict]`` is one area (its module name, e.g.
 ``allocator``); each dict is one figure::

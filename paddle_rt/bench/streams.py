@@ -13,14 +13,14 @@ import time
 import numpy as np
 
 import paddle_rt
-from paddle_rt.tools.benchmarks import result, at_least, at_most
+from paddle_rt.bench import result, at_least, at_most
 
 AREA = "streams"
 OPS_PER_S, RECORD_QUERY_NS, ELAPSED_ERROR_US, COPY_PERCENT = 1e6, 300.0, 50.0, 90.0
 
 
 def _cb():
-    from paddle_rt._core import _bench_stream
+    from paddle_rt.bench import _stream_kernels as _bench_stream
     return _bench_stream
 
 

@@ -1,0 +1,168 @@
+"""The caching allocator's configuration: the keys, their names and values, parsing and validation, and how a
+configuration becomes the allocator's policy settings. Pure Python; the allocator (allocator.pyx) copies the
+resolved settings into its C struct.
+
+Precedence: keyword arguments (``paddle_rt.set_allocator_config``) over ``PADDLE_RT_ALLOC_CONF="key:value,..."``
+over the plugin's size hints (min chunk size, extra padding), which set the rounding and are not keys.
+"""
+import os
+
+from paddle_rt._core import errors
+
+#: The keys, in the order the README's table documents them.
+CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
+             "small_chunk")
+
+#: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
+GROWTH_NAMES = ("adaptive", "exact", "fixed")
+#: Names of the release modes, indexed by the allocator's RELEASE_* constants (allocator.pxd).
+RELEASE_NAMES = ("empty_cache", "free")
+
+KiB, MiB = 1 << 10, 1 << 20
+DEFAULT_SMALL_SIZE = 64 * KiB     # requests up to it go to the small pool
+DEFAULT_SMALL_CHUNK = 2 * MiB     # the small pool's chunk size
+
+_SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_OFF = ("none", "inf", "off", "")
+
+
+def parse_size(key, value, allow_none=False):
+    """Bytes from an int or a string with an optional binary suffix (K/KiB, M/MiB, G/GiB, T/TiB)."""
+    if isinstance(value, bool):
+        raise errors.InvalidArgument(f"allocator config {key}: expected a size in bytes, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise errors.InvalidArgument(f"allocator config {key}: the size must not be negative, got {value}")
+        return value
+    if value is None and allow_none:
+        return None
+    s = str(value).strip().lower()
+    if allow_none and s in _OFF:
+        return None
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    suf = s[len(num):].strip()
+    num = num.strip()
+    if suf not in _SUFFIX or not num:
+        raise errors.InvalidArgument(f"allocator config {key}: {value!r} is not a size (bytes, optionally with a "
+                                     f"K/M/G suffix)")
+    try:
+        v = float(num) if "." in num else int(num)
+    except ValueError:
+        raise errors.InvalidArgument(f"allocator config {key}: {value!r} is not a size") from None
+    v = int(v * _SUFFIX[suf])
+    if v < 0:
+        raise errors.InvalidArgument(f"allocator config {key}: the size must not be negative, got {value!r}")
+    return v
+
+
+def parse_bool(key, value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    s = str(value).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise errors.InvalidArgument(f"allocator config {key}: expected 0 or 1, got {value!r}")
+
+
+def _parse_name(key, value, names, source):
+    v = str(value).strip().lower()
+    if v not in names:
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected {', '.join(names[:-1])} or "
+                                     f"{names[-1]}, got {value!r}")
+    return v
+
+
+def _parse_limit(value, source):
+    """None (no limit), bytes, or ("fraction", f) of the device's total memory."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "")):
+        return None
+    if isinstance(value, float) or (isinstance(value, str) and "." in value and
+                                    value.strip().rstrip("0123456789.") == ""):
+        f = float(value)
+        if not (0.0 < f <= 1.0):
+            raise errors.InvalidArgument(f"{source}: allocator config limit: a fraction must be in (0, 1], "
+                                         f"got {value!r}")
+        return ("fraction", f)
+    return parse_size("limit", value)
+
+
+def normalize(conf, source):
+    """Validate a {key: value} mapping; return {key: parsed}. ``source`` names where it came from, for messages."""
+    out = {}
+    for key, value in conf.items():
+        if key not in CONF_KEYS:
+            raise errors.InvalidArgument(f"{source}: unknown allocator config key {key!r} "
+                                         f"(known: {', '.join(CONF_KEYS)})")
+        if key == "paddle_compat":
+            out[key] = parse_bool(key, value)
+        elif key == "growth":
+            out[key] = _parse_name(key, value, GROWTH_NAMES, source)
+        elif key == "release":
+            out[key] = _parse_name(key, value, RELEASE_NAMES, source)
+        elif key == "max_split_size":
+            out[key] = parse_size(key, value, allow_none=True)
+        elif key == "limit":
+            out[key] = _parse_limit(value, source)
+        else:
+            out[key] = parse_size(key, value)
+    return out
+
+
+def parse_env(environ=os.environ):
+    """``PADDLE_RT_ALLOC_CONF="key:value,..."``, normalised."""
+    text = environ.get("PADDLE_RT_ALLOC_CONF", "")
+    conf = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if ":" not in item:
+            raise errors.InvalidArgument(f"PADDLE_RT_ALLOC_CONF: {item!r} is not key:value")
+        k, _, v = item.partition(":")
+        conf[k.strip()] = v.strip()
+    return normalize(conf, "PADDLE_RT_ALLOC_CONF")
+
+
+def effective(keywords):
+    """The environment's settings with ``keywords`` (already normalised) over them."""
+    conf = dict(parse_env())
+    conf.update(keywords)
+    return conf
+
+
+def resolve(conf):
+    """The allocator's policy settings from a normalised configuration, defaults filled in:
+    {paddle_compat, growth (index into GROWTH_NAMES), chunk_size, max_split_size (None: off), limit (None, bytes or
+    ("fraction", f)), release (index into RELEASE_NAMES), small_size, small_chunk, remainder_low, quick_reuse}.
+
+    ``paddle_compat`` is a preset, not a branch of the mechanism: Paddle's auto-growth rules are one pool
+    (small_size 0), fixed growth (a miss asks for max(request, chunk_size)), the free remainder of a split at the
+    low end of the block, and no quick-reuse slots."""
+    compat = bool(conf.get("paddle_compat", False))
+    chunk = conf.get("chunk_size", 0)
+    growth = conf.get("growth")
+    if compat:
+        growth = "fixed"
+    elif growth is None:
+        growth = "fixed" if chunk else "adaptive"
+    release = conf.get("release", "empty_cache")
+    small_chunk = conf.get("small_chunk", DEFAULT_SMALL_CHUNK)
+    if small_chunk == 0:
+        raise errors.InvalidArgument("allocator config small_chunk must be positive")
+    return {
+        "paddle_compat": compat,
+        "growth": GROWTH_NAMES.index(growth),
+        "chunk_size": chunk,
+        "max_split_size": conf.get("max_split_size"),
+        "limit": conf.get("limit"),
+        "release": RELEASE_NAMES.index(release),
+        "small_size": 0 if compat else conf.get("small_size", DEFAULT_SMALL_SIZE),
+        "small_chunk": small_chunk,
+        "remainder_low": compat,
+        "quick_reuse": not compat and release != "free",
+    }

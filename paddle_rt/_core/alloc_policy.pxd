@@ -1,0 +1,75 @@
+# The caching allocator's policy decisions, one small named function each (inline, nogil, stateless: they read the
+# resolved configuration and the figures they are given). allocator.pyx is the mechanism that calls them: it holds
+# no `if paddle_compat` branch; paddle_compat is a preset of these settings (alloc_config.resolve).
+from libc.stdint cimport SIZE_MAX
+
+from paddle_rt._core.allocator cimport (
+    AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
+)
+
+# Adaptive growth of the large pool: a miss asks for about what the pool holds already (the demand seen so far),
+# at least GROW_MIN and at most max(GROW_STEP, reserved / GROW_FRACTION), cut to a whole number of requests.
+cdef enum:
+    GROW_MIN = 2 * 1024 * 1024
+    GROW_STEP = 16 * 1024 * 1024
+    GROW_FRACTION = 24
+
+
+cdef inline int pool_for(const AllocConfig* cfg, size_t size) noexcept nogil:
+    """Small requests (up to small_size) come from the small pool's chunks, the rest from the large pool."""
+    if cfg.small_size != 0 and size <= cfg.small_size:
+        return POOL_SMALL
+    return POOL_LARGE
+
+
+cdef inline bint serves(const AllocConfig* cfg, size_t block, size_t size) noexcept nogil:
+    """Whether a free block of `block` bytes may serve a request of `size` (max_split_size: oversize blocks serve
+    only oversize requests)."""
+    return cfg.max_split_size == SIZE_MAX or size > cfg.max_split_size or block <= cfg.max_split_size
+
+
+cdef inline bint splits(const AllocConfig* cfg, size_t block, size_t size) noexcept nogil:
+    """Whether serving `size` from a free block of `block` bytes leaves the rest as a free block."""
+    return block > size and (cfg.max_split_size == SIZE_MAX or block <= cfg.max_split_size)
+
+
+cdef inline bint remainder_low(const AllocConfig* cfg) noexcept nogil:
+    """Where a split puts the free remainder: the low end of the block (Paddle's rule) or the high end."""
+    return cfg.remainder_low != 0
+
+
+cdef inline bint consolidates_before_growth(const AllocConfig* cfg, int pool) noexcept nogil:
+    """Adaptive growth of the large pool first gives idle chunks back, so the new chunk replaces them."""
+    return cfg.growth == GROWTH_ADAPTIVE and pool == POOL_LARGE
+
+
+cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size, size_t reserved,
+                                  size_t released) noexcept nogil:
+    """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: what the
+    allocator held before the miss; `released`: what consolidation just gave back."""
+    cdef size_t want, cap, k
+    if cfg.growth == GROWTH_FIXED:
+        return size if size >= cfg.chunk_size else cfg.chunk_size
+    if cfg.growth == GROWTH_EXACT:
+        return size
+    if pool == POOL_SMALL:
+        return size if size > cfg.small_chunk else cfg.small_chunk
+    cap = reserved // GROW_FRACTION
+    if cap < GROW_STEP:
+        cap = GROW_STEP
+    want = reserved if reserved > GROW_MIN else GROW_MIN
+    if want > cap:
+        want = cap
+    if want > size:
+        # a whole number of requests of this size (the nearest), so that the chunk's tail is not a useless
+        # remainder for the next request of the same size
+        k = (want + size // 2) // size
+        want = size * (k if k > 0 else 1)
+    if size + released > want:
+        want = size + released
+    return want if want > size else size
+
+
+cdef inline bint releases_on_free(const AllocConfig* cfg) noexcept nogil:
+    """A free that makes a chunk idle gives it back to the plugin at once (release:free), not at empty_cache."""
+    return cfg.release == RELEASE_ON_FREE
