@@ -7,6 +7,12 @@ so work submitted after it (copies, callbacks, events) sees its result. Because 
 worker of that rank's stream, one Python thread may issue the calls of every rank (inside :class:`group` or not);
 one thread per rank works the same way.
 
+Across processes. ``Communicator.from_mpi()`` (ccl_mpi.py) makes a communicator whose ranks are the processes of an
+MPI communicator (``mpiexec``). With a plugin that exports ``paddle_rt_ext_ccl_comm_init_rank_mpi`` (MPI as its
+transport: rt_cpu), the worker calls the hooks with the NULL stream once the stream's earlier work is done, and the
+plugin runs the collective to completion in that call; failures carry the plugin's reason and missing ranks
+(``paddle_rt_ext_ccl_comm_failure``), since the other ranks' progress is not visible in this process.
+
 Groups. ``with group():`` collects the calls made by this thread and, at the end of the block, gives each stream one
 operation whose worker makes that stream's calls between ``xccl_group_start`` and ``xccl_group_end``. The ABI's
 group hooks have no arguments; rt_cpu (like NCCL) keeps the open group per thread, so the brackets of different

@@ -64,7 +64,9 @@
  *   size_t rt_cpu_profiler_count(int which)   profiler sessions initialised (0) / collect calls served (1)
  *
  * paddle_rt's optional extensions (paddle_rt/extension.h): paddle_rt_ext_host_addressable (1: device memory is host
- * memory) and paddle_rt_ext_ccl_comm_error (rt_cpu_ccl.c).
+ * memory) and paddle_rt_ext_ccl_comm_error (rt_cpu_ccl.c); from paddle_rt/paddle_rt_ccl_ext.h:
+ * paddle_rt_ext_ccl_comm_failure and paddle_rt_ext_ccl_comm_init_rank_mpi (ranks in different processes, with MPI as
+ * the transport: rt_cpu_mpi.c, MPI loaded at communicator creation; see its header comment).
  */
 #define _GNU_SOURCE
 #include <errno.h>
