@@ -805,10 +805,12 @@ def test_eight_threads_no_overlap(d1):
     assert plugins.rt_cpu_live_bytes(1) == 0
 
 
-def test_pluggable_allocator_functions(d1):
-    """C function pointers in PyTorch's pluggable-allocator shape, called through ctypes."""
+def test_allocator_functions_straight_through_the_allocator(d1):
+    """allocator_functions(stream_ordered=False): C function pointers in PyTorch's pluggable-allocator shape over the
+    caching allocator's nogil core, called through ctypes; errors are NULL plus allocator_functions_error(), the one
+    error model of both kinds."""
     import ctypes
-    a, f = paddle_rt.pluggable_allocator_functions("rt_cpu")
+    a, f = paddle_rt.allocator_functions(d1, stream_ordered=False)
     alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(a)
     free_ = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(f)
     p = alloc(1000, 1, None)
@@ -816,15 +818,15 @@ def test_pluggable_allocator_functions(d1):
     assert paddle_rt.memory_allocated(d1) == 1024
     free_(p, 1000, 1, None)
     assert paddle_rt.memory_allocated(d1) == 0
+    assert paddle_rt.allocator_functions_error() is None
     assert alloc(10, 99, None) is None                  # no such device: NULL
-    seen = []
-    old = sys.unraisablehook
-    sys.unraisablehook = lambda u: seen.append(u.exc_type)
-    try:
-        assert alloc(1 << 62, 1, None) is None          # OOM: NULL, the error goes to sys.unraisablehook
-    finally:
-        sys.unraisablehook = old
-    assert seen and issubclass(seen[0], paddle_rt.OutOfMemoryError)
+    err = paddle_rt.allocator_functions_error()
+    assert isinstance(err, paddle_rt.InvalidArgument) and "index 99" in str(err)
+    assert alloc(1 << 62, 1, None) is None              # OOM: NULL, the error kept for allocator_functions_error
+    assert isinstance(paddle_rt.allocator_functions_error(), paddle_rt.OutOfMemoryError)
+    free_(12345, 8, 1, None)                            # a foreign pointer: nothing happens, the error is kept
+    assert isinstance(paddle_rt.allocator_functions_error(), paddle_rt.InvalidArgument)
+    assert paddle_rt.allocator_functions_error() is None
 
 
 def test_cython_api_from_another_module(d1):

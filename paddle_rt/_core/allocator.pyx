@@ -103,7 +103,7 @@ __all__ = [
     "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
     "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "empty_cache", "memory_snapshot", "set_allocator_config", "allocator_config",
-    "get_allocator", "CONF_KEYS", "pluggable_allocator_functions",
+    "get_allocator", "CONF_KEYS",
 ]
 
 cdef char* _FORMAT_B = "B"
@@ -1807,59 +1807,6 @@ def allocator_config(device=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# C function pointers in the shape of PyTorch's pluggable allocators, for other runtimes
-# ---------------------------------------------------------------------------------------------------------------------
-cdef enum:
-    MAX_PLUGGABLE = 64
-
-cdef AllocatorCore* _pluggable[MAX_PLUGGABLE]
-memset(_pluggable, 0, sizeof(_pluggable))
-
-
-cdef void* _pluggable_alloc(size_t size, int device, void* stream) noexcept nogil:
-    cdef void* p = NULL
-    cdef AllocatorCore* c
-    if device < 0 or device >= MAX_PLUGGABLE:
-        return NULL
-    c = _pluggable[device]
-    if c == NULL:
-        return NULL
-    # on an error Cython reports the exception through sys.unraisablehook and this returns NULL
-    core_malloc(c, size, <uintptr_t>stream, &p)
-    return p
-
-
-cdef void _pluggable_free(void* ptr, size_t size, int device, void* stream) noexcept nogil:
-    cdef AllocatorCore* c
-    if ptr == NULL or device < 0 or device >= MAX_PLUGGABLE:
-        return
-    c = _pluggable[device]
-    if c == NULL:
-        return
-    core_free(c, ptr)          # an error is reported through sys.unraisablehook
-
-
-def pluggable_allocator_functions(device_type=None):
-    """Addresses of ``void* alloc(size_t size, int device, void* stream)`` and
-    ``void free(void* ptr, size_t size, int device, void* stream)`` (the shape of PyTorch's
-    ``CUDAPluggableAllocator``) over the caching allocators of every device of ``device_type`` (default: the
-    current device's type); ``device`` is the device index. ``alloc`` returns NULL on failure (the error is
-    reported through ``sys.unraisablehook``); it never waits for streams, so while the device's streams have queued
-    work its out-of-memory ladder cannot give idle chunks back (see the module documentation). Returns ``(alloc_address, free_address)``."""
-    cdef Device cur = resolve_device(None)
-    cdef Device d
-    t = cur.type if device_type is None else device_type
-    devs = _device_mod.devices(t)
-    if len(devs) > MAX_PLUGGABLE:
-        raise errors.NotSupportedError(f"pluggable allocator functions serve at most {MAX_PLUGGABLE} devices")
-    for d in devs:
-        _pluggable[d.index] = _allocator_of(d, KIND_DEVICE).core
-    return (<uintptr_t>&_pluggable_alloc, <uintptr_t>&_pluggable_free)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Teardown and fork
-# ---------------------------------------------------------------------------------------------------------------------
 def _teardown():
     """Return every chunk (live Allocations' memory included) to the plugins; later frees do nothing."""
     global _torn_down, _last_dev, _last_alloc, _last_core
@@ -1884,7 +1831,6 @@ def _mark_forked():
     _last_dev = None
     _last_alloc = None
     _last_core = NULL
-    memset(_pluggable, 0, sizeof(_pluggable))
 
 
 def _reset_after_fork():
