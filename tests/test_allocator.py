@@ -275,14 +275,26 @@ def test_split_and_merge_compat(d1):
     assert plugins.rt_cpu_live_bytes(1) == 0
 
 
-def test_best_fit_lowest_address_on_tie(d1):
+def test_best_fit_oldest_chunk_on_tie(d1):
+    """Among free blocks of the best size the oldest chunk serves, wherever the plugin put it: placement does not
+    depend on addresses, so a sequence of requests gives the same figures in any process."""
     paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
     ptrs = [paddle_rt.raw_malloc(8192, d1) for _ in range(4)]
+    for p in reversed(ptrs):
+        paddle_rt.raw_free(p, d1)                # four idle 8 KiB chunks of the same size, freed newest first
+    assert paddle_rt.raw_malloc(8192, d1) == ptrs[0]
+    paddle_rt.raw_free(ptrs[0], d1)
+
+
+def test_paddle_compat_best_fit_lowest_address_on_tie(d1):
+    paddle_rt.set_allocator_config(d1, paddle_compat=True, chunk_size=8192)
+    ptrs = [paddle_rt.raw_malloc(8192, d1) for _ in range(4)]
     for p in ptrs:
-        paddle_rt.raw_free(p, d1)                # four idle 8 KiB chunks of the same size
+        paddle_rt.raw_free(p, d1)
     lowest = min(ptrs)
     assert paddle_rt.raw_malloc(8192, d1) == lowest
     paddle_rt.raw_free(lowest, d1)
+    paddle_rt.empty_cache(d1)
 
 
 def test_default_split_puts_allocation_low(d1):

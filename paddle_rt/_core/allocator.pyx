@@ -78,7 +78,7 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.alloc_policy cimport (
-    pool_for, serves, splits, remainder_low, consolidates_before_growth, chunk_for_miss, releases_on_free,
+    pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
 )
 from paddle_rt._core.stream cimport (
     Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation, stream_device_idle,
@@ -172,6 +172,7 @@ cdef inline void _free_insert(AllocatorCore* c, Block* b) noexcept nogil:
     cdef prt_free_key k
     k.stream = b.stream
     k.size = b.size
+    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
     k.addr = b.addr
     k.block = <void*>b
     c.cx.free_blocks[b.chunk.pool].insert(k)
@@ -187,6 +188,7 @@ cdef inline void _free_remove(AllocatorCore* c, Block* b) noexcept nogil:
     cdef prt_free_key k
     k.stream = b.stream
     k.size = b.size
+    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
     k.addr = b.addr
     k.block = NULL
     c.cx.free_blocks[b.chunk.pool].erase(k)
@@ -215,6 +217,7 @@ cdef inline prt_free_set.iterator _free_find(AllocatorCore* c, Block* b) noexcep
     cdef prt_free_key k
     k.stream = b.stream
     k.size = b.size
+    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
     k.addr = b.addr
     k.block = NULL
     return c.cx.free_blocks[b.chunk.pool].find(k)
@@ -225,6 +228,7 @@ cdef inline void _free_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* 
     cdef prt_free_key k
     k.stream = nb.stream
     k.size = nb.size
+    k.chunk = tie_rank(&c.cfg, nb.chunk.serial)
     k.addr = nb.addr
     k.block = <void*>nb
     prt_free_rekey(c.cx.free_blocks[nb.chunk.pool], it, k)
@@ -238,6 +242,7 @@ cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_
     cdef prt_free_key k
     k.stream = stream
     k.size = size
+    k.chunk = 0
     k.addr = 0
     k.block = NULL
     cdef prt_free_set.iterator it = c.cx.free_blocks[pool].lower_bound(k)
@@ -516,6 +521,8 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         return NULL
     c.num_device_alloc += 1
     ch.base = <uintptr_t>p
+    ch.serial = c.chunk_serial
+    c.chunk_serial += 1
     ch.size = size
     ch.stream = stream
     ch.pool = pool
@@ -927,6 +934,7 @@ cdef class DeviceAllocator:
         cfg.chunk_size = r["chunk_size"]
         cfg.max_split_size = SIZE_MAX if r["max_split_size"] is None else r["max_split_size"]
         cfg.remainder_low = r["remainder_low"]
+        cfg.ties_by_address = r["ties_by_address"]
         cfg.quick_reuse = r["quick_reuse"]
         lim = r["limit"]
         if lim is None:
