@@ -275,14 +275,26 @@ def test_split_and_merge_compat(d1):
     assert plugins.rt_cpu_live_bytes(1) == 0
 
 
-def test_best_fit_lowest_address_on_tie(d1):
+def test_best_fit_oldest_chunk_on_tie(d1):
+    """Among free blocks of the best size the oldest chunk serves, wherever the plugin put it: placement does not
+    depend on addresses, so a sequence of requests gives the same figures in any process."""
     paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
     ptrs = [paddle_rt.raw_malloc(8192, d1) for _ in range(4)]
+    for p in reversed(ptrs):
+        paddle_rt.raw_free(p, d1)                # four idle 8 KiB chunks of the same size, freed newest first
+    assert paddle_rt.raw_malloc(8192, d1) == ptrs[0]
+    paddle_rt.raw_free(ptrs[0], d1)
+
+
+def test_paddle_compat_best_fit_lowest_address_on_tie(d1):
+    paddle_rt.set_allocator_config(d1, paddle_compat=True, chunk_size=8192)
+    ptrs = [paddle_rt.raw_malloc(8192, d1) for _ in range(4)]
     for p in ptrs:
-        paddle_rt.raw_free(p, d1)                # four idle 8 KiB chunks of the same size
+        paddle_rt.raw_free(p, d1)
     lowest = min(ptrs)
     assert paddle_rt.raw_malloc(8192, d1) == lowest
     paddle_rt.raw_free(lowest, d1)
+    paddle_rt.empty_cache(d1)
 
 
 def test_default_split_puts_allocation_low(d1):
@@ -805,10 +817,12 @@ def test_eight_threads_no_overlap(d1):
     assert plugins.rt_cpu_live_bytes(1) == 0
 
 
-def test_pluggable_allocator_functions(d1):
-    """C function pointers in PyTorch's pluggable-allocator shape, called through ctypes."""
+def test_allocator_functions_straight_through_the_allocator(d1):
+    """allocator_functions(stream_ordered=False): C function pointers in PyTorch's pluggable-allocator shape over the
+    caching allocator's nogil core, called through ctypes; errors are NULL plus allocator_functions_error(), the one
+    error model of both kinds."""
     import ctypes
-    a, f = paddle_rt.pluggable_allocator_functions("rt_cpu")
+    a, f = paddle_rt.allocator_functions(d1, stream_ordered=False)
     alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(a)
     free_ = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(f)
     p = alloc(1000, 1, None)
@@ -816,15 +830,15 @@ def test_pluggable_allocator_functions(d1):
     assert paddle_rt.memory_allocated(d1) == 1024
     free_(p, 1000, 1, None)
     assert paddle_rt.memory_allocated(d1) == 0
+    assert paddle_rt.allocator_functions_error() is None
     assert alloc(10, 99, None) is None                  # no such device: NULL
-    seen = []
-    old = sys.unraisablehook
-    sys.unraisablehook = lambda u: seen.append(u.exc_type)
-    try:
-        assert alloc(1 << 62, 1, None) is None          # OOM: NULL, the error goes to sys.unraisablehook
-    finally:
-        sys.unraisablehook = old
-    assert seen and issubclass(seen[0], paddle_rt.OutOfMemoryError)
+    err = paddle_rt.allocator_functions_error()
+    assert isinstance(err, paddle_rt.InvalidArgument) and "index 99" in str(err)
+    assert alloc(1 << 62, 1, None) is None              # OOM: NULL, the error kept for allocator_functions_error
+    assert isinstance(paddle_rt.allocator_functions_error(), paddle_rt.OutOfMemoryError)
+    free_(12345, 8, 1, None)                            # a foreign pointer: nothing happens, the error is kept
+    assert isinstance(paddle_rt.allocator_functions_error(), paddle_rt.InvalidArgument)
+    assert paddle_rt.allocator_functions_error() is None
 
 
 def test_cython_api_from_another_module(d1):

@@ -138,11 +138,12 @@ def effective(keywords):
 def resolve(conf):
     """The allocator's policy settings from a normalised configuration, defaults filled in:
     {paddle_compat, growth (index into GROWTH_NAMES), chunk_size, max_split_size (None: off), limit (None, bytes or
-    ("fraction", f)), release (index into RELEASE_NAMES), small_size, small_chunk, remainder_low, quick_reuse}.
+    ("fraction", f)), release (index into RELEASE_NAMES), small_size, small_chunk, remainder_low, ties_by_address,
+    quick_reuse}.
 
     ``paddle_compat`` is a preset, not a branch of the mechanism: Paddle's auto-growth rules are one pool
     (small_size 0), fixed growth (a miss asks for max(request, chunk_size)), the free remainder of a split at the
-    low end of the block, and no quick-reuse slots."""
+    low end of the block, ties between free blocks of one size broken by address, and no quick-reuse slots."""
     compat = bool(conf.get("paddle_compat", False))
     chunk = conf.get("chunk_size", 0)
     growth = conf.get("growth")
@@ -164,5 +165,6 @@ def resolve(conf):
         "small_size": 0 if compat else conf.get("small_size", DEFAULT_SMALL_SIZE),
         "small_chunk": small_chunk,
         "remainder_low": compat,
+        "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",
     }

@@ -1,7 +1,7 @@
 # The caching allocator's policy decisions, one small named function each (inline, nogil, stateless: they read the
 # resolved configuration and the figures they are given). allocator.pyx is the mechanism that calls them: it holds
 # no `if paddle_compat` branch; paddle_compat is a preset of these settings (alloc_config.resolve).
-from libc.stdint cimport SIZE_MAX
+from libc.stdint cimport SIZE_MAX, uint64_t
 
 from paddle_rt._core.allocator cimport (
     AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
@@ -36,6 +36,12 @@ cdef inline bint splits(const AllocConfig* cfg, size_t block, size_t size) noexc
 cdef inline bint remainder_low(const AllocConfig* cfg) noexcept nogil:
     """Where a split puts the free remainder: the low end of the block (Paddle's rule) or the high end."""
     return cfg.remainder_low != 0
+
+
+cdef inline uint64_t tie_rank(const AllocConfig* cfg, uint64_t chunk_serial) noexcept nogil:
+    """Among free blocks of the best size, which serves first: the oldest chunk (its serial number; placement then
+    does not depend on the addresses the plugin returns), or with ties_by_address the lowest address (Paddle)."""
+    return 0 if cfg.ties_by_address else chunk_serial
 
 
 cdef inline bint consolidates_before_growth(const AllocConfig* cfg, int pool) noexcept nogil:

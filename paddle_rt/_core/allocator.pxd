@@ -9,7 +9,7 @@
 #
 # Both functions take the GIL only to raise; the error cannot be lost (Cython checks the -1 return).
 cimport cython
-from libc.stdint cimport uintptr_t, int64_t
+from libc.stdint cimport uintptr_t, int64_t, uint64_t
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status
 from paddle_rt._core.includes.alloc_support cimport prt_alloc_containers
 
@@ -55,6 +55,7 @@ cdef enum:
 
 cdef struct Chunk:
     uintptr_t base
+    uint64_t serial        # order of creation within its allocator (best fit prefers older chunks on ties)
     size_t size
     uintptr_t stream
     int pool
@@ -84,6 +85,7 @@ cdef struct AllocConfig:
     size_t small_size      # requests up to it use the small pool (0: one pool)
     size_t small_chunk     # chunk size of the small pool
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
+    int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk
     int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size
 
 # An error found under the lock, raised after the lock is released.
@@ -108,6 +110,7 @@ cdef struct AllocatorCore:
     int64_t num_device_alloc
     int64_t num_device_free
     int64_t num_cache_hits
+    uint64_t chunk_serial  # serial number of the next chunk
     Block* spare_blocks    # free list of Block structs
     # Quick reuse (default mode): a freed block waits unmerged in a small slot keyed by (size, stream) for the next
     # request of exactly its size; slots are merged back into the best-fit index before any growth, release,

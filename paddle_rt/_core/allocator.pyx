@@ -78,7 +78,7 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.alloc_policy cimport (
-    pool_for, serves, splits, remainder_low, consolidates_before_growth, chunk_for_miss, releases_on_free,
+    pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
 )
 from paddle_rt._core.stream cimport (
     Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation, stream_device_idle,
@@ -103,7 +103,7 @@ __all__ = [
     "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
     "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "empty_cache", "memory_snapshot", "set_allocator_config", "allocator_config",
-    "get_allocator", "CONF_KEYS", "pluggable_allocator_functions",
+    "get_allocator", "CONF_KEYS",
 ]
 
 cdef char* _FORMAT_B = "B"
@@ -172,6 +172,7 @@ cdef inline void _free_insert(AllocatorCore* c, Block* b) noexcept nogil:
     cdef prt_free_key k
     k.stream = b.stream
     k.size = b.size
+    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
     k.addr = b.addr
     k.block = <void*>b
     c.cx.free_blocks[b.chunk.pool].insert(k)
@@ -187,6 +188,7 @@ cdef inline void _free_remove(AllocatorCore* c, Block* b) noexcept nogil:
     cdef prt_free_key k
     k.stream = b.stream
     k.size = b.size
+    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
     k.addr = b.addr
     k.block = NULL
     c.cx.free_blocks[b.chunk.pool].erase(k)
@@ -215,6 +217,7 @@ cdef inline prt_free_set.iterator _free_find(AllocatorCore* c, Block* b) noexcep
     cdef prt_free_key k
     k.stream = b.stream
     k.size = b.size
+    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
     k.addr = b.addr
     k.block = NULL
     return c.cx.free_blocks[b.chunk.pool].find(k)
@@ -225,6 +228,7 @@ cdef inline void _free_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* 
     cdef prt_free_key k
     k.stream = nb.stream
     k.size = nb.size
+    k.chunk = tie_rank(&c.cfg, nb.chunk.serial)
     k.addr = nb.addr
     k.block = <void*>nb
     prt_free_rekey(c.cx.free_blocks[nb.chunk.pool], it, k)
@@ -238,6 +242,7 @@ cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_
     cdef prt_free_key k
     k.stream = stream
     k.size = size
+    k.chunk = 0
     k.addr = 0
     k.block = NULL
     cdef prt_free_set.iterator it = c.cx.free_blocks[pool].lower_bound(k)
@@ -516,6 +521,8 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         return NULL
     c.num_device_alloc += 1
     ch.base = <uintptr_t>p
+    ch.serial = c.chunk_serial
+    c.chunk_serial += 1
     ch.size = size
     ch.stream = stream
     ch.pool = pool
@@ -927,6 +934,7 @@ cdef class DeviceAllocator:
         cfg.chunk_size = r["chunk_size"]
         cfg.max_split_size = SIZE_MAX if r["max_split_size"] is None else r["max_split_size"]
         cfg.remainder_low = r["remainder_low"]
+        cfg.ties_by_address = r["ties_by_address"]
         cfg.quick_reuse = r["quick_reuse"]
         lim = r["limit"]
         if lim is None:
@@ -1807,59 +1815,6 @@ def allocator_config(device=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# C function pointers in the shape of PyTorch's pluggable allocators, for other runtimes
-# ---------------------------------------------------------------------------------------------------------------------
-cdef enum:
-    MAX_PLUGGABLE = 64
-
-cdef AllocatorCore* _pluggable[MAX_PLUGGABLE]
-memset(_pluggable, 0, sizeof(_pluggable))
-
-
-cdef void* _pluggable_alloc(size_t size, int device, void* stream) noexcept nogil:
-    cdef void* p = NULL
-    cdef AllocatorCore* c
-    if device < 0 or device >= MAX_PLUGGABLE:
-        return NULL
-    c = _pluggable[device]
-    if c == NULL:
-        return NULL
-    # on an error Cython reports the exception through sys.unraisablehook and this returns NULL
-    core_malloc(c, size, <uintptr_t>stream, &p)
-    return p
-
-
-cdef void _pluggable_free(void* ptr, size_t size, int device, void* stream) noexcept nogil:
-    cdef AllocatorCore* c
-    if ptr == NULL or device < 0 or device >= MAX_PLUGGABLE:
-        return
-    c = _pluggable[device]
-    if c == NULL:
-        return
-    core_free(c, ptr)          # an error is reported through sys.unraisablehook
-
-
-def pluggable_allocator_functions(device_type=None):
-    """Addresses of ``void* alloc(size_t size, int device, void* stream)`` and
-    ``void free(void* ptr, size_t size, int device, void* stream)`` (the shape of PyTorch's
-    ``CUDAPluggableAllocator``) over the caching allocators of every device of ``device_type`` (default: the
-    current device's type); ``device`` is the device index. ``alloc`` returns NULL on failure (the error is
-    reported through ``sys.unraisablehook``); it never waits for streams, so while the device's streams have queued
-    work its out-of-memory ladder cannot give idle chunks back (see the module documentation). Returns ``(alloc_address, free_address)``."""
-    cdef Device cur = resolve_device(None)
-    cdef Device d
-    t = cur.type if device_type is None else device_type
-    devs = _device_mod.devices(t)
-    if len(devs) > MAX_PLUGGABLE:
-        raise errors.NotSupportedError(f"pluggable allocator functions serve at most {MAX_PLUGGABLE} devices")
-    for d in devs:
-        _pluggable[d.index] = _allocator_of(d, KIND_DEVICE).core
-    return (<uintptr_t>&_pluggable_alloc, <uintptr_t>&_pluggable_free)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Teardown and fork
-# ---------------------------------------------------------------------------------------------------------------------
 def _teardown():
     """Return every chunk (live Allocations' memory included) to the plugins; later frees do nothing."""
     global _torn_down, _last_dev, _last_alloc, _last_core
@@ -1884,7 +1839,6 @@ def _mark_forked():
     _last_dev = None
     _last_alloc = None
     _last_core = NULL
-    memset(_pluggable, 0, sizeof(_pluggable))
 
 
 def _reset_after_fork():

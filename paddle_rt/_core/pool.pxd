@@ -83,4 +83,6 @@ cdef class AsyncAllocation(Allocation):
     cdef size_t block                  # rounded size
 
 cdef AsyncAllocation pool_malloc(MemPool pool, size_t n, Stream s)
+# The device's default pool (created on first use).
+cdef MemPool default_pool_of(Device dev)
 cdef int pool_free(AsyncAllocation a, Stream s) except -1

@@ -609,7 +609,7 @@ cdef int pool_free(AsyncAllocation a, Stream s) except -1:
     return a.pool.free_on(a, s)
 
 
-cdef MemPool _default_pool(Device dev):
+cdef MemPool default_pool_of(Device dev):
     p = dev.layers.get("mem_pool")
     if p is None:
         p = MemPool(dev)
@@ -619,7 +619,7 @@ cdef MemPool _default_pool(Device dev):
 
 def default_mem_pool(device=None):
     """The default :class:`MemPool` of ``device`` (default: the current device), created on first use."""
-    return _default_pool(resolve_device(device))
+    return default_pool_of(resolve_device(device))
 
 
 def malloc_async(nbytes, stream=None, pool=None):
@@ -637,7 +637,7 @@ def malloc_async(nbytes, stream=None, pool=None):
         s = current_stream(p.device) if stream is None else _as_stream(stream, p.device)
     else:
         s = current_stream(None) if stream is None else _as_stream(stream, None)
-        p = _default_pool(s.device)
+        p = default_pool_of(s.device)
     p._check()
     if nbytes < 0:
         raise errors.InvalidArgument(f"{p.device}: malloc_async: nbytes must be >= 0, not {nbytes}")
@@ -674,78 +674,3 @@ def _teardown_pools():
 _device_mod.register_teardown(_teardown_pools, 10)
 
 
-# -- C functions for other runtimes (the shape of PyTorch's pluggable allocators) -------------------------------------
-_ext_live = {}                # (device index, ptr) -> AsyncAllocation handed out through _ext_alloc
-_ext_errors = []              # the latest error of _ext_alloc/_ext_free (C callers get NULL / nothing)
-
-
-cdef Stream _ext_stream(Device dev, void* handle):
-    from paddle_rt._core.stream import _live_streams
-    if handle == NULL:
-        return current_stream(dev)
-    for st in list(_live_streams):
-        if (<Stream>st).device is dev and not (<Stream>st).closed and st.handle == <uintptr_t>handle:
-            return <Stream>st
-    raise errors.InvalidArgument(f"{dev}: stream handle 0x{<uintptr_t>handle:x} is not a live paddle_rt stream of "
-                                 f"this device")
-
-
-cdef void _ext_error(BaseException e):
-    _ext_errors[:] = [e]
-
-
-cdef void* _ext_alloc(size_t size, int device, void* stream) noexcept with gil:
-    cdef AsyncAllocation a
-    cdef Device dev
-    cdef MemPool pool
-    try:
-        dev = resolve_device(device)
-        pool = _default_pool(dev)
-        pool._check()
-        a = pool.malloc_on(size, _ext_stream(dev, stream))
-        _ext_live[(dev.index, a.ptr)] = a
-        return <void*>a.ptr
-    except BaseException as e:
-        _ext_error(e)
-        return NULL
-
-
-cdef void _ext_free(void* ptr, size_t size, int device, void* stream) noexcept with gil:
-    cdef AsyncAllocation a
-    cdef Device dev
-    cdef Stream s
-    try:
-        if ptr == NULL:
-            return
-        dev = resolve_device(device)
-        a = _ext_live.get((dev.index, <uintptr_t>ptr))
-        if a is None:
-            raise errors.InvalidArgument(f"{dev}: free of 0x{<uintptr_t>ptr:x}: not allocated through "
-                                         f"allocator_functions() on this device (or already freed)")
-        if size != 0 and size != a.size:
-            raise errors.InvalidArgument(f"{dev}: free of 0x{<uintptr_t>ptr:x}: size {size} does not match the "
-                                         f"allocated {a.size}")
-        s = a.stream if stream == NULL else _ext_stream(dev, stream)
-        a.pool.free_on(a, s)
-        del _ext_live[(dev.index, <uintptr_t>ptr)]
-    except BaseException as e:
-        _ext_error(e)
-
-
-def allocator_functions(device=None):
-    """Addresses (ints) of two C functions that allocate stream-ordered through the default pool:
-    ``void* alloc(size_t size, int device, void* stream)`` and ``void free(void* ptr, size_t size, int device,
-    void* stream)`` (the shape of PyTorch's pluggable allocators). ``stream`` is NULL (the device's current stream)
-    or the ``handle`` of a live paddle_rt :class:`Stream`; ``free`` with NULL frees on the allocating stream. On an
-    error ``alloc`` returns NULL and ``free`` does nothing; :func:`allocator_functions_error` returns the exception.
-    ``device`` selects the device whose pool is created now (the functions serve every device by index)."""
-    default_mem_pool(device)
-    return <uintptr_t><void*>_ext_alloc, <uintptr_t><void*>_ext_free
-
-
-def allocator_functions_error(clear=True):
-    """The latest error of the C functions of :func:`allocator_functions` (None if none)."""
-    e = _ext_errors[0] if _ext_errors else None
-    if clear:
-        _ext_errors.clear()
-    return e

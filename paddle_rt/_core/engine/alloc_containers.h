@@ -14,16 +14,21 @@
 #include <unordered_map>
 #include <cstdlib>
 
-/* A free block in the best-fit index: ordered by (stream, pool, size, address); `block` is the payload. */
+/* A free block in the best-fit index: ordered by (stream, size, chunk, address); `block` is the payload. Among blocks
+   of one size the oldest chunk comes first (its serial number, not its address): the placement of a sequence of
+   requests does not depend on where the plugin's memory happens to lie, so a replay gives the same figures in any
+   process. */
 struct prt_free_key {
     uintptr_t stream;
     mutable size_t size;       /* mutable: prt_free_rekey changes them in place when the order is kept */
+    mutable uint64_t chunk;    /* the serial number of the block's chunk */
     mutable uintptr_t addr;
     mutable void* block;
 };
 static inline bool operator<(const prt_free_key& a, const prt_free_key& b) {
     if (a.stream != b.stream) return a.stream < b.stream;
     if (a.size != b.size) return a.size < b.size;
+    if (a.chunk != b.chunk) return a.chunk < b.chunk;
     return a.addr < b.addr;
 }
 /* Node recycling for the containers below: every container op happens under the allocator's mutex, so a
@@ -155,11 +160,11 @@ typedef std::map<uintptr_t, void*> prt_chunk_map;
 static inline void prt_free_rekey(prt_free_set& s, prt_free_set::iterator it, const prt_free_key& k) {
     prt_free_set::iterator nx = std::next(it);
     if ((it == s.begin() || *std::prev(it) < k) && (nx == s.end() || k < *nx)) {
-        it->size = k.size; it->addr = k.addr; it->block = k.block;
+        it->size = k.size; it->chunk = k.chunk; it->addr = k.addr; it->block = k.block;
         return;
     }
     auto nh = s.extract(it);
-    nh.value().size = k.size; nh.value().addr = k.addr; nh.value().block = k.block;
+    nh.value().size = k.size; nh.value().chunk = k.chunk; nh.value().addr = k.addr; nh.value().block = k.block;
     s.insert(std::move(nh));
 }
 

@@ -1,12 +1,13 @@
 # C++ support for the caching allocator: a mutex, the ordered set of free blocks and the pointer -> block table.
 # Only declarations and tiny inline helpers live here; the allocator's logic is in paddle_rt/_core/allocator.pyx.
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, uint64_t
 from libcpp.utility cimport pair
 
 cdef extern from "engine/alloc_containers.h" nogil:
     ctypedef struct prt_free_key:
         uintptr_t stream
         size_t size
+        uint64_t chunk
         uintptr_t addr
         void* block
 
