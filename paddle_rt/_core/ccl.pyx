@@ -845,6 +845,26 @@ cdef object _assign(Work w, CclCall* c):
     return None
 
 
+cdef int _order_after_other_streams(Stream s, list works) except -1:
+    """Host-driven communicators (CclBatch.host_calls) run each collective inside the hook, on the worker of its
+    stream, and the ranks of another process pair their calls in the order they arrive. So the collectives of one
+    such communicator must reach the plugin in issue order even across streams: when the previous one was issued on
+    another stream, `s` first waits for everything issued on that stream so far (an event; it names only work already
+    issued, so it cannot close a cycle)."""
+    from paddle_rt._core.event import Event
+    cdef Communicator c
+    for w in works:
+        c = (<Work>w).comm
+        prev = c._order_stream
+        c._order_stream = s
+        if prev is None or prev is s or (<Stream>prev).closed:
+            continue
+        ev = Event()
+        ev.record(prev)
+        ev.wait(s)
+    return 0
+
+
 cdef object _enqueue(Stream s, list items, bint grouped):
     """items: [(Work, address of a malloc'd CclCall)] of one stream; takes ownership of the calls."""
     cdef CclBatch* b = <CclBatch*>calloc(1, sizeof(CclBatch))
@@ -879,6 +899,14 @@ cdef object _enqueue(Stream s, list items, bint grouped):
         _assign(<Work>works[i], &b.calls[i])
     b.works = <PyObject*>works
     Py_INCREF(works)
+    if b.host_calls:
+        try:
+            _order_after_other_streams(s, works)
+        except BaseException:
+            Py_DECREF(works)
+            b.works = NULL
+            _free_batch(b)
+            raise
     try:
         pos = s.enqueue(_ccl_run, b, 0, (0 if s.ctx.has_pstream and not b.host_calls else PRT_OP_NEEDS_IDLE) |
                         prt_op_kind(PRT_OPK_COLLECTIVE))
