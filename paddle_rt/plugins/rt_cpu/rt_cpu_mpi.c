@@ -20,7 +20,9 @@
  * is completed by polling MPI_Test until the communicator's time limit (RT_CPU_CCL_TIMEOUT_MS). On a timeout or an
  * MPI error, the rank asks every peer (over the probe duplicate) how far it got; ranks that do not answer in a short
  * grace period, or answer with an earlier collective, are named as missing. Collectives of one communicator are
- * posted in sequence-number order even when issued on different streams.
+ * numbered when their hook is called and posted in that order; the caller must call the hooks in the order the
+ * ranks agree on (paddle_rt does: a host-driven communicator's collectives reach the plugin in issue order, even
+ * across streams).
  *
  * Reductions: MPI's SUM/PROD/MAX/MIN on the native types; AVG is SUM divided by nranks afterwards (integers:
  * truncating C division of the wrapped sum, as in-process); float16/bfloat16 use user-defined MPI ops that compute
