@@ -1,4 +1,4 @@
-"""record_stream on blocks of paddle_rt.malloc (paddle_rt/_core/allocator.pyx): blocks belong to the thread's current
+"""record_stream on blocks of paddle_rt.malloc (paddle_rt/_core/allocation.pyx, deferred_free.pyx): blocks belong to the thread's current
 stream; a free after record_stream(s) returns the block only once s has passed the free."""
 import ctypes
 import gc
@@ -10,7 +10,7 @@ import pytest
 import paddle_rt
 from paddle_rt import InvalidArgument
 from paddle_rt import plugins
-from paddle_rt._core.allocator import _deferred_frees_pending
+from paddle_rt._core.allocation import _deferred_frees_pending
 from conftest import run_python_code
 
 N = 1 << 16
@@ -221,7 +221,7 @@ def test_views_block_the_free_and_the_state_is_unchanged(streams):
 
 RACE_CHILD = r"""
 import ctypes, paddle_rt, numpy as np
-from paddle_rt._core.allocator import _deferred_frees_pending
+from paddle_rt._core.allocation import _deferred_frees_pending
 N = 1 << 16
 a, b = paddle_rt.Stream(), paddle_rt.Stream()
 for record in (True, False):
@@ -261,7 +261,7 @@ def test_poison_race_under_stream_delay():
 OOM_CHILD = r"""
 import threading, paddle_rt
 from paddle_rt import plugins, OutOfMemoryError
-from paddle_rt._core.allocator import _deferred_frees_pending
+from paddle_rt._core.allocation import _deferred_frees_pending
 MiB = 1 << 20
 b = paddle_rt.Stream()
 x = paddle_rt.malloc(40 * MiB)
@@ -296,7 +296,7 @@ def test_oom_ladder_waits_for_deferred_frees():
 POOL_OOM_CHILD = r"""
 import threading, paddle_rt
 from paddle_rt import MemPool
-from paddle_rt._core.allocator import _deferred_frees_pending
+from paddle_rt._core.allocation import _deferred_frees_pending
 MiB = 1 << 20
 b = paddle_rt.Stream()
 x = paddle_rt.malloc(40 * MiB)
@@ -476,7 +476,7 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
 x.free(); y.free(); b.synchronize()
-from paddle_rt._core.allocator import _deferred_frees_pending
+from paddle_rt._core.allocation import _deferred_frees_pending
 print("pending", _deferred_frees_pending())
 """
 

@@ -4,6 +4,25 @@ resolved settings into its C struct.
 
 Precedence: keyword arguments (``paddle_rt.set_allocator_config``) over ``PADDLE_RT_ALLOC_CONF="key:value,..."``
 over the plugin's size hints (min chunk size, extra padding), which set the rounding and are not keys.
+
+Configuration (keyword arguments of :func:`set_allocator_config` first, then ``PADDLE_RT_ALLOC_CONF="key:value,..."``,
+then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB``/``MiB``, ``G``/``GB``/``GiB``
+(all binary, 1K = 1024 bytes):
+
+``paddle_compat``  ``0``/``1``: Paddle's auto-growth rules exactly (above). Default 0.
+``growth``         ``adaptive`` (default), ``exact`` (a miss asks for the rounded request), ``fixed`` (a miss asks for
+                   ``max(request, chunk_size)``).
+``chunk_size``     bytes, the chunk size of ``growth:fixed`` and of ``paddle_compat`` (Paddle's chunk size flag);
+                   setting it without ``growth`` selects ``fixed``. Default 0.
+``max_split_size`` bytes or ``none``: free blocks larger than this are never split and never serve requests up to this
+                   size (PyTorch's ``max_split_size_mb``, against fragmentation). Default none.
+``limit``          bytes, or a fraction ``0 < f <= 1`` of the device's total memory (``device_memory_stats``): the
+                   most memory the allocator holds at once; beyond it the OOM ladder runs. Default none.
+``release``        ``empty_cache`` (default): idle chunks go back on ``empty_cache()`` and on the OOM ladder only;
+                   ``free``: also as soon as a free makes a chunk idle (while the device's streams have
+                   queued work, the chunk is kept and goes back with the next such free or ``empty_cache()``).
+``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 64 KiB (0 in paddle_compat).
+``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 """
 import os
 

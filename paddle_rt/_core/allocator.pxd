@@ -11,6 +11,7 @@
 cimport cython
 from libc.stdint cimport uintptr_t, int64_t, uint64_t
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status
+from paddle_rt._core.device cimport Device
 from paddle_rt._core.includes.alloc_support cimport prt_alloc_containers
 
 cdef enum:
@@ -140,30 +141,34 @@ cdef size_t core_block_size(AllocatorCore* core, void* ptr) noexcept nogil
 # is released (that work may use the memory); the chunks stay cached, counted in num_release_deferred.
 # DeviceAllocator.empty_cache / paddle_rt.empty_cache first wait for the streams (stream_device_quiesce).
 cdef int64_t core_empty_cache(AllocatorCore* core) except -1 nogil
-# Frees deferred by record_stream (Allocation.record_stream): the number still waiting for their streams, and a
-# wait (with the GIL; released while polling, Ctrl-C raises) until none is left. Used by the out-of-memory ladders.
+# Frees deferred by record_stream (deferred_free.pyx) still waiting for their streams.
 cdef int64_t core_deferred_pending(AllocatorCore* core) noexcept nogil
-cdef int core_wait_deferred(AllocatorCore* core) except -1
 
-@cython.no_gc          # (also in allocator.pyx) no reference cycles through it; subclasses inherit this
-cdef class Allocation:
+cdef class DeviceAllocator:
     cdef AllocatorCore* core
-    cdef readonly uintptr_t ptr
-    cdef readonly size_t size
-    cdef readonly object device
-    cdef int _freed
-    cdef int exports
-    cdef int host_addressable
-    cdef Py_ssize_t shape[1]
-    cdef Py_ssize_t strides[1]
-    cdef readonly uintptr_t stream_tag  # the allocator stream tag it was allocated with (its stream)
-    cdef list _recorded                # Streams given to record_stream (None: none)
+    cdef readonly Device device
+    cdef readonly str kind
+    cdef dict _keywords
+    cdef readonly bint host_addressable
     cdef object __weakref__
-    cdef int _release(self) except -1
-    cdef int _check_host(self) except -1
-    # True when `stream` (a Stream) is the stream the memory belongs to (record_stream of it is a no-op).
-    cdef bint _own_stream(self, object stream) except -1
+    @staticmethod
+    cdef DeviceAllocator _new(Device dev, int kind)
+    cdef dict _effective(self)
 
+# The allocator of `dev` for KIND_DEVICE or KIND_HOST, created on first use; existing_allocator: None if not yet made.
+cdef DeviceAllocator allocator_of(Device dev, int kind)
+cdef DeviceAllocator existing_allocator(Device dev, int kind)
+# With the GIL held: serve from the cache without releasing the GIL when the lock is free (never blocks, never calls
+# the plugin); NULL: take the slow path (nogil core_malloc). core_try_free: 1 when freed (or torn down), 0 when the
+# slow path (core_free) must run.
+cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept
+cdef int core_try_free(AllocatorCore* c, uintptr_t p) noexcept
+# Free a live block, ignoring errors (a free deferred by record_stream, on a stream worker).
+cdef void core_free_unchecked(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# Takes the lock: 0 not this allocator's, 1 the start of a live block, 2 inside one of its chunks otherwise.
+cdef int core_lookup(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# True when no stream that may use this allocator's memory has queued work (idle chunks may then go back).
+cdef bint core_streams_idle(AllocatorCore* c) noexcept nogil
 
 # The size a request of `nbytes` holds: Paddle's round_up(nbytes + extra_padding, min_chunk), at least one byte of
 # payload. Shared by the allocator and the stream-ordered pool, so both key their caches by the same sizes. The

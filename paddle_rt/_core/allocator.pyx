@@ -3,8 +3,9 @@
 
 Requests are rounded as Paddle rounds them: ``n -> round_up(n + extra_padding, min_chunk)`` with the plugin's
 ``device_extra_padding_size`` (0 when missing) and ``device_min_chunk_size`` (1 when missing). Free blocks are kept in
-an ordered index by (stream, size, address): the best fit is the smallest free block that fits, the lowest address on
-a tie. A freed block merges with both neighbours inside its chunk. Every byte held from the plugin belongs to a chunk;
+an ordered index by (stream, size, age of the chunk, address): the best fit is the smallest free block that fits, on a
+tie the one in the oldest chunk (placement then does not depend on where the plugin's memory lies; paddle_compat:
+the lowest address, as Paddle). A freed block merges with both neighbours inside its chunk. Every byte held from the plugin belongs to a chunk;
 a chunk that is one whole free block is *idle* and can be given back.
 
 Two policies:
@@ -41,24 +42,7 @@ stream callback it does not wait). Teardown (after the streams are closed) gives
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
 back by the ladder stay given back.
 
-Configuration (keyword arguments of :func:`set_allocator_config` first, then ``PADDLE_RT_ALLOC_CONF="key:value,..."``,
-then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB``/``MiB``, ``G``/``GB``/``GiB``
-(all binary, 1K = 1024 bytes):
-
-``paddle_compat``  ``0``/``1``: Paddle's auto-growth rules exactly (above). Default 0.
-``growth``         ``adaptive`` (default), ``exact`` (a miss asks for the rounded request), ``fixed`` (a miss asks for
-                   ``max(request, chunk_size)``).
-``chunk_size``     bytes, the chunk size of ``growth:fixed`` and of ``paddle_compat`` (Paddle's chunk size flag);
-                   setting it without ``growth`` selects ``fixed``. Default 0.
-``max_split_size`` bytes or ``none``: free blocks larger than this are never split and never serve requests up to this
-                   size (PyTorch's ``max_split_size_mb``, against fragmentation). Default none.
-``limit``          bytes, or a fraction ``0 < f <= 1`` of the device's total memory (``device_memory_stats``): the
-                   most memory the allocator holds at once; beyond it the OOM ladder runs. Default none.
-``release``        ``empty_cache`` (default): idle chunks go back on ``empty_cache()`` and on the OOM ladder only;
-                   ``free``: also as soon as a free makes a chunk idle (while the device's streams have
-                   queued work, the chunk is kept and goes back with the next such free or ``empty_cache()``).
-``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 64 KiB (0 in paddle_compat).
-``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
+Configuration: the keys, their values and their precedence are documented in alloc_config.py.
 """
 import os
 import threading
@@ -77,6 +61,10 @@ from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
+from paddle_rt._core.alloc_index cimport (
+    stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
+    pool_of, best_fit,
+)
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
 )
@@ -99,14 +87,8 @@ from paddle_rt._core.trace cimport trace_mask, trace_memory_event, trace_note_ca
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
 
-__all__ = [
-    "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
-    "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
-    "reset_accumulated_memory_stats", "empty_cache", "memory_snapshot", "set_allocator_config", "allocator_config",
-    "get_allocator", "CONF_KEYS",
-]
+__all__ = ["DeviceAllocator", "get_allocator", "CONF_KEYS"]
 
-cdef char* _FORMAT_B = "B"
 cdef size_t KiB = 1024
 cdef size_t MiB = 1024 * 1024
 
@@ -131,131 +113,6 @@ _allocators = []          # every DeviceAllocator ever created (they live as lon
 _torn_down = False
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Counters
-# ---------------------------------------------------------------------------------------------------------------------
-cdef inline void _stat(AllocatorCore* c, int pool, int which, int64_t d) noexcept nogil:
-    cdef Stat* s
-    cdef int i
-    for i in range(2):
-        s = &c.stats[0 if i == 0 else pool + 1][which]
-        s.current += d
-        if d > 0:
-            s.allocated += d
-            if s.current > s.peak:
-                s.peak = s.current
-        else:
-            s.freed -= d
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Blocks and the free index (called with the lock held)
-# ---------------------------------------------------------------------------------------------------------------------
-cdef inline Block* _new_block(AllocatorCore* c) noexcept nogil:
-    cdef Block* b = c.spare_blocks
-    if b != NULL:
-        c.spare_blocks = b.next
-    else:
-        b = <Block*>c_malloc(sizeof(Block))
-        if b == NULL:
-            return NULL
-    memset(b, 0, sizeof(Block))
-    return b
-
-
-cdef inline void _drop_block(AllocatorCore* c, Block* b) noexcept nogil:
-    b.next = c.spare_blocks
-    c.spare_blocks = b
-
-
-cdef inline void _free_insert(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = b.stream
-    k.size = b.size
-    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
-    k.addr = b.addr
-    k.block = <void*>b
-    c.cx.free_blocks[b.chunk.pool].insert(k)
-    if b.prev != NULL or b.next != NULL:
-        b.counted_split = 1
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
-    else:
-        b.counted_split = 0
-
-
-cdef inline void _free_remove(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = b.stream
-    k.size = b.size
-    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
-    k.addr = b.addr
-    k.block = NULL
-    c.cx.free_blocks[b.chunk.pool].erase(k)
-    if b.counted_split:
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
-        b.counted_split = 0
-
-
-cdef inline void _split_uncount(AllocatorCore* c, Block* b) noexcept nogil:
-    if b.counted_split:
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
-        b.counted_split = 0
-
-
-cdef inline void _split_count(AllocatorCore* c, Block* b) noexcept nogil:
-    if b.prev != NULL or b.next != NULL:
-        b.counted_split = 1
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
-
-
-# The index entry of free block b (b's fields must still hold the key it was indexed with).
-cdef inline prt_free_set.iterator _free_find(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = b.stream
-    k.size = b.size
-    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
-    k.addr = b.addr
-    k.block = NULL
-    return c.cx.free_blocks[b.chunk.pool].find(k)
-
-
-# Point the index entry `it` at block nb with nb's current size and address.
-cdef inline void _free_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* nb) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = nb.stream
-    k.size = nb.size
-    k.chunk = tie_rank(&c.cfg, nb.chunk.serial)
-    k.addr = nb.addr
-    k.block = <void*>nb
-    prt_free_rekey(c.cx.free_blocks[nb.chunk.pool], it, k)
-
-
-cdef inline int _pool_of(AllocatorCore* c, size_t size) noexcept nogil:
-    return pool_for(&c.cfg, size)
-
-
-cdef inline Block* _best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = stream
-    k.size = size
-    k.chunk = 0
-    k.addr = 0
-    k.block = NULL
-    cdef prt_free_set.iterator it = c.cx.free_blocks[pool].lower_bound(k)
-    if it == c.cx.free_blocks[pool].end():
-        return NULL
-    if deref(it).stream != stream:
-        return NULL
-    cdef Block* b = <Block*>deref(it).block
-    if not serves(&c.cfg, b.size, size):
-        return NULL
-    return b
-
-
 # Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.
 cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
     cdef Block* r
@@ -263,13 +120,13 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
     cdef prt_free_set.iterator it
     rest = b.size - size
     if splits(&c.cfg, b.size, size):
-        r = _new_block(c)
+        r = new_block(c)
         if r == NULL:
             fail[0] = ERR_HOST_OOM
             return NULL
         # b's index entry becomes the remainder's (re-keyed in place when the order allows)
-        it = _free_find(c, b)
-        _split_uncount(c, b)
+        it = index_find(c, b)
+        split_uncount(c, b)
         r.chunk = b.chunk
         r.stream = b.stream
         r.size = rest
@@ -289,10 +146,10 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
                 b.next.prev = r
             b.next = r
         b.size = size
-        _free_rekey(c, it, r)
-        _split_count(c, r)
+        index_rekey(c, it, r)
+        split_count(c, r)
     else:
-        _free_remove(c, b)
+        index_remove(c, b)
     _count_alloc(c, b, requested)
     return b
 
@@ -308,9 +165,9 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
     b.allocated = 1
     b.requested = requested
     c.cx.live.insert(b.addr, <void*>b)
-    _stat(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
-    _stat(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
-    _stat(c, pool, ST_ALLOCATION, 1)
+    stat_add(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
+    stat_add(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
+    stat_add(c, pool, ST_ALLOCATION, 1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream)
 
@@ -330,8 +187,8 @@ cdef inline Block* _q_pop(AllocatorCore* c, size_t size, uintptr_t stream) noexc
     c.q_blocks -= 1
     b.qnext = NULL
     if b.counted_split:
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
+        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
+        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
         b.counted_split = 0
     return b
 
@@ -352,8 +209,8 @@ cdef inline int _q_push(AllocatorCore* c, Block* b) noexcept nogil:
     b.allocated = 2
     if b.prev != NULL or b.next != NULL:
         b.counted_split = 1
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
-        _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
+        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
+        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
     return 1
 
 
@@ -364,7 +221,7 @@ cdef inline void _absorb_next(AllocatorCore* c, Block* x) noexcept nogil:
     x.next = y.next
     if y.next != NULL:
         y.next.prev = x
-    _drop_block(c, y)
+    drop_block(c, y)
 
 
 # A free block (allocated == 0, not indexed): merge with free neighbours, index it. A neighbour's index entry is
@@ -376,24 +233,24 @@ cdef Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
     cdef bint pf = p != NULL and p.allocated == 0
     cdef bint nf = n != NULL and n.allocated == 0
     if pf:
-        it = _free_find(c, p)
-        _split_uncount(c, p)
+        it = index_find(c, p)
+        split_uncount(c, p)
         if nf:
-            _free_remove(c, n)
+            index_remove(c, n)
         _absorb_next(c, p)           # b
         if nf:
             _absorb_next(c, p)       # n
-        _free_rekey(c, it, p)
-        _split_count(c, p)
+        index_rekey(c, it, p)
+        split_count(c, p)
         return p
     if nf:
-        it = _free_find(c, n)
-        _split_uncount(c, n)
+        it = index_find(c, n)
+        split_uncount(c, n)
         _absorb_next(c, b)
-        _free_rekey(c, it, b)
-        _split_count(c, b)
+        index_rekey(c, it, b)
+        split_count(c, b)
         return b
-    _free_insert(c, b)
+    index_insert(c, b)
     return b
 
 
@@ -409,8 +266,8 @@ cdef void _q_flush(AllocatorCore* c) noexcept nogil:
             c.q_head[i] = b.qnext
             b.qnext = NULL
             if b.counted_split:
-                _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
-                _stat(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
+                stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
+                stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
                 b.counted_split = 0
             b.allocated = 0
             _merge_insert(c, b)
@@ -427,7 +284,7 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
             _count_alloc(c, b, nbytes)
             c.num_cache_hits += 1
             return b
-    b = _best_fit(c, _pool_of(c, size), stream, size)
+    b = best_fit(c, pool_of(c, size), stream, size)
     if b == NULL:
         return NULL
     c.num_cache_hits += 1
@@ -442,9 +299,9 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     if b == NULL:
         return -1
     pool = b.chunk.pool
-    _stat(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
-    _stat(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
-    _stat(c, pool, ST_ALLOCATION, -1)
+    stat_add(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
+    stat_add(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
+    stat_add(c, pool, ST_ALLOCATION, -1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream)
     b.requested = 0
@@ -510,13 +367,13 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         err.status = st
         return NULL
     ch = <Chunk*>c_malloc(sizeof(Chunk))
-    b = _new_block(c)
+    b = new_block(c)
     if ch == NULL or b == NULL:
         _plugin_free(c, <uintptr_t>p, size)
         if ch != NULL:
             c_free(ch)
         if b != NULL:
-            _drop_block(c, b)
+            drop_block(c, b)
         err.kind = ERR_HOST_OOM
         return NULL
     c.num_device_alloc += 1
@@ -531,9 +388,9 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
     b.stream = stream
     b.chunk = ch
     c.cx.chunks[ch.base] = <void*>ch
-    _stat(c, pool, ST_RESERVED_BYTES, <int64_t>size)
-    _stat(c, pool, ST_SEGMENT, 1)
-    _free_insert(c, b)
+    stat_add(c, pool, ST_RESERVED_BYTES, <int64_t>size)
+    stat_add(c, pool, ST_SEGMENT, 1)
+    index_insert(c, b)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_ALLOC, ch.base, size, stream)
     return b
@@ -550,15 +407,15 @@ cdef inline bint _streams_idle(AllocatorCore* c) noexcept nogil:
 # Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after _streams_idle).
 cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     cdef Chunk* ch = b.chunk
-    _free_remove(c, b)
+    index_remove(c, b)
     c.cx.chunks.erase(ch.base)
-    _stat(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
-    _stat(c, ch.pool, ST_SEGMENT, -1)
+    stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
+    stat_add(c, ch.pool, ST_SEGMENT, -1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_FREE, ch.base, ch.size, ch.stream)
     _plugin_free(c, ch.base, ch.size)
     c_free(ch)
-    _drop_block(c, b)
+    drop_block(c, b)
 
 
 # Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
@@ -734,7 +591,7 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
     size = round_request(c, nbytes)
-    pool = _pool_of(c, size)
+    pool = pool_of(c, size)
     c.cx.mu.lock()
     if c.torn_down:
         c.cx.mu.unlock()
@@ -864,12 +721,6 @@ cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
 cdef class DeviceAllocator:
     """The caching allocator of one device (``kind`` "device") or of its pinned host memory (``kind`` "host").
     Get it with :func:`get_allocator`."""
-    cdef AllocatorCore* core
-    cdef readonly Device device
-    cdef readonly str kind
-    cdef dict _keywords
-    cdef readonly bint host_addressable
-    cdef object __weakref__
 
     def __cinit__(self):
         self.core = NULL
@@ -996,24 +847,27 @@ cdef class DeviceAllocator:
         """The block size a request of ``nbytes`` gets: round_up(nbytes + extra_padding, min_chunk)."""
         return round_request(self.core, nbytes)
 
+    # The Allocation API lives above the allocator (allocation.pyx); these delegate to it.
     def malloc(self, nbytes, stream=None):
-        return _make_allocation(self, nbytes, stream)
+        """An :class:`Allocation` of ``nbytes`` from this allocator (as :func:`paddle_rt.malloc`)."""
+        from paddle_rt._core.allocation import _allocate
+        return _allocate(self, nbytes, stream)
 
     def raw_malloc(self, nbytes, stream=0):
-        cdef void* p = NULL
-        cdef size_t n = _check_nbytes(nbytes)
-        cdef uintptr_t s = stream
-        _malloc_waiting(self.core, n, s, &p)
-        return <uintptr_t>p
+        """A raw pointer of ``nbytes`` from this allocator (as :func:`paddle_rt.raw_malloc`)."""
+        from paddle_rt._core.allocation import _raw_allocate
+        return _raw_allocate(self, nbytes, stream)
 
     def raw_free(self, ptr):
-        cdef uintptr_t p = _check_ptr(ptr)
-        with nogil:
-            core_free(self.core, <void*>p)
+        """Free a pointer of this allocator."""
+        from paddle_rt._core.allocation import _raw_free_on
+        _raw_free_on(self, ptr)
 
     def owns(self, ptr):
         """True if ``ptr`` is the start of a live allocation of this allocator."""
-        cdef uintptr_t p = _check_ptr(ptr)
+        if not isinstance(ptr, int) or isinstance(ptr, bool) or not 0 < ptr <= <object>SIZE_MAX:
+            return False
+        cdef uintptr_t p = ptr
         cdef int r
         with nogil:
             self.core.cx.mu.lock()
@@ -1169,12 +1023,7 @@ cdef Block* _first_block(AllocatorCore* c, Chunk* ch) noexcept nogil:
 # ---------------------------------------------------------------------------------------------------------------------
 # Registry, Python API
 # ---------------------------------------------------------------------------------------------------------------------
-cdef Device _last_dev = None
-cdef AllocatorCore* _last_core = NULL
-cdef DeviceAllocator _last_alloc = None
-
-
-cdef DeviceAllocator _allocator_of(Device dev, int kind):
+cdef DeviceAllocator allocator_of(Device dev, int kind):
     key = "allocator.host" if kind == KIND_HOST else "allocator"
     a = dev.layers.get(key)
     if a is None:
@@ -1189,25 +1038,11 @@ cdef DeviceAllocator _allocator_of(Device dev, int kind):
     return <DeviceAllocator>a
 
 
-cdef inline DeviceAllocator _dev_alloc(object device):
-    global _last_dev, _last_core, _last_alloc
-    if device is not None and device is _last_dev:
-        return _last_alloc
-    cdef Device dev = resolve_device(device)
-    if dev is _last_dev:
-        return _last_alloc
-    a = _allocator_of(dev, KIND_DEVICE)
-    _last_dev = dev
-    _last_alloc = a
-    _last_core = (<DeviceAllocator>a).core
-    return a
-
-
 cdef AllocatorCore* get_core(object device, int kind) except NULL:
     cdef Device dev = resolve_device(device)
     if kind != KIND_DEVICE and kind != KIND_HOST:
         raise errors.InvalidArgument(f"get_core: kind must be KIND_DEVICE or KIND_HOST, got {kind}")
-    return _allocator_of(dev, kind).core
+    return allocator_of(dev, kind).core
 
 
 def get_allocator(device=None, kind="device"):
@@ -1215,411 +1050,40 @@ def get_allocator(device=None, kind="device"):
     memory."""
     if kind not in ("device", "host"):
         raise errors.InvalidArgument(f"get_allocator: kind must be 'device' or 'host', got {kind!r}")
-    return _allocator_of(resolve_device(device), KIND_HOST if kind == "host" else KIND_DEVICE)
+    return allocator_of(resolve_device(device), KIND_HOST if kind == "host" else KIND_DEVICE)
 
 
-cdef inline size_t _check_nbytes(object nbytes) except? 0:
-    cdef Py_ssize_t v
-    if type(nbytes) is int:
-        v = _long_as_ssize(nbytes)
-        if v == -1 and PyErr_Occurred() != NULL:
-            PyErr_Clear()
-            raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large")
-        if v < 0:
-            raise errors.InvalidArgument(f"malloc: nbytes must not be negative, got {nbytes}")
-        return <size_t>v
-    if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
-        raise TypeError(f"malloc: nbytes must be an int, got {type(nbytes).__name__}")
-    return _check_nbytes(int(nbytes.__index__()))
+
+cdef bint core_streams_idle(AllocatorCore* c) noexcept nogil:
+    return _streams_idle(c)
 
 
-cdef inline uintptr_t _check_ptr(object ptr) except? 0:
-    if not isinstance(ptr, int) or isinstance(ptr, bool):
-        raise TypeError(f"expected a pointer as int, got {type(ptr).__name__}")
-    if ptr <= 0 or ptr > <object>SIZE_MAX:
-        raise errors.InvalidArgument(f"0x{ptr:x} is not a valid pointer" if ptr >= 0 else f"{ptr} is not a pointer")
-    return ptr
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Deferred frees (record_stream): a block used on other streams goes back to the allocator only after every recorded
-# stream has run everything submitted to it before the free. The free enqueues a host function on each recorded stream;
-# the last one to run returns the block (under the core's lock, on that stream's worker, no GIL).
-# ---------------------------------------------------------------------------------------------------------------------
-cdef struct DeferredFree:
-    AllocatorCore* core
-    uintptr_t ptr
-    int remaining              # host functions still to run, +1 while the free is being enqueued (atomic)
-
-
-_deferred_waits = {}           # core address -> [(weakref to Stream, position of its host function)] (OOM ladder)
-_deferred_prune_at = {}        # core address -> length at which the list is pruned next (amortised O(1) per free)
-
-
-cdef void _deferred_finish(DeferredFree* d) noexcept nogil:
-    cdef AllocatorCore* c = d.core
+cdef int core_lookup(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    cdef int r
     c.cx.mu.lock()
-    if not c.torn_down:
-        _free_locked(c, d.ptr)
+    r = _core_owns(c, ptr)
     c.cx.mu.unlock()
-    prt_atomic_add_i64(&c.deferred_pending, -1)
-    c_free(d)
-
-
-cdef void _deferred_step(void* arg) noexcept nogil:
-    cdef DeferredFree* d = <DeferredFree*>arg
-    if prt_atomic_add_int(&d.remaining, -1) == 0:
-        _deferred_finish(d)
-
-
-cdef inline int _free_now(AllocatorCore* c, uintptr_t ptr) except -1:
-    if not _fast_free(c, ptr):
-        with nogil:
-            core_free(c, <void*>ptr)
-    return 0
-
-
-cdef int _free_after_streams(AllocatorCore* c, uintptr_t ptr, list streams) except -1:
-    """Free `ptr` once every stream of `streams` has passed this point (with the GIL)."""
-    cdef Stream st
-    cdef DeferredFree* d
-    cdef uint64_t pos
-    cdef list live = []
-    if c.torn_down:
-        return 0
-    for st in streams:
-        if not st.closed and st.ctx != NULL and st._fork_gen == fork_generation():
-            live.append(st)
-    if not live:
-        return _free_now(c, ptr)
-    d = <DeferredFree*>c_malloc(sizeof(DeferredFree))
-    if d == NULL:
-        raise MemoryError(f"{<object>c.device}: free of 0x{ptr:x}: no host memory to defer the free")
-    d.core = c
-    d.ptr = ptr
-    d.remaining = len(live) + 1
-    prt_atomic_add_i64(&c.deferred_pending, 1)
-    waits = _deferred_waits.get(<uintptr_t>c)
-    if waits is None:
-        waits = _deferred_waits[<uintptr_t>c] = []
-    elif len(waits) >= _deferred_prune_at.get(<uintptr_t>c, 64):
-        waits[:] = [w for w in waits if _wait_pending(w)]
-        _deferred_prune_at[<uintptr_t>c] = max(64, 2 * len(waits))
-    err = None
-    try:
-        for st in live:
-            try:
-                pos = stream_launch_host_func(st, _deferred_step, <void*>d)
-            except (errors.StreamError, MemoryError):
-                # the stream is closing (its work has run) or has no memory for the operation: wait for it here
-                try:
-                    if not st.closed and st.ctx != NULL:
-                        st._wait_position(stream_position(st))
-                except BaseException as e:
-                    err = e
-                _deferred_step(<void*>d)
-                continue
-            try:
-                waits.append((weakref.ref(st), pos))
-            except MemoryError:
-                pass                        # only the OOM ladder's view of this free is lost, not the free
-    finally:
-        _deferred_step(<void*>d)          # drop the guard: the block goes back when the last stream passed
-    if err is not None:
-        raise err
-    return 0
-
-
-cdef bint _wait_pending(object w) except -1:
-    cdef Stream st = w[0]()
-    if st is None or st.closed or st.ctx == NULL:
-        return False
-    return not st.ctx.core.reached(<uint64_t>w[1])
+    return r
 
 
 cdef int64_t core_deferred_pending(AllocatorCore* c) noexcept nogil:
     return prt_atomic_load_i64(&c.deferred_pending)
 
 
-cdef int core_wait_deferred(AllocatorCore* c) except -1:
-    cdef Stream st
-    waits = _deferred_waits.get(<uintptr_t>c)
-    if not waits:
-        return 0
-    for w in list(waits):
-        st = w[0]()
-        if st is None or st.closed or st.ctx == NULL:
-            continue
-        try:
-            st._wait_position(<uint64_t>w[1])
-        except errors.StreamError:
-            pass                          # a callback of that very stream: its free cannot complete before it
-    waits[:] = [w for w in waits if _wait_pending(w)]
-    return 0
+cdef void core_free_unchecked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    c.cx.mu.lock()
+    if not c.torn_down:
+        _free_locked(c, ptr)
+    c.cx.mu.unlock()
 
 
-# Allocate with the OOM ladder's last steps: when the allocator is out of memory while frees deferred by
-# record_stream are pending or while streams are busy (so its ladder could not give idle chunks back), wait for the
-# deferred frees' streams and then for every stream of the device (every device's for pinned host memory), and
-# retry once.
-cdef int _malloc_waiting(AllocatorCore* c, size_t n, uintptr_t s, void** p) except -1:
-    try:
-        with nogil:
-            core_malloc(c, n, s, p)
-    except errors.OutOfMemoryError:
-        if core_deferred_pending(c) == 0 and _streams_idle(c):
-            raise
-        core_wait_deferred(c)
-        stream_device_quiesce(None if c.kind == KIND_HOST else <object>c.device)
-        with nogil:
-            core_malloc(c, n, s, p)
-    return 0
-
-
-def _deferred_frees_pending(device=None):
-    """Number of frees of ``device``'s allocator still waiting for record_stream streams (for tests and tools)."""
-    return core_deferred_pending(_dev_alloc(device).core)
-
-
-cdef inline uintptr_t _tag_of(Stream s) noexcept:
-    return stream_alloc_tag(s)
-
-
-# The allocator tag of malloc's `stream` argument. Inline for the common None (a tag is an address or 0, never
-# UINTPTR_MAX, so the error value costs no PyErr_Occurred() check on the hot path).
-cdef inline uintptr_t _stream_arg(DeviceAllocator a, object stream) except? <uintptr_t>UINTPTR_MAX:
-    if stream is None:
-        return 0 if a.core.kind == KIND_HOST else current_stream_tag(a.device)
-    return _stream_arg_slow(a, stream)
-
-
-cdef uintptr_t _stream_arg_slow(DeviceAllocator a, object stream) except? <uintptr_t>UINTPTR_MAX:
-    if isinstance(stream, Stream):
-        if (<Stream>stream).device is not a.device:
-            raise errors.InvalidArgument(f"{a.device}: malloc: {(<Stream>stream).name} belongs to "
-                                         f"{(<Stream>stream).device}")
-        (<Stream>stream)._check_open()
-        return _tag_of(<Stream>stream)
-    if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream <= <object>SIZE_MAX:
-        raise errors.InvalidArgument(f"{a.device}: malloc: stream must be a Stream, None or an int tag, not "
-                                     f"{stream!r}")
-    return <uintptr_t>stream
-
-
-@cython.freelist(64)
-@cython.no_gc
-cdef class Allocation:
-    """Memory from :func:`malloc`: ``ptr`` (int), ``size`` (the requested bytes), ``device``. Freed by
-    :meth:`free`, by leaving a ``with`` block, or when garbage-collected. On host-addressable devices it exports the
-    buffer protocol (``memoryview(a)``, ``numpy.asarray(a)`` is a zero-copy uint8 view), ``__array_interface__`` and
-    DLPack; views keep the Allocation alive and an explicit :meth:`free` while one is exported raises BufferError."""
-
-    def __init__(self):
-        raise TypeError("use paddle_rt.malloc(nbytes)")
-
-    def __dealloc__(self):
-        cdef AllocatorCore* c = self.core
-        if not self._freed and c != NULL:
-            self._freed = 1
-            if self._recorded is not None:
-                try:
-                    _free_after_streams(c, self.ptr, self._recorded)
-                except BaseException:
-                    pass
-                return
-            if _fast_free(c, self.ptr):
-                return
-            try:
-                with nogil:
-                    core_free(c, <void*>self.ptr)
-            except BaseException:
-                pass
-
-    cdef int _release(self) except -1:
-        if self._freed:
-            raise errors.InvalidArgument(f"{self.device}: free of 0x{self.ptr:x}: the Allocation was already freed")
-        if self.exports > 0:
-            raise BufferError(f"{self.device}: cannot free 0x{self.ptr:x}: {self.exports} view(s) of it are still "
-                              f"exported (release the memoryview/array first)")
-        cdef AllocatorCore* c = self.core
-        cdef void* p = <void*>self.ptr
-        cdef list rec = self._recorded
-        self._freed = 1
-        if rec is not None:
-            self._recorded = None
-            return _free_after_streams(c, self.ptr, rec)
-        if not _fast_free(c, self.ptr):
-            with nogil:
-                core_free(c, p)
-        return 0
-
-    cdef bint _own_stream(self, object stream) except -1:
-        return _tag_of(<Stream>stream) == self.stream_tag or \
-            (self.stream_tag != 0 and (<Stream>stream).ctx != NULL and
-             self.stream_tag == <uintptr_t>(<Stream>stream).ctx.core)
-
-    def record_stream(self, stream):
-        """Mark the memory as used by work on ``stream`` (PyTorch's ``record_stream``): when it is freed, its reuse
-        waits until ``stream`` has run everything submitted to it before the free (the block goes back to the
-        allocator from ``stream``'s worker; until then it counts as allocated). Recording the stream the memory
-        belongs to, or a closed stream, does nothing."""
-        if not isinstance(stream, Stream):
-            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: expected a paddle_rt "
-                                         f"Stream, not {type(stream).__name__}")
-        cdef Stream st = <Stream>stream
-        if self._freed:
-            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: the allocation was freed")
-        if st.device is not self.device:
-            raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: {st.name} belongs to "
-                                         f"{st.device}")
-        if st.closed:
-            return                        # nothing of it can run after the free
-        if self._own_stream(st):
-            return
-        if self._recorded is None:
-            self._recorded = [st]
-        elif st not in self._recorded:
-            self._recorded.append(st)
-
-    @property
-    def recorded(self):
-        """The streams given to :meth:`record_stream` (a tuple)."""
-        return tuple(self._recorded or ())
-
-    def free(self):
-        """Give the memory back to the allocator (not to the device: it stays cached). After
-        :meth:`record_stream`, it becomes reusable once every recorded stream has passed this point."""
-        self._release()
-
-    @property
-    def freed(self):
-        return bool(self._freed)
-
-    @property
-    def nbytes(self):
-        return self.size
-
-    @property
-    def memory_kind(self):
-        """``"device"`` (device_memory_allocate) or ``"host"`` (pinned host memory from ``malloc_host``)."""
-        return "host" if self.core != NULL and self.core.kind == KIND_HOST else "device"
-
-    @property
-    def pinned(self):
-        """True for pinned host memory (``malloc_host``): copies treat it as host memory."""
-        return self.core != NULL and self.core.kind == KIND_HOST
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if not self._freed:
-            self._release()
-        return False
-
-    def __int__(self):
-        return self.ptr
-
-    def __repr__(self):
-        state = "freed" if self._freed else f"ptr=0x{self.ptr:x}"
-        return f"<Allocation {self.size} bytes on {self.device}, {state}>"
-
-    cdef int _check_host(self) except -1:
-        if self._freed:
-            raise BufferError(f"{self.device}: the Allocation at 0x{self.ptr:x} was freed")
-        if not self.host_addressable:
-            raise BufferError(f"{self.device}: memory of device type {self.device.type!r} is not host-addressable "
-                              f"(list the type in PADDLE_RT_HOST_ADDRESSABLE if it is)")
-        return 0
-
-    def __getbuffer__(self, Py_buffer* buf, int flags):
-        self._check_host()
-        self.shape[0] = self.size
-        self.strides[0] = 1
-        buf.buf = <void*>self.ptr
-        buf.obj = self
-        buf.len = self.size
-        buf.readonly = 0
-        buf.itemsize = 1
-        buf.format = NULL
-        if flags & PyBUF_FORMAT:
-            buf.format = _FORMAT_B
-        buf.ndim = 1
-        buf.shape = NULL
-        buf.strides = NULL
-        if (flags & PyBUF_ND) == PyBUF_ND:
-            buf.shape = self.shape
-        if (flags & PyBUF_STRIDES) == PyBUF_STRIDES:
-            buf.strides = self.strides
-        buf.suboffsets = NULL
-        buf.internal = NULL
-        self.exports += 1
-
-    def __releasebuffer__(self, Py_buffer* buf):
-        self.exports -= 1
-
-    @property
-    def __array_interface__(self):
-        self._check_host()
-        return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False), "version": 3,
-                "strides": None}
-
-    def __dlpack_device__(self):
-        self._check_host()
-        return (kDLCPU, 0)
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        cdef prt_DLManagedTensor* m
-        self._check_host()
-        if copy:
-            raise BufferError(f"{self.device}: __dlpack__(copy=True) is not supported (the export is zero-copy)")
-        if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
-            raise BufferError(f"{self.device}: __dlpack__ can only export to the CPU device (1, 0), "
-                              f"got {tuple(dl_device)}")
-        m = <prt_DLManagedTensor*>c_malloc(sizeof(prt_DLManagedTensor) + 2 * sizeof(int64_t))
-        if m == NULL:
-            raise MemoryError()
-        memset(m, 0, sizeof(prt_DLManagedTensor))
-        m.dl_tensor.data = <void*>self.ptr
-        m.dl_tensor.device.device_type = kDLCPU
-        m.dl_tensor.device.device_id = 0
-        m.dl_tensor.ndim = 1
-        m.dl_tensor.dtype.code = kDLUInt
-        m.dl_tensor.dtype.bits = 8
-        m.dl_tensor.dtype.lanes = 1
-        m.dl_tensor.shape = <int64_t*>(<char*>m + sizeof(prt_DLManagedTensor))
-        m.dl_tensor.shape[0] = self.size
-        m.dl_tensor.strides = NULL
-        m.dl_tensor.byte_offset = 0
-        m.manager_ctx = <void*>self
-        m.deleter = _dl_deleter
-        Py_INCREF(self)
-        self.exports += 1
-        try:
-            return PyCapsule_New(<void*>m, "dltensor", _dl_capsule_destructor)
-        except BaseException:
-            _dl_deleter(m)
-            raise
-
-
-cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
-    cdef Allocation a = <Allocation>m.manager_ctx
-    a.exports -= 1
-    Py_DECREF(a)
-    c_free(m)
-
-
-cdef void _dl_capsule_destructor(object capsule) noexcept:
-    cdef prt_DLManagedTensor* m
-    if PyCapsule_IsValid(capsule, "dltensor"):     # never consumed: we still own it
-        m = <prt_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
-        if m != NULL and m.deleter != NULL:
-            m.deleter(m)
+cdef DeviceAllocator existing_allocator(Device dev, int kind):
+    return dev.layers.get("allocator.host" if kind == KIND_HOST else "allocator")
 
 
 # With the GIL held: serve from the cache without releasing the GIL when the lock is free (never blocks, never calls
 # the plugin). NULL: take the slow path (nogil core_malloc).
-cdef inline void* _fast_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
+cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
     cdef Block* b = NULL
     cdef int fail = 0
     if prt_tracing(trace_mask, PRT_TRACE_STACKS):
@@ -1638,7 +1102,7 @@ cdef inline void* _fast_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noe
 
 # With the GIL held: 1 when freed (or torn down), 0 when the slow path must run (lock busy, unknown pointer, or a
 # plugin call may follow).
-cdef inline int _fast_free(AllocatorCore* c, uintptr_t p) noexcept:
+cdef int core_try_free(AllocatorCore* c, uintptr_t p) noexcept:
     cdef int r = -1
     if c.torn_down:
         return 1
@@ -1650,195 +1114,24 @@ cdef inline int _fast_free(AllocatorCore* c, uintptr_t p) noexcept:
     return r >= 0
 
 
-cdef Allocation _make_allocation(DeviceAllocator a, object nbytes, object stream):
-    cdef size_t n = _check_nbytes(nbytes)
-    cdef uintptr_t s = _stream_arg(a, stream)
-    cdef AllocatorCore* c = a.core
-    cdef void* p = _fast_malloc(c, n, s)
-    if p == NULL:
-        _malloc_waiting(c, n, s, &p)
-    cdef Allocation r = Allocation.__new__(Allocation)
-    r.core = c
-    r.ptr = <uintptr_t>p
-    r.size = n
-    r.device = a.device
-    r.host_addressable = a.host_addressable
-    r.stream_tag = s
-    return r
-
-
-def malloc(nbytes, device=None, stream=None):
-    """Allocate ``nbytes`` on ``device`` (default: the current device) from the caching allocator; returns an
-    :class:`Allocation`. The block belongs to ``stream`` (default: the calling thread's current stream, see
-    ``paddle_rt.stream``; an int is a raw allocator tag): freed, it is reused at once by later allocations on the
-    same stream, never by another stream's (use :meth:`Allocation.record_stream` for other streams that use it).
-    Raises OutOfMemoryError when the device cannot hold it, after the ladder: cached blocks, growth, giving back
-    idle chunks (only while the device's streams are idle: queued work may still use them), then waiting for frees
-    deferred by ``record_stream`` and for the device's streams, and retrying once."""
-    return _make_allocation(_dev_alloc(device), nbytes, stream)
-
-
-def free(allocation):
-    """Free an :class:`Allocation` (same as ``allocation.free()``)."""
-    if not isinstance(allocation, Allocation):
-        raise TypeError(f"free: expected an Allocation, got {type(allocation).__name__} (use raw_free for pointers)")
-    (<Allocation>allocation)._release()
-
-
-def raw_malloc(nbytes, device=None, stream=0):
-    """Allocate ``nbytes`` and return the raw pointer (int); give it back with :func:`raw_free`
-    (like ``torch.cuda.caching_allocator_alloc``)."""
-    cdef DeviceAllocator a = _dev_alloc(device)
-    cdef size_t n = _check_nbytes(nbytes)
-    cdef uintptr_t s = stream
-    cdef void* p = _fast_malloc(a.core, n, s)
-    if p == NULL:
-        _malloc_waiting(a.core, n, s, &p)
-    return <uintptr_t>p
-
-
-def raw_free(ptr, device=None):
-    """Free a pointer from :func:`raw_malloc`. Without ``device`` the owning device is found (the current device is
-    tried first); with ``device``, a pointer of another device raises InvalidArgument."""
-    cdef uintptr_t p = _check_ptr(ptr)
-    cdef DeviceAllocator a
-    cdef DeviceAllocator o
-    cdef int r
-    if device is not None:
-        a = _dev_alloc(device)
-        if not _fast_free(a.core, p):
-            with nogil:
-                core_free(a.core, <void*>p)
-        return
-    if _last_core != NULL and _fast_free(_last_core, p):     # the most recently used allocator owns it
-        return
-    a = _dev_alloc(None)
-    if _fast_free(a.core, p):
-        return
-    with nogil:
-        a.core.cx.mu.lock()
-        r = _core_owns(a.core, p)
-        a.core.cx.mu.unlock()
-    if r == 1 or r == 2:
-        with nogil:
-            core_free(a.core, <void*>p)
-        return
-    for o in list(_allocators):
-        if o is a or o.core.torn_down:
-            continue
-        with nogil:
-            o.core.cx.mu.lock()
-            r = _core_owns(o.core, p)
-            o.core.cx.mu.unlock()
-        if r:
-            with nogil:
-                core_free(o.core, <void*>p)
-            return
-    if _torn_down:
-        return
-    raise errors.InvalidArgument(f"raw_free of 0x{p:x}: the pointer was not allocated by paddle_rt")
-
-
-def malloc_host(nbytes, device=None):
-    """Pinned host memory through the plugin's ``host_memory_allocate``, cached like device memory. Raises
-    NotSupportedError when the plugin lacks the hook."""
-    return _make_allocation(_allocator_of(resolve_device(device), KIND_HOST), nbytes, 0)
-
-
-def memory_stats(device=None):
-    """PyTorch-style counters of the device's allocator: ``<stat>.<pool>.<field>`` for stat in allocated_bytes,
-    reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, allocation, segment, active,
-    inactive_split; pool in all, small_pool, large_pool; field in current, peak, allocated, freed. Plus
-    num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits, num_release_deferred (idle
-    chunks kept cached instead of given back because streams still had queued work, counted per attempt)."""
-    return _dev_alloc(device).stats()
-
-
-def memory_allocated(device=None):
-    """Bytes held by live allocations (rounded block sizes)."""
-    return _dev_alloc(device).core.stats[0][ST_ALLOCATED_BYTES].current
-
-
-def memory_reserved(device=None):
-    """Bytes held from the device (allocated + cached)."""
-    return _dev_alloc(device).core.stats[0][ST_RESERVED_BYTES].current
-
-
-def max_memory_allocated(device=None):
-    """The peak of memory_allocated since the start or the last reset_peak_memory_stats."""
-    return _dev_alloc(device).core.stats[0][ST_ALLOCATED_BYTES].peak
-
-
-def max_memory_reserved(device=None):
-    """The peak of memory_reserved since the start or the last reset_peak_memory_stats."""
-    return _dev_alloc(device).core.stats[0][ST_RESERVED_BYTES].peak
-
-
-def reset_peak_memory_stats(device=None):
-    """Set every peak counter to its current value."""
-    _dev_alloc(device).reset_peak_stats()
-
-
-def reset_accumulated_memory_stats(device=None):
-    """Zero the allocated/freed totals and the num_* counters."""
-    _dev_alloc(device).reset_accumulated_stats()
-
-
-def empty_cache(device=None):
-    """Give every idle cached chunk of ``device`` back to the plugin (pinned host memory too); returns the bytes
-    released. Waits first until the device's streams (every stream, for pinned host memory) have run everything
-    submitted so far: queued work may still use freed memory. Inside a stream callback it does not wait, and chunks
-    that busy streams may use stay cached."""
-    cdef Device dev = resolve_device(device)
-    total = _dev_alloc(dev).empty_cache()
-    h = dev.layers.get("allocator.host")
-    if h is not None:
-        total += h.empty_cache()
-    return total
-
-
-def memory_snapshot(device=None):
-    """The device's segments (chunks), each with its blocks: address, size, requested_size, state."""
-    return _dev_alloc(device).snapshot()
-
-
-def set_allocator_config(device=None, **kw):
-    """Configure the allocator of ``device`` (default: the current device). Keys: paddle_compat, growth, chunk_size,
-    max_split_size, limit, release, small_size, small_chunk (see the module documentation)."""
-    _dev_alloc(device).configure(**kw)
-
-
-def allocator_config(device=None):
-    """The effective allocator configuration of ``device`` (keys of PADDLE_RT_ALLOC_CONF plus the plugin's
-    alignment and padding)."""
-    return _dev_alloc(device).config()
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 def _teardown():
     """Return every chunk (live Allocations' memory included) to the plugins; later frees do nothing."""
-    global _torn_down, _last_dev, _last_alloc, _last_core
+    global _torn_down
     cdef DeviceAllocator a
     _torn_down = True
     for a in list(_allocators):
         with nogil:
             _core_teardown(a.core, 1)
-    _last_dev = None
-    _last_alloc = None
-    _last_core = NULL
 
 
 def _mark_forked():
     """Right after fork(), in the child: the parent's allocators (and the memory they cache) are not the child's.
     Allocating from them raises ForkError; freeing into them does nothing. The locks are not touched (another
     thread of the parent may have held one at the fork)."""
-    global _last_dev, _last_alloc, _last_core
     cdef DeviceAllocator a
     for a in list(_allocators):
         a.core.torn_down = 2
-    _last_dev = None
-    _last_alloc = None
-    _last_core = NULL
 
 
 def _reset_after_fork():

@@ -3,7 +3,8 @@
 # C-level users: cimport paddle_rt._core.pool as P; P.pool_malloc(pool, n, stream) / P.pool_free(alloc, stream)
 # (with the GIL; see pool.pyx for the reuse rules).
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
-from paddle_rt._core.allocator cimport Allocation, AllocatorCore
+from paddle_rt._core.allocator cimport AllocatorCore
+from paddle_rt._core.allocation cimport Allocation
 from paddle_rt._core.device cimport Device
 from paddle_rt._core.stream cimport Stream
 

@@ -36,9 +36,11 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.object cimport PyTypeObject
 from paddle_rt._core.includes.obj_freelist cimport prt_objfl_install
 from paddle_rt._core.allocator cimport (
-    Allocation, AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
-    round_request, core_deferred_pending, core_wait_deferred,
+    AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
+    round_request, core_deferred_pending,
 )
+from paddle_rt._core.allocation cimport Allocation
+from paddle_rt._core.deferred_free cimport core_wait_deferred
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
     Stream, stream_position, stream_reached, stream_set_order_hooks, current_stream, default_stream,

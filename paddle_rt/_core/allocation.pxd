@@ -1,0 +1,23 @@
+# Allocation: memory from paddle_rt.malloc (allocation.pyx). Subclassed by the stream-ordered pool (AsyncAllocation).
+cimport cython
+from libc.stdint cimport uintptr_t
+from paddle_rt._core.allocator cimport AllocatorCore
+
+@cython.no_gc          # (also in allocation.pyx) no reference cycles through it; subclasses inherit this
+cdef class Allocation:
+    cdef AllocatorCore* core
+    cdef readonly uintptr_t ptr
+    cdef readonly size_t size
+    cdef readonly object device
+    cdef int _freed
+    cdef int exports
+    cdef int host_addressable
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+    cdef readonly uintptr_t stream_tag  # the allocator stream tag it was allocated with (its stream)
+    cdef list _recorded                # Streams given to record_stream (None: none)
+    cdef object __weakref__
+    cdef int _release(self) except -1
+    cdef int _check_host(self) except -1
+    # True when `stream` (a Stream) is the stream the memory belongs to (record_stream of it is a no-op).
+    cdef bint _own_stream(self, object stream) except -1
