@@ -7,9 +7,9 @@
         paddle_rt.ccl.send(a, 1, comm=comms[0], dtype="int32")
         paddle_rt.ccl.recv(b, 0, comm=comms[1], dtype="int32")
 """
-from paddle_rt._core.ccl import (
-    Communicator, UniqueId, Work, comm_init_all, get_unique_id, group, all_reduce, broadcast, reduce, all_gather,
-    reduce_scatter, send, recv, all_to_all, all_gather_v, reduce_scatter_v, REDUCE_OPS, DTYPES,
+from paddle_rt._core.ccl import Communicator, UniqueId, Work, comm_init_all, get_unique_id, group, REDUCE_OPS, DTYPES
+from paddle_rt._core.collectives import (
+    all_reduce, broadcast, reduce, all_gather, reduce_scatter, send, recv, all_to_all, all_gather_v, reduce_scatter_v,
 )
 from paddle_rt._core.errors import CollectiveError, CollectiveTimeout
 

@@ -6,9 +6,20 @@ from libc.stdint cimport uint64_t
 from cpython.ref cimport PyObject
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_CCLComm, C_DataType, C_CCLReduceOp, C_Status
 from paddle_rt._core.device cimport Device
+from paddle_rt._core.stream cimport Stream
 from paddle_rt._core.includes.ccl_support cimport prt_ccl_comm_error_fn
 
 # One plugin call of a collective, as the worker makes it.
+cdef enum:
+    K_ALL_REDUCE = 0
+    K_BROADCAST = 1
+    K_REDUCE = 2
+    K_ALL_GATHER = 3
+    K_REDUCE_SCATTER = 4
+    K_SEND = 5
+    K_RECV = 6
+    K_ALL_TO_ALL = 7
+
 cdef struct CclCall:
     int kind                    # K_* in ccl.pyx (the order of rt_cpu's and the ABI's hooks)
     void* send
@@ -68,3 +79,26 @@ cdef class Communicator:
     cdef object __weakref__
 
     cdef int _check_usable(self, str call) except -1
+
+# One issued collective (ccl.pyx documents it).
+cdef class Work:
+    cdef readonly str collective
+    cdef readonly Communicator comm
+    cdef readonly Stream stream
+    cdef readonly uint64_t position      # the stream operation (0 while an open group holds it)
+    cdef readonly object seq             # the communicator's n-th collective, or the n-th message to/from peer
+    cdef int kind
+    cdef object peer
+    cdef object args                     # (count, dtype name, op, root) for mismatch reports
+    cdef object _keep                    # buffers kept alive until the call ran
+    cdef object _exc
+    cdef bint _finished
+    cdef int _wait_done(self, object timeout) except -1
+
+# The common checks of a call of `kind` on `comm` and `stream` (None: current): a Work and, in *out, a zeroed CclCall
+# (malloc'd) whose arguments the caller fills in; submit_call takes it over and enqueues it (or holds it in an open
+# group). collectives.pyx builds every public collective from these two.
+cdef Work prepare_call(int kind, Communicator comm, object stream, CclCall** out)
+cdef object submit_call(Work w, CclCall* c)
+# Free the all_to_all arrays of a call that will not be submitted.
+cdef void free_call_arrays(CclCall* c) noexcept nogil

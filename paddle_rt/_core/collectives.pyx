@@ -1,0 +1,417 @@
+# cython: freethreading_compatible = False
+"""The collective calls of ``paddle_rt.ccl`` (all_reduce, broadcast, reduce, all_gather, reduce_scatter, send, recv,
+all_to_all and InfiniCCL's variable-count forms): argument, buffer and dtype checks, each a Work made and submitted
+through ccl.pyx (``prepare_call``/``submit_call``), which owns communicators, ordering, groups and the run on the
+stream worker."""
+from libc.stdint cimport uintptr_t
+from libc.stdlib cimport malloc, calloc, free
+
+from paddle_rt._core.device_ext cimport (
+    C_DataType, C_CCLReduceOp, BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32,
+    FLOAT64, BFLOAT16, COMPLEX64, COMPLEX128,
+)
+from paddle_rt._core.device cimport Device
+from paddle_rt._core.stream cimport Stream, current_stream
+from paddle_rt._core.ccl cimport (
+    CclCall, Communicator, Work, prepare_call, submit_call, free_call_arrays, K_ALL_REDUCE, K_BROADCAST, K_REDUCE, K_ALL_GATHER,
+    K_REDUCE_SCATTER, K_SEND, K_RECV, K_ALL_TO_ALL,
+)
+
+import numpy as np
+
+from paddle_rt._core import errors
+from paddle_rt._core.ccl import DTYPES, REDUCE_OPS, group, _NAMES
+
+__all__ = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv", "all_to_all",
+           "all_gather_v", "reduce_scatter_v"]
+
+
+# -- argument helpers ------------------------------------------------------------------------------------------------
+def _dtype_info(dtype, where):
+    """(name, C_DataType, itemsize) of a numpy dtype, a string ("float32", "bfloat16") or a type."""
+    if dtype is None:
+        raise errors.InvalidArgument(f"{where}: dtype is required (a numpy dtype or a name such as 'float32')")
+    name = None
+    if isinstance(dtype, str):
+        name = dtype.lower()
+        if name == "bfloat16" or name in DTYPES:
+            pass
+        else:
+            try:
+                name = np.dtype(dtype).name
+            except TypeError:
+                name = None
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    if name == "bool_":
+        name = "bool"
+    if name not in DTYPES:
+        raise errors.NotSupportedError(f"{where}: unsupported dtype {dtype!r} (use one of {', '.join(DTYPES)})")
+    cval, size = DTYPES[name]
+    return name, cval, size
+
+
+def _op_value(op, where):
+    if isinstance(op, str) and op.lower() in REDUCE_OPS:
+        return REDUCE_OPS[op.lower()]
+    if isinstance(op, int) and not isinstance(op, bool) and 0 <= op <= 4:
+        return op
+    raise errors.NotSupportedError(f"{where}: unsupported reduction op {op!r} (use sum, avg, max, min or prod)")
+
+
+def _count_value(count, where):
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise errors.InvalidArgument(f"{where}: count must be a non-negative int, not {count!r}")
+    return count
+
+
+def _rank_value(r, Communicator comm, what, where):
+    if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < comm.nranks:
+        raise errors.InvalidArgument(f"{where}: {what} {r!r} is not a rank of this communicator (0..{comm.nranks - 1})")
+    return r
+
+
+def _buffer(obj, what, Communicator comm, where):
+    """(ptr, size) of device memory of comm's device."""
+    if obj is None:
+        raise errors.InvalidArgument(f"{where}: {what} is required (an Allocation of {comm.device!r})")
+    dev = getattr(obj, "device", None)
+    if not isinstance(dev, Device) or not hasattr(obj, "ptr") or not hasattr(obj, "size"):
+        raise errors.InvalidArgument(f"{where}: {what} must be an Allocation (paddle_rt.malloc) of {comm.device!r}, "
+                                     f"not {type(obj).__name__}")
+    if getattr(obj, "freed", False):
+        raise errors.InvalidArgument(f"{where}: {what} {obj!r} was freed")
+    if dev is not comm.device:
+        raise errors.InvalidArgument(f"{where}: {what} is memory of {dev!r}, but the communicator (rank "
+                                     f"{comm.rank}) is on {comm.device!r}")
+    if getattr(obj, "pinned", False) or getattr(obj, "memory_kind", None) == "host":
+        raise errors.InvalidArgument(f"{where}: {what} is pinned host memory; collectives need device memory")
+    return int(obj.ptr), int(obj.size)
+
+
+def _need(size, count, itemsize, what, dtype_name, where, times=1):
+    need = count * itemsize * times
+    if size < need:
+        per = f"{times} x " if times != 1 else ""
+        raise errors.InvalidArgument(f"{where}: {what} has {size} bytes, too small for {per}{count} {dtype_name} "
+                                     f"({need} bytes)")
+
+
+def _where(Communicator comm, name):
+    if isinstance(comm, Communicator):
+        return f"{comm.device!r}: ccl.{name}"
+    return f"ccl.{name}"
+
+
+def _reducing_dtype(dtype, where):
+    name, cval, size = _dtype_info(dtype, where)
+    if name in ("complex64", "complex128"):
+        raise errors.NotSupportedError(f"{where}: complex types cannot be reduced or moved by xccl ({name})")
+    if name == "bool":
+        raise errors.NotSupportedError(f"{where}: bool cannot be reduced (only broadcast, all_gather, send/recv "
+                                       f"and all_to_all move bool data)")
+    return name, cval, size
+
+
+def _moving_dtype(dtype, where):
+    name, cval, size = _dtype_info(dtype, where)
+    if name in ("complex64", "complex128"):
+        raise errors.NotSupportedError(f"{where}: complex types are not supported by xccl ({name})")
+    return name, cval, size
+
+
+def _dtype_of(dtype, bufs):
+    if dtype is not None:
+        return dtype
+    for b in bufs:
+        d = getattr(b, "dtype", None)
+        if d is not None:
+            return d
+    return None
+
+
+cdef object _check_comm(object comm, str name):
+    if not isinstance(comm, Communicator):
+        raise errors.InvalidArgument(f"ccl.{name}: comm must be a Communicator, not {type(comm).__name__}")
+    (<Communicator>comm)._check_usable(name)
+
+
+def all_reduce(send, recv, op="sum", comm=None, stream=None, count=None, dtype=None):
+    """recv[i] = op over ranks of send[i], i < count, on every rank (``xccl_all_reduce``). In place when send is
+    recv. count defaults to send.size // itemsize. Returns a :class:`Work`."""
+    return _reduction(K_ALL_REDUCE, send, recv, op, comm, stream, count, dtype, None)
+
+
+def reduce(send, recv, op="sum", root=0, comm=None, stream=None, count=None, dtype=None):
+    """Like all_reduce, but only ``root`` receives (recv may be None on the other ranks) (``xccl_reduce``)."""
+    return _reduction(K_REDUCE, send, recv, op, comm, stream, count, dtype, root)
+
+
+def reduce_scatter(send, recv, op="sum", comm=None, stream=None, count=None, dtype=None):
+    """Rank r receives op over ranks of send[r*count:(r+1)*count] (``xccl_reduce_scatter``); count (per rank)
+    defaults to recv.size // itemsize; send holds nranks*count elements."""
+    return _reduction(K_REDUCE_SCATTER, send, recv, op, comm, stream, count, dtype, None)
+
+
+cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, root):
+    name = _NAMES[kind]
+    _check_comm(comm, name)
+    cdef Communicator cm = comm
+    where = _where(cm, name)
+    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv)), where)
+    opv = _op_value(op, where)
+    if kind == K_REDUCE:
+        root = _rank_value(root, cm, "root", where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    need_recv = kind != K_REDUCE or cm.rank == root
+    rp, rsize = (0, 0)
+    if need_recv:
+        rp, rsize = _buffer(recv, "recv", cm, where)
+    elif recv is not None:
+        rp, rsize = _buffer(recv, "recv", cm, where)
+    if count is None:
+        if kind == K_REDUCE_SCATTER:
+            count = (ssize // cm.nranks if send is recv else rsize) // isz
+        else:
+            count = ssize // isz
+    count = _count_value(count, where)
+    if kind == K_REDUCE_SCATTER:
+        _need(ssize, count, isz, "send", dname, where, cm.nranks)
+        if send is recv:
+            rp = sp + cm.rank * count * isz      # in place: this rank's chunk of send
+        else:
+            _need(rsize, count, isz, "recv", dname, where)
+    else:
+        _need(ssize, count, isz, "send", dname, where)
+        if need_recv:
+            _need(rsize, count, isz, "recv", dname, where)
+    cdef CclCall* c
+    cdef Work w = prepare_call(kind, cm, stream, &c)
+    c.send = <void*><uintptr_t>sp
+    c.recv = <void*><uintptr_t>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.op = <C_CCLReduceOp>opv
+    c.peer = root if root is not None else 0
+    w.args = (name, count, dname, opv, root)
+    w._keep = (send, recv)
+    return submit_call(w, c)
+
+
+cdef tuple _single_buffer_args(buf, rank, str rank_name, Communicator cm, count, dtype, str where):
+    """Validate the arguments of a one-buffer collective (broadcast, send, recv), in this order: the dtype (data
+    movement: any non-complex type), the root/peer rank, the buffer, the count (default buf.size // itemsize) and that
+    the buffer holds count elements. Returns (dtype name, C_DataType value, rank, buffer address, count)."""
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,)), where)
+    rank = _rank_value(rank, cm, rank_name, where)
+    bp, bsize = _buffer(buf, "buf", cm, where)
+    if count is None:
+        count = bsize // isz
+    count = _count_value(count, where)
+    _need(bsize, count, isz, "buf", dname, where)
+    return dname, cval, rank, bp, count
+
+
+def broadcast(buf, root=0, comm=None, stream=None, count=None, dtype=None):
+    """Copy root's ``buf`` into every other rank's ``buf`` (``xccl_broadcast``, in place). count defaults to
+    buf.size // itemsize."""
+    _check_comm(comm, "broadcast")
+    cdef Communicator cm = comm
+    where = _where(cm, "broadcast")
+    dname, cval, root, bp, count = _single_buffer_args(buf, root, "root", cm, count, dtype, where)
+    cdef CclCall* c
+    cdef Work w = prepare_call(K_BROADCAST, cm, stream, &c)
+    c.send = <void*><uintptr_t>bp
+    c.recv = <void*><uintptr_t>bp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.peer = root
+    w.args = ("broadcast", count, dname, None, root)
+    w._keep = (buf,)
+    return submit_call(w, c)
+
+
+def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
+    """recv[r*count:(r+1)*count] = rank r's send[:count] on every rank (``xccl_all_gather``); count (per rank)
+    defaults to send.size // itemsize; recv holds nranks*count elements. In place when send is recv's chunk of
+    this rank."""
+    _check_comm(comm, "all_gather")
+    cdef Communicator cm = comm
+    where = _where(cm, "all_gather")
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    if count is None:
+        count = ssize // isz if send is not recv else rsize // isz // cm.nranks
+    count = _count_value(count, where)
+    _need(rsize, count, isz, "recv", dname, where, cm.nranks)
+    if send is recv:
+        sp = rp + cm.rank * count * isz      # in place: this rank's chunk of recv
+    else:
+        _need(ssize, count, isz, "send", dname, where)
+    cdef CclCall* c
+    cdef Work w = prepare_call(K_ALL_GATHER, cm, stream, &c)
+    c.send = <void*><uintptr_t>sp
+    c.recv = <void*><uintptr_t>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    w.args = ("all_gather", count, dname, None, None)
+    w._keep = (send, recv)
+    return submit_call(w, c)
+
+
+def send(buf, peer, comm=None, stream=None, count=None, dtype=None):
+    """Send count elements of ``buf`` to rank ``peer`` (``xccl_send``); matched with peer's n-th recv from this
+    rank. A send and its recv issued by one thread must be in one :class:`group`."""
+    return _p2p(K_SEND, buf, peer, comm, stream, count, dtype)
+
+
+def recv(buf, peer, comm=None, stream=None, count=None, dtype=None):
+    """Receive count elements into ``buf`` from rank ``peer`` (``xccl_recv``)."""
+    return _p2p(K_RECV, buf, peer, comm, stream, count, dtype)
+
+
+cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
+    name = _NAMES[kind]
+    _check_comm(comm, name)
+    cdef Communicator cm = comm
+    where = _where(cm, name)
+    dname, cval, peer, bp, count = _single_buffer_args(buf, peer, "peer", cm, count, dtype, where)
+    cdef CclCall* c
+    cdef Work w = prepare_call(kind, cm, stream, &c)
+    if kind == K_SEND:
+        c.send = <void*><uintptr_t>bp
+    else:
+        c.recv = <void*><uintptr_t>bp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.peer = peer
+    w.peer = peer
+    w.args = (name, count, dname, None, peer)
+    w._keep = (buf,)
+    return submit_call(w, c)
+
+
+def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
+    """Rank r's send chunk p (count elements) lands in rank p's recv chunk r (``xccl_all_to_all``); count (per
+    peer) defaults to send.size // itemsize // nranks; send and recv hold nranks*count elements each."""
+    _check_comm(comm, "all_to_all")
+    cdef Communicator cm = comm
+    where = _where(cm, "all_to_all")
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    if send is recv:
+        raise errors.InvalidArgument(f"{where}: all_to_all cannot run in place (send is recv)")
+    if count is None:
+        count = ssize // isz // cm.nranks
+    count = _count_value(count, where)
+    _need(ssize, count, isz, "send", dname, where, cm.nranks)
+    _need(rsize, count, isz, "recv", dname, where, cm.nranks)
+    cdef CclCall* c
+    cdef Work w = prepare_call(K_ALL_TO_ALL, cm, stream, &c)
+    cdef size_t n = cm.nranks
+    cdef size_t k
+    c.a2a_send = <const void**>malloc(n * sizeof(void*))
+    c.a2a_recv = <void**>malloc(n * sizeof(void*))
+    c.a2a_count = <size_t*>malloc(n * sizeof(size_t))
+    c.a2a_dtype = <C_DataType*>malloc(n * sizeof(C_DataType))
+    if c.a2a_send == NULL or c.a2a_recv == NULL or c.a2a_count == NULL or c.a2a_dtype == NULL:
+        free_call_arrays(c)
+        free(c)
+        raise MemoryError()
+    for k in range(n):
+        c.a2a_send[k] = <const void*><uintptr_t>(sp + k * count * isz)
+        c.a2a_recv[k] = <void*><uintptr_t>(rp + k * count * isz)
+        c.a2a_count[k] = count
+        c.a2a_dtype[k] = <C_DataType>cval
+    c.count = count
+    c.dtype = <C_DataType>cval
+    w.args = ("all_to_all", count, dname, None, None)
+    w._keep = (send, recv)
+    return submit_call(w, c)
+
+
+# -- InfiniCCL's variable-count collectives, composed from grouped plugin calls ---------------------------------------
+cdef Work _raw_call(int kind, Communicator cm, object stream, uintptr_t sp, uintptr_t rp, size_t count, int cval,
+                    int opv, size_t peer, object keep, object args):
+    cdef CclCall* c
+    cdef Work w = prepare_call(kind, cm, stream, &c)
+    c.send = <void*>sp
+    c.recv = <void*>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.op = <C_CCLReduceOp>opv
+    c.peer = peer
+    w.args = args
+    w._keep = keep
+    submit_call(w, c)
+    return w
+
+
+def _counts_value(counts, Communicator cm, what, where):
+    try:
+        counts = [int(x) if not isinstance(x, bool) else -1 for x in counts]
+    except (TypeError, ValueError):
+        raise errors.InvalidArgument(f"{where}: {what} must be a sequence of {cm.nranks} counts") from None
+    if len(counts) != cm.nranks or any(x < 0 for x in counts):
+        raise errors.InvalidArgument(f"{where}: {what} must hold {cm.nranks} non-negative counts, not {counts!r}")
+    return counts
+
+
+def all_gather_v(send, recv, recv_counts, comm=None, stream=None, dtype=None):
+    """InfiniCCL's AllGatherV: rank r contributes ``recv_counts[r]`` elements (from the start of its ``send``);
+    every rank's ``recv`` gets all parts one after another. Runs as this rank's part copied into place, then one
+    broadcast per rank inside a group. Returns the list of Works (one per part)."""
+    _check_comm(comm, "all_gather_v")
+    cdef Communicator cm = comm
+    where = _where(cm, "all_gather_v")
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    counts = _counts_value(recv_counts, cm, "recv_counts", where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    _need(rsize, sum(counts), isz, "recv", dname, where)
+    _need(ssize, counts[cm.rank], isz, "send", dname, where)
+    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    s = current_stream(cm.device) if stream is None else stream
+    if counts[cm.rank] and rp + offs[cm.rank] != sp:
+        from paddle_rt._core.memcpy import memcpy_async
+        if not isinstance(s, Stream):
+            raise errors.InvalidArgument(f"{where}: stream must be a paddle_rt Stream or None, not "
+                                         f"{type(s).__name__}")
+        if (<Stream>s).device is not cm.device:
+            raise errors.InvalidArgument(f"{where}: the stream {(<Stream>s).name} is on {(<Stream>s).device!r}, "
+                                         f"the communicator (rank {cm.rank}) on {cm.device!r}")
+        memcpy_async(rp + offs[cm.rank], sp, counts[cm.rank] * isz, stream=s, kind="D2D")
+    works = []
+    with group():
+        for r in range(cm.nranks):
+            works.append(_raw_call(K_BROADCAST, cm, s, rp + offs[r], rp + offs[r], counts[r], cval, 0, r,
+                                   (send, recv), ("all_gather_v", counts[r], dname, None, r)))
+    return works
+
+
+def reduce_scatter_v(send, recv, send_counts, op="sum", comm=None, stream=None, dtype=None):
+    """InfiniCCL's ReduceScatterV: rank r receives op over ranks of ``send``'s r-th part (``send_counts[r]``
+    elements, parts one after another) in ``recv``. Runs as one reduce per rank (root r) inside a group. Returns
+    the list of Works."""
+    _check_comm(comm, "reduce_scatter_v")
+    cdef Communicator cm = comm
+    where = _where(cm, "reduce_scatter_v")
+    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv)), where)
+    opv = _op_value(op, where)
+    counts = _counts_value(send_counts, cm, "send_counts", where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    _need(ssize, sum(counts), isz, "send", dname, where)
+    _need(rsize, counts[cm.rank], isz, "recv", dname, where)
+    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    works = []
+    with group():
+        for r in range(cm.nranks):
+            works.append(_raw_call(K_REDUCE, cm, stream, sp + offs[r], rp if r == cm.rank else 0, counts[r], cval,
+                                   opv, r, (send, recv), ("reduce_scatter_v", counts[r], dname, opv, r)))
+    return works
