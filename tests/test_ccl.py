@@ -14,6 +14,9 @@ import paddle_rt
 from paddle_rt import ccl
 from paddle_rt.streams import memcpy_async
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ccl_reference import np_dtype, make_input, reduce_ref  # noqa: E402
+
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 INT_TYPES = ["uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64"]
@@ -21,48 +24,6 @@ FLOAT_TYPES = ["float16", "float32", "float64", "bfloat16"]
 ALL_TYPES = INT_TYPES + FLOAT_TYPES
 OPS = ["sum", "avg", "max", "min", "prod"]
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-# -- references --------------------------------------------------------------------------------------------------------
-def np_dtype(name):
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def make_input(name, count, rng):
-    """Small values: integer sums stay in range, products of up to 4 ranks wrap only for the 8-bit types."""
-    dt = np_dtype(name)
-    if name == "bool":
-        return rng.integers(0, 2, count).astype(bool)
-    if name.startswith("uint"):
-        return rng.integers(0, 6, count).astype(dt)
-    if name.startswith("int"):
-        return rng.integers(-5, 6, count).astype(dt)
-    return rng.uniform(-4, 4, count).astype(np.float32).astype(dt)
-
-
-def reduce_ref(op, xs, name):
-    """What rt_cpu computes: ranks combined in rank order; float16/bfloat16 in float32 rounded once; integer SUM
-    and PRODUCT wrap; integer AVG = wrapped sum / nranks truncated toward zero."""
-    n = len(xs)
-    dt = np_dtype(name)
-    if name in FLOAT_TYPES:
-        acc_t = np.float64 if name == "float64" else np.float32
-        acc = xs[0].astype(acc_t)
-        for x in xs[1:]:
-            x = x.astype(acc_t)
-            acc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
-                   "min": np.minimum}[op](acc, x)
-        if op == "avg":
-            acc = acc / acc_t(n)
-        return acc.astype(dt)
-    acc = xs[0].copy()
-    with np.errstate(over="ignore"):
-        for x in xs[1:]:
-            acc = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
-                   "min": np.minimum}[op](acc, x).astype(dt)
-    if op == "avg":
-        acc = np.fix(acc.astype(np.float64) / n).astype(dt)
-    return acc
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------------

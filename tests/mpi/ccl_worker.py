@@ -16,51 +16,12 @@ import paddle_rt
 from paddle_rt import ccl
 from paddle_rt.streams import memcpy_async
 
-try:
-    import ml_dtypes
-except ImportError:  # pragma: no cover - the test extra brings it
-    ml_dtypes = None
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ccl_reference import ml_dtypes, np_dtype, make_input, reduce_ref  # noqa: E402
 
 OPS = ["sum", "avg", "max", "min", "prod"]
 TYPES = ["int8", "uint8", "int32", "uint64", "int64", "float32", "float64", "float16"] + \
     (["bfloat16"] if ml_dtypes is not None else [])
-
-
-def np_dtype(name):
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def make_input(name, count, seed):
-    rng = np.random.default_rng(seed)
-    dt = np_dtype(name)
-    if name == "bool":
-        return rng.integers(0, 2, count).astype(bool)
-    if name.startswith("uint"):
-        return rng.integers(0, 6, count).astype(dt)
-    if name.startswith("int"):
-        return rng.integers(-5, 6, count).astype(dt)
-    return rng.uniform(-4, 4, count).astype(np.float32).astype(dt)
-
-
-def reduce_ref(op, xs, name):
-    n = len(xs)
-    dt = np_dtype(name)
-    fn = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
-    if name.startswith("float") or name == "bfloat16":
-        acc_t = np.float64 if name == "float64" else np.float32
-        acc = xs[0].astype(acc_t)
-        for x in xs[1:]:
-            acc = fn(acc, x.astype(acc_t))
-        if op == "avg":
-            acc = acc / acc_t(n)
-        return acc.astype(dt)
-    acc = xs[0].copy()
-    with np.errstate(over="ignore"):
-        for x in xs[1:]:
-            acc = fn(acc, x).astype(dt)
-    if op == "avg":
-        acc = np.fix(acc.astype(np.float64) / n).astype(dt)
-    return acc
 
 
 def check(got, want, name, what):

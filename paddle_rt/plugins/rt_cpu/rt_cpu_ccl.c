@@ -1090,6 +1090,20 @@ static C_Status h_get_unique_id(C_CCLRootId* id) {
   return C_SUCCESS;
 }
 
+/* The fields every new communicator starts with, on the current device; `ss`/`rs`: its per-peer message counters. */
+static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks, uint64_t* ss, uint64_t* rs) {
+  c->magic = RT_COMM_MAGIC;
+  c->serial = serial;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = rt_current_device();
+  atomic_init(&c->refs, 1);
+  atomic_init(&c->error, 0);
+  pthread_mutex_init(&c->mu, NULL);
+  c->send_seq = ss;
+  c->recv_seq = rs;
+}
+
 static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out) {
   if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
   if (!rt_is_initialized()) return C_ERROR;
@@ -1143,17 +1157,8 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
   q->taken[rank] = 1;
   q->joined++;
   q->refs++;
-  c->magic = RT_COMM_MAGIC;
+  comm_setup(c, v.serial, rank, nranks, ss, rs);
   c->clique = q;
-  c->serial = v.serial;
-  c->rank = rank;
-  c->nranks = nranks;
-  c->device = rt_current_device();
-  atomic_init(&c->refs, 1);
-  atomic_init(&c->error, 0);
-  pthread_mutex_init(&c->mu, NULL);
-  c->send_seq = ss;
-  c->recv_seq = rs;
   if (ptrmap_put(&g_comms, c, 0) != 0) {
     q->taken[rank] = 0;
     clique_unref_locked(q);
@@ -1430,16 +1435,7 @@ RT_EXPORT C_Status paddle_rt_ext_ccl_comm_init_rank_mpi(size_t nranks, C_CCLRoot
     free(rs);
     return C_ERROR;
   }
-  c->magic = RT_COMM_MAGIC;
-  c->serial = v.serial;
-  c->rank = rank;
-  c->nranks = nranks;
-  c->device = rt_current_device();
-  atomic_init(&c->refs, 1);
-  atomic_init(&c->error, 0);
-  pthread_mutex_init(&c->mu, NULL);
-  c->send_seq = ss;
-  c->recv_seq = rs;
+  comm_setup(c, v.serial, rank, nranks, ss, rs);
   pthread_mutex_lock(&g_ccl_mu);
   int put = ptrmap_put(&g_comms, c, 0);
   pthread_mutex_unlock(&g_ccl_mu);
