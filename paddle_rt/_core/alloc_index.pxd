@@ -45,36 +45,7 @@ cdef inline void drop_block(AllocatorCore* c, Block* b) noexcept nogil:
     c.spare_blocks = b
 
 
-cdef inline void index_insert(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = b.stream
-    k.size = b.size
-    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
-    k.addr = b.addr
-    k.block = <void*>b
-    c.cx.free_blocks[b.chunk.pool].insert(k)
-    if b.prev != NULL or b.next != NULL:
-        b.counted_split = 1
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
-    else:
-        b.counted_split = 0
-
-
-cdef inline void index_remove(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = b.stream
-    k.size = b.size
-    k.chunk = tie_rank(&c.cfg, b.chunk.serial)
-    k.addr = b.addr
-    k.block = NULL
-    c.cx.free_blocks[b.chunk.pool].erase(k)
-    if b.counted_split:
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
-        b.counted_split = 0
-
-
+# A free block that is part of a split chunk counts as inactive split memory (PyTorch's inactive_split).
 cdef inline void split_uncount(AllocatorCore* c, Block* b) noexcept nogil:
     if b.counted_split:
         stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
@@ -89,25 +60,39 @@ cdef inline void split_count(AllocatorCore* c, Block* b) noexcept nogil:
         stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
 
 
-# The index entry of free block b (b's fields must still hold the key it was indexed with).
-cdef inline prt_free_set.iterator index_find(AllocatorCore* c, Block* b) noexcept nogil:
+# The index key of block b: (stream, size, tie rank of its chunk, address), with `payload` as the entry's block.
+cdef inline prt_free_key key_of(AllocatorCore* c, Block* b, void* payload) noexcept nogil:
     cdef prt_free_key k
     k.stream = b.stream
     k.size = b.size
     k.chunk = tie_rank(&c.cfg, b.chunk.serial)
     k.addr = b.addr
-    k.block = NULL
+    k.block = payload
+    return k
+
+
+cdef inline void index_insert(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef prt_free_key k = key_of(c, b, <void*>b)
+    c.cx.free_blocks[b.chunk.pool].insert(k)
+    b.counted_split = 0
+    split_count(c, b)
+
+
+cdef inline void index_remove(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef prt_free_key k = key_of(c, b, NULL)
+    c.cx.free_blocks[b.chunk.pool].erase(k)
+    split_uncount(c, b)
+
+
+# The index entry of free block b (b's fields must still hold the key it was indexed with).
+cdef inline prt_free_set.iterator index_find(AllocatorCore* c, Block* b) noexcept nogil:
+    cdef prt_free_key k = key_of(c, b, NULL)
     return c.cx.free_blocks[b.chunk.pool].find(k)
 
 
 # Point the index entry `it` at block nb with nb's current size and address.
 cdef inline void index_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* nb) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = nb.stream
-    k.size = nb.size
-    k.chunk = tie_rank(&c.cfg, nb.chunk.serial)
-    k.addr = nb.addr
-    k.block = <void*>nb
+    cdef prt_free_key k = key_of(c, nb, <void*>nb)
     prt_free_rekey(c.cx.free_blocks[nb.chunk.pool], it, k)
 
 
