@@ -14,8 +14,8 @@ import threading
 from paddle_rt._core.allocator import DeviceAllocator, get_allocator, CONF_KEYS as ALLOC_CONF_KEYS
 from paddle_rt._core.allocation import (
     Allocation, malloc, free, raw_malloc, raw_free, malloc_host, memory_stats, memory_allocated, memory_reserved,
-    max_memory_allocated, max_memory_reserved, reset_peak_memory_stats, reset_accumulated_memory_stats, empty_cache,
-    memory_snapshot, set_allocator_config, allocator_config,
+    max_memory_allocated, max_memory_reserved, reset_peak_memory_stats, reset_accumulated_memory_stats,
+    reset_allocator, empty_cache, memory_snapshot, set_allocator_config, allocator_config,
 )
 from paddle_rt._core import trace as _trace
 from paddle_rt._core.errors import InvalidArgument
@@ -23,8 +23,8 @@ from paddle_rt._core.errors import InvalidArgument
 __all__ = [
     "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
     "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
-    "reset_accumulated_memory_stats", "empty_cache", "memory_snapshot", "set_allocator_config", "allocator_config",
-    "get_allocator", "ALLOC_CONF_KEYS",
+    "reset_accumulated_memory_stats", "reset_allocator", "empty_cache", "memory_snapshot", "set_allocator_config",
+    "allocator_config", "get_allocator", "ALLOC_CONF_KEYS",
 ]
 
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"

@@ -1011,3 +1011,39 @@ print("still works", b.size)
     assert kind == "PLUGIN" and call == "device_memory_allocate" and plugin == "vd_nullsucc"
     assert "plugin 'vd_nullsucc' device_memory_allocate reported C_SUCCESS but returned a NULL pointer" in msg
     assert second == "still works 1048576"
+
+
+def test_reset_allocator_starts_afresh(d1):
+    """reset_allocator: the cache goes back, counters, peaks and the chunk serial numbers restart (a sequence then
+    lands where it lands in a fresh allocator), the configuration stays."""
+    paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
+
+    def sequence():
+        ptrs = [paddle_rt.raw_malloc(8192, d1) for _ in range(3)]
+        for p in reversed(ptrs):
+            paddle_rt.raw_free(p, d1)
+        q = paddle_rt.raw_malloc(8192, d1)
+        order = ptrs.index(q)
+        paddle_rt.raw_free(q, d1)
+        return order, paddle_rt.memory_stats(d1)["num_device_alloc"]
+
+    first = sequence()
+    paddle_rt.reset_allocator(d1)
+    st = paddle_rt.memory_stats(d1)
+    assert paddle_rt.memory_reserved(d1) == 0 and paddle_rt.max_memory_reserved(d1) == 0
+    assert st["num_device_alloc"] == 0 and st["allocation.all.allocated"] == 0
+    assert paddle_rt.allocator_config(d1)["growth"] == "exact"
+    assert plugins.rt_cpu_live_bytes(1) == 0
+    assert sequence() == first
+    check_consistent(d1)
+
+
+def test_reset_allocator_refuses_while_memory_is_live(d1):
+    a = paddle_rt.malloc(1000, device=d1)
+    peak = paddle_rt.max_memory_allocated(d1)
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"rt_cpu:1: reset of the device allocator: .* still held"):
+        paddle_rt.reset_allocator(d1)
+    assert paddle_rt.max_memory_allocated(d1) == peak and not a.freed
+    a.free()
+    paddle_rt.reset_allocator(d1)
+    assert paddle_rt.max_memory_allocated(d1) == 0

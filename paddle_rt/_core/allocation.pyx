@@ -33,7 +33,8 @@ from paddle_rt._core import device as _device_mod
 __all__ = [
     "Allocation", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats", "memory_allocated",
     "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
-    "reset_accumulated_memory_stats", "empty_cache", "memory_snapshot", "set_allocator_config", "allocator_config",
+    "reset_accumulated_memory_stats", "reset_allocator", "empty_cache", "memory_snapshot", "set_allocator_config",
+    "allocator_config",
 ]
 
 cdef char* _FORMAT_B = "B"
@@ -459,6 +460,12 @@ def empty_cache(device=None):
     if h is not None:
         total += h.empty_cache()
     return total
+
+
+def reset_allocator(device=None):
+    """Start the allocator of ``device`` (default: the current device) afresh without a new process: see
+    :meth:`DeviceAllocator.reset`. Nothing may be allocated on it."""
+    _dev_alloc(device).reset()
 
 
 def memory_snapshot(device=None):

@@ -951,6 +951,26 @@ cdef class DeviceAllocator:
             self.core.num_release_deferred = 0
             self.core.cx.mu.unlock()
 
+    def reset(self):
+        """Start this allocator afresh, as if the process had just created it: every idle chunk goes back to the
+        plugin (as :meth:`empty_cache`), every counter and peak is zeroed, and the chunk serial numbers (best fit's
+        tie order, the only thing the policy carries from one allocation to the next besides the cache itself)
+        restart. The configuration is kept. Raises InvalidArgument while memory is still allocated (or held by
+        busy streams), changing nothing."""
+        cdef AllocatorCore* c = self.core
+        self.empty_cache()
+        cdef int64_t held = c.stats[0][ST_RESERVED_BYTES].current
+        if held or core_deferred_pending(c):
+            raise errors.InvalidArgument(
+                f"{self.device}: reset of the {self.kind} allocator: {held} bytes are still held (live allocations, "
+                f"frees deferred by record_stream, or chunks busy streams may use); free them and synchronize first")
+        self.reset_accumulated_stats()
+        with nogil:
+            c.cx.mu.lock()
+            memset(c.stats, 0, sizeof(c.stats))
+            c.chunk_serial = 0
+            c.cx.mu.unlock()
+
     def snapshot(self):
         """Segments (chunks) with their blocks, ordered by address."""
         cdef vector[Block] blocks
