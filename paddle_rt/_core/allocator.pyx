@@ -46,18 +46,13 @@ Configuration: the keys, their values and their precedence are documented in all
 """
 import os
 import threading
-import weakref
 
 cimport cython
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
-from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
-from cpython.exc cimport PyErr_Clear
-from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX, INT64_MAX, UINTPTR_MAX
+from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc, predecrement as dec
-from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
@@ -68,16 +63,11 @@ from paddle_rt._core.alloc_index cimport (
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
 )
-from paddle_rt._core.stream cimport (
-    Stream, stream_launch_host_func, stream_position, current_stream_tag, fork_generation, stream_device_idle,
-    stream_device_quiesce, stream_alloc_tag,
-)
-from paddle_rt._core.includes.atomics cimport prt_atomic_add_i64, prt_atomic_load_i64, prt_atomic_add_int
+from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
+from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
 from paddle_rt._core.includes.alloc_support cimport (
     prt_alloc_containers, prt_free_set, prt_free_key, prt_ptr_table, prt_chunk_map, prt_free_rekey,
-    _long_as_ssize, PyErr_Occurred,
 )
-from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU, kDLUInt
 from paddle_rt._core.includes.trace_support cimport (
     prt_tracing, PRT_TRACE_MEMORY, PRT_TRACE_STACKS, PRT_EV_ALLOC, PRT_EV_FREE, PRT_EV_SEGMENT_ALLOC,
     PRT_EV_SEGMENT_FREE, PRT_EV_OOM, PRT_EV_EMPTY_CACHE,
