@@ -46,7 +46,10 @@ ENGINE_SOURCES = {
     "paddle_rt._core.ccl": [os.path.join(SRC, "paddle_rt", "_core", "engine", "ccl_state.cpp")],
     "paddle_rt._core.trace": [os.path.join(SRC, "paddle_rt", "_core", "engine", "trace_state.cpp")],
     "paddle_rt._core.pool": [os.path.join(SRC, "paddle_rt", "_core", "engine", "obj_freelist.cpp")],
+    "paddle_rt._core.op": [os.path.join(SRC, "paddle_rt", "_core", "engine", "op_kernels.cpp")],
 }
+# The operator layer's host kernels are loops the compiler should vectorise (-O3); the rest keeps -O2.
+ENGINE_EXTRA_FLAGS = {"paddle_rt._core.op": ["-O3"] if not DEBUG else []}
 ENGINE_FLAGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fPIC"]
 
 
@@ -56,7 +59,8 @@ class build_ext(_build_ext):
         if sources:
             objects = self.compiler.compile(
                 sources, output_dir=self.build_temp, include_dirs=ext.include_dirs,
-                extra_postargs=common_compile + ENGINE_FLAGS, depends=ext.depends)
+                extra_postargs=common_compile + ENGINE_FLAGS + ENGINE_EXTRA_FLAGS.get(ext.name, []),
+                depends=ext.depends)
             ext.extra_objects = list(ext.extra_objects or []) + [o for o in objects if o not in ext.extra_objects]
         super().build_extension(ext)
 
@@ -89,7 +93,7 @@ def cython_extensions():
             include_dirs=[INCLUDE, os.path.join(SRC, "paddle_rt", "_core")],
             language="c++",
             extra_compile_args=common_compile + ["-std=c++17"],
-            extra_link_args=common_link + ["-ldl"],
+            extra_link_args=common_link + ["-ldl", "-lm"],
         ))
     return cythonize(
         exts,

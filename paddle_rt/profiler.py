@@ -205,7 +205,8 @@ class profile:
     def events(self):
         """The recorded events (dicts, by time). Memory events: kind, device, memory ("device" or "pinned"), addr,
         size, stream, time_ns, allocated, reserved, frames. Operations: kind "op", op, device, stream, position,
-        bytes, enqueue_ns, start_ns, end_ns. Plugin records: kind "plugin", device_type, device, name, ..."""
+        bytes, enqueue_ns, start_ns, end_ns; an operator of paddle_rt.ops/paddle_rt.op has its name as ``op`` and
+        ``args`` {shapes, dtype}. Plugin records: kind "plugin", device_type, device, name, ..."""
         self._check_done("events")
         return [{k: v for k, v in e.items() if k != "session"} for e in self._events]
 
@@ -292,7 +293,8 @@ class profile:
                             "ts": us(e["start_ns"]), "dur": max(0.0, (e["end_ns"] - e["start_ns"]) / 1000.0),
                             "args": {"position": e["position"], "bytes": e["bytes"],
                                      "enqueue_us": us(e["enqueue_ns"]),
-                                     "queue_delay_us": (e["start_ns"] - e["enqueue_ns"]) / 1000.0}})
+                                     "queue_delay_us": (e["start_ns"] - e["enqueue_ns"]) / 1000.0,
+                                     **e.get("args", {})}})
             elif k == "plugin":
                 pdev = e.get("device") or "plugin"
                 tid = tid_of(pdev, ("plugin", e.get("device_type")), f"plugin {e.get('device_type')} trace")

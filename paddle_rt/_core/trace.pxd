@@ -17,3 +17,6 @@ cdef void trace_memory_event(void* device, int memkind, int ev, uintptr_t addr, 
 # With the GIL, at the entry of a Python-API allocation while PRT_TRACE_STACKS is set: remember the caller's Python
 # frames for the allocation (or OOM) event this thread records next.
 cdef void trace_note_caller() noexcept
+# While streams are traced: the label of the operator enqueued at `pos` of the stream with tag `stream` (its queue's
+# address): {"name", "shapes", "dtype"}; the operation's record takes it when collected (with the GIL).
+cdef int trace_label_op(uintptr_t stream, uint64_t pos, dict label) except -1

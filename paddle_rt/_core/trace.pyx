@@ -34,7 +34,7 @@ from paddle_rt._core.includes.trace_support cimport (
 from paddle_rt._core.includes.stream_support cimport (
     PRT_OPK_OTHER, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D,
     PRT_OPK_MEMCPY_D2H, PRT_OPK_MEMCPY_D2D, PRT_OPK_MEMCPY_P2P, PRT_OPK_MEMSET, PRT_OPK_EVENT_RECORD,
-    PRT_OPK_EVENT_WAIT, PRT_OPK_COLLECTIVE,
+    PRT_OPK_EVENT_WAIT, PRT_OPK_COLLECTIVE, PRT_OPK_OPERATOR,
 )
 
 cdef int trace_mask = 0
@@ -57,8 +57,17 @@ OP_KINDS = {
     PRT_OPK_MEMCPY_H2H: "memcpy_h2h", PRT_OPK_MEMCPY_H2D: "memcpy_h2d", PRT_OPK_MEMCPY_D2H: "memcpy_d2h",
     PRT_OPK_MEMCPY_D2D: "memcpy_d2d", PRT_OPK_MEMCPY_P2P: "memcpy_p2p", PRT_OPK_MEMSET: "memset",
     PRT_OPK_EVENT_RECORD: "event_record", PRT_OPK_EVENT_WAIT: "event_wait", PRT_OPK_COLLECTIVE: "collective",
+    PRT_OPK_OPERATOR: "operator",
 }
 cdef int MAX_FRAMES = 64
+# Operators' labels while streams are traced: (stream tag, position) -> {"name", "shapes", "dtype", "bytes"}; the
+# operation's record (kind "operator") takes its name and arguments from here when it is collected.
+cdef dict _op_labels = {}
+
+
+cdef int trace_label_op(uintptr_t stream, uint64_t pos, dict label) except -1:
+    _op_labels[(stream, pos)] = label
+    return 0
 
 
 # -- producers (no GIL) ------------------------------------------------------------------------------------------------
@@ -316,9 +325,15 @@ cdef list _take():
             dev = None
         kind = EVENT_KINDS.get(r.kind, "unknown")
         if r.kind == PRT_EV_OP:
-            out.append({"kind": "op", "op": OP_KINDS.get(r.op, "other"), "device": dev, "stream": r.stream,
-                        "position": r.pos, "bytes": r.size, "enqueue_ns": r.t_enq_ns, "start_ns": r.t_ns,
-                        "end_ns": r.t_end_ns, "time_ns": r.t_ns})
+            e = {"kind": "op", "op": OP_KINDS.get(r.op, "other"), "device": dev, "stream": r.stream,
+                 "position": r.pos, "bytes": r.size, "enqueue_ns": r.t_enq_ns, "start_ns": r.t_ns,
+                 "end_ns": r.t_end_ns, "time_ns": r.t_ns}
+            if r.op == PRT_OPK_OPERATOR:
+                label = _op_labels.pop((r.stream, r.pos), None)
+                if label is not None:
+                    e["op"] = label["name"]
+                    e["args"] = {"shapes": label["shapes"], "dtype": label["dtype"]}
+            out.append(e)
         else:
             out.append({"kind": kind, "device": dev, "memory": "pinned" if r.op == 1 else "device",
                         "addr": r.addr, "size": r.size, "stream": r.stream, "time_ns": r.t_ns,

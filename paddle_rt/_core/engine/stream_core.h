@@ -29,7 +29,8 @@ enum { PRT_OP_PLUGIN_ASYNC = 1, PRT_OP_NEEDS_IDLE = 2 };
 enum {
     PRT_OPK_OTHER = 0, PRT_OPK_NOP = 1, PRT_OPK_HOST_FUNC = 2, PRT_OPK_PY_CALLBACK = 3, PRT_OPK_MEMCPY_H2H = 4,
     PRT_OPK_MEMCPY_H2D = 5, PRT_OPK_MEMCPY_D2H = 6, PRT_OPK_MEMCPY_D2D = 7, PRT_OPK_MEMCPY_P2P = 8,
-    PRT_OPK_MEMSET = 9, PRT_OPK_EVENT_RECORD = 10, PRT_OPK_EVENT_WAIT = 11, PRT_OPK_COLLECTIVE = 12
+    PRT_OPK_MEMSET = 9, PRT_OPK_EVENT_RECORD = 10, PRT_OPK_EVENT_WAIT = 11, PRT_OPK_COLLECTIVE = 12,
+    PRT_OPK_OPERATOR = 13
 };
 static inline int prt_op_kind(int k) { return k << 8; }
 typedef int (*prt_op_fn)(void* ctx, void* arg, uint64_t aux, uint64_t pos);

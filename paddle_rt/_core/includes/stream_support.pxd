@@ -48,6 +48,7 @@ cdef extern from "engine/stream_core.h" nogil:
         PRT_OPK_EVENT_RECORD
         PRT_OPK_EVENT_WAIT
         PRT_OPK_COLLECTIVE
+        PRT_OPK_OPERATOR
     int prt_op_kind(int k)
     ctypedef int (*prt_op_fn)(void* ctx, void* arg, uint64_t aux, uint64_t pos) noexcept nogil
     ctypedef void (*prt_trace_op_fn)(void* ctx, int kind, uint64_t pos, uint64_t nbytes, int64_t enq_ns,

@@ -1,0 +1,719 @@
+/* Host kernels of the operator layer: the operators of paddle_rt_op (include/paddle_rt/extension.h) on memory the
+ * host can address. Floating-point dtypes compute in float (float16 and bfloat16 are widened in blocks and rounded
+ * back to nearest even) or in double (float64); integers wrap around. gemm calls the BLAS that SciPy ships (the
+ * entry points come from scipy.linalg.cython_blas at the first gemm, op.pyx); the rest is one fused pass per row or
+ * per block. Linked into the op extension only (setup.py ENGINE_SOURCES). */
+#include "engine/op_kernels.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <numeric>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* glibc's libmvec: four expf at once (SSE), the same accuracy as expf (4 ulp). */
+extern "C" __m128 _ZGVbN4v_expf(__m128);
+#endif
+
+namespace {
+
+constexpr int kBlock = 512;           /* elements per block of the widened (float) paths: 2 KiB, stays in L1 */
+
+std::atomic<prt_sgemm_fn> g_sgemm{nullptr};
+std::atomic<prt_dgemm_fn> g_dgemm{nullptr};
+
+/* ---- conversions ------------------------------------------------------------------------------------------------ */
+inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN stays a (quiet) NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                              /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+inline float f16_to_f32(uint16_t h) {
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+
+inline uint16_t f32_to_f16(float f) {
+    _Float16 x = (_Float16)f;   /* IEEE conversion: round to nearest even */
+    uint16_t h;
+    memcpy(&h, &x, 2);
+    return h;
+}
+
+#if defined(__x86_64__)
+const bool g_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+
+__attribute__((target("avx,f16c"))) void f16_row_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    for (; i < n; i++) d[i] = f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) void f32_row_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) d[i] = f32_to_f16(s[i]);
+}
+#endif
+
+/* x[i] = exp(x[i]) */
+inline void exp_inplace(float* x, int64_t n) {
+    int64_t i = 0;
+#if defined(__x86_64__)
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _ZGVbN4v_expf(_mm_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) x[i] = expf(x[i]);
+}
+
+inline void exp_inplace(double* x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = exp(x[i]);
+}
+
+/* ---- rows of any float dtype, widened to the compute type C (float or double) ---------------------------------- */
+void load_row(const char* p, int dt, int64_t s, int64_t n, float* d) {
+    switch (dt) {
+    case FLOAT32: {
+        const float* q = reinterpret_cast<const float*>(p);
+        if (s == 1) memcpy(d, q, (size_t)n * 4);
+        else for (int64_t i = 0; i < n; i++) d[i] = q[i * s];
+        break;
+    }
+    case FLOAT16: {
+        const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
+#if defined(__x86_64__)
+        if (s == 1 && g_f16c) { f16_row_to_f32_f16c(q, d, n); break; }
+#endif
+        for (int64_t i = 0; i < n; i++) d[i] = f16_to_f32(q[i * s]);
+        break;
+    }
+    case BFLOAT16: {
+        const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
+        for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(q[i * s]);
+        break;
+    }
+    case FLOAT64: {
+        const double* q = reinterpret_cast<const double*>(p);
+        for (int64_t i = 0; i < n; i++) d[i] = (float)q[i * s];
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void store_row(char* p, int dt, int64_t s, int64_t n, const float* v) {
+    switch (dt) {
+    case FLOAT32: {
+        float* q = reinterpret_cast<float*>(p);
+        if (s == 1) memcpy(q, v, (size_t)n * 4);
+        else for (int64_t i = 0; i < n; i++) q[i * s] = v[i];
+        break;
+    }
+    case FLOAT16: {
+        uint16_t* q = reinterpret_cast<uint16_t*>(p);
+#if defined(__x86_64__)
+        if (s == 1 && g_f16c) { f32_row_to_f16_f16c(v, q, n); break; }
+#endif
+        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_f16(v[i]);
+        break;
+    }
+    case BFLOAT16: {
+        uint16_t* q = reinterpret_cast<uint16_t*>(p);
+        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16(v[i]);
+        break;
+    }
+    case FLOAT64: {
+        double* q = reinterpret_cast<double*>(p);
+        for (int64_t i = 0; i < n; i++) q[i * s] = v[i];
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void load_row(const char* p, int dt, int64_t s, int64_t n, double* d) {
+    if (dt == FLOAT64) {
+        const double* q = reinterpret_cast<const double*>(p);
+        for (int64_t i = 0; i < n; i++) d[i] = q[i * s];
+    } else {
+        const float* q = reinterpret_cast<const float*>(p);   /* float64 ops take float32 weights */
+        for (int64_t i = 0; i < n; i++) d[i] = q[i * s];
+    }
+}
+
+void store_row(char* p, int, int64_t s, int64_t n, const double* v) {
+    double* q = reinterpret_cast<double*>(p);
+    for (int64_t i = 0; i < n; i++) q[i * s] = v[i];
+}
+
+/* ---- iteration ---------------------------------------------------------------------------------------------------- */
+constexpr int kMaxOperands = 1 + PADDLE_RT_OP_MAX_INPUTS;
+
+/* A layout shared by K operands of one shape: strides per operand, in elements. */
+struct Layout {
+    int nd;
+    int k;
+    int64_t shape[PADDLE_RT_OP_MAX_NDIM];
+    int64_t st[kMaxOperands][PADDLE_RT_OP_MAX_NDIM];
+    char* base[kMaxOperands];
+    int esize[kMaxOperands];
+};
+
+Layout layout_of(const paddle_rt_op_call* c, int k) {
+    Layout L;
+    L.nd = c->out.ndim;
+    L.k = k;
+    for (int d = 0; d < L.nd; d++) L.shape[d] = c->out.shape[d];
+    for (int j = 0; j < k; j++) {
+        const paddle_rt_tensor* t = j == 0 ? &c->out : &c->inputs[j - 1];
+        L.base[j] = static_cast<char*>(t->data);
+        L.esize[j] = prt_dtype_size(t->dtype);
+        for (int d = 0; d < L.nd; d++) L.st[j][d] = t->strides[d];
+    }
+    return L;
+}
+
+int64_t numel(const Layout& L) {
+    int64_t n = 1;
+    for (int d = 0; d < L.nd; d++) n *= L.shape[d];
+    return n;
+}
+
+/* Drops dimensions of extent 1 and merges neighbours that every operand walks as one (elementwise ops only). */
+void coalesce(Layout& L) {
+    int nd = 0;
+    for (int d = 0; d < L.nd; d++) {
+        if (L.shape[d] == 1) continue;
+        if (nd > 0) {
+            bool merge = true;
+            for (int j = 0; j < L.k; j++)
+                if (L.st[j][nd - 1] != L.st[j][d] * L.shape[d]) { merge = false; break; }
+            if (merge) {
+                L.shape[nd - 1] *= L.shape[d];
+                for (int j = 0; j < L.k; j++) L.st[j][nd - 1] = L.st[j][d];
+                continue;
+            }
+        }
+        L.shape[nd] = L.shape[d];
+        for (int j = 0; j < L.k; j++) L.st[j][nd] = L.st[j][d];
+        nd++;
+    }
+    if (nd == 0) {
+        L.shape[0] = 1;
+        for (int j = 0; j < L.k; j++) L.st[j][0] = 1;
+        nd = 1;
+    }
+    L.nd = nd;
+}
+
+/* Calls f(ptrs, row_index) for every row (all dimensions but the last), ptrs[j] the row's start in operand j. */
+template <typename F>
+void for_rows(const Layout& L, F&& f) {
+    int64_t idx[PADDLE_RT_OP_MAX_NDIM] = {0};
+    char* p[kMaxOperands];
+    for (int j = 0; j < L.k; j++) p[j] = L.base[j];
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < L.nd; d++) rows *= L.shape[d];
+    for (int64_t r = 0; r < rows; r++) {
+        f(p, r);
+        for (int d = L.nd - 2; d >= 0; d--) {
+            for (int j = 0; j < L.k; j++) p[j] += L.st[j][d] * L.esize[j];
+            if (++idx[d] < L.shape[d]) break;
+            for (int j = 0; j < L.k; j++) p[j] -= L.st[j][d] * L.shape[d] * L.esize[j];
+            idx[d] = 0;
+        }
+    }
+}
+
+int64_t last(const Layout& L, int j) { return L.st[j][L.nd - 1]; }
+
+/* ---- elementwise ---------------------------------------------------------------------------------------------- */
+template <typename C>
+inline void ew_block(int op, const C* a, const C* b, C* o, C* t, int64_t n, const double* attrs) {
+    switch (op) {
+    case PADDLE_RT_OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+    case PADDLE_RT_OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+    case PADDLE_RT_OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+    case PADDLE_RT_OP_AXPBY: {      /* o aliases b (y); a is x */
+        const C al = (C)attrs[0], be = (C)attrs[1];
+        for (int64_t i = 0; i < n; i++) o[i] = al * a[i] + be * b[i];
+        break;
+    }
+    case PADDLE_RT_OP_SWIGLU:       /* a * b * sigmoid(b) = a * b / (1 + exp(-b)) */
+        for (int64_t i = 0; i < n; i++) t[i] = -b[i];
+        exp_inplace(t, n);
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i] / ((C)1 + t[i]);
+        break;
+    case PADDLE_RT_OP_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > (C)0 ? a[i] : (a[i] == a[i] ? (C)0 : a[i]); break;
+    case PADDLE_RT_OP_SILU:         /* x * sigmoid(x) */
+        for (int64_t i = 0; i < n; i++) t[i] = -a[i];
+        exp_inplace(t, n);
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] / ((C)1 + t[i]);
+        break;
+    case PADDLE_RT_OP_GELU:
+        if (attrs[0] != 0) {        /* tanh approximation */
+            const C k0 = (C)0.7978845608028654, k1 = (C)0.044715;
+            for (int64_t i = 0; i < n; i++) {
+                C x = a[i];
+                o[i] = (C)0.5 * x * ((C)1 + std::tanh(k0 * (x + k1 * x * x * x)));
+            }
+        } else {
+            for (int64_t i = 0; i < n; i++) o[i] = (C)0.5 * a[i] * ((C)1 + std::erf(a[i] * (C)0.7071067811865476));
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+bool is_unary(int op) { return op == PADDLE_RT_OP_RELU || op == PADDLE_RT_OP_GELU || op == PADDLE_RT_OP_SILU; }
+
+template <typename C>
+C_Status ew_float(const paddle_rt_op_call* c) {
+    const int op = c->op;
+    const int k = is_unary(op) ? 2 : 3;
+    Layout L = layout_of(c, k);
+    if (numel(L) == 0) return C_SUCCESS;
+    coalesce(L);
+    const int64_t n = L.shape[L.nd - 1];
+    const int dt_o = c->out.dtype, dt_a = c->inputs[0].dtype, dt_b = k == 3 ? c->inputs[1].dtype : dt_a;
+    const bool direct = sizeof(C) == 8 || (dt_o == FLOAT32 && dt_a == FLOAT32 && dt_b == FLOAT32);
+    const int64_t so = last(L, 0), sa = last(L, 1), sb = k == 3 ? last(L, 2) : 0;
+    alignas(64) C ba[kBlock], bb[kBlock], bo[kBlock], bt[kBlock];
+    for_rows(L, [&](char* const* p, int64_t) {
+        if (direct && so == 1 && sa == 1 && (k == 2 || sb == 1)) {
+            C* o = reinterpret_cast<C*>(p[0]);
+            const C* a = reinterpret_cast<const C*>(p[1]);
+            const C* b = k == 3 ? reinterpret_cast<const C*>(p[2]) : a;
+            for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+                int64_t m = std::min<int64_t>(kBlock, n - i0);
+                ew_block<C>(op, a + i0, b + i0, o + i0, bt, m, c->attrs);
+            }
+            return;
+        }
+        for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+            int64_t m = std::min<int64_t>(kBlock, n - i0);
+            load_row(p[1] + i0 * sa * L.esize[1], dt_a, sa, m, ba);
+            if (k == 3) {
+                load_row(p[2] + i0 * sb * L.esize[2], dt_b, sb, m, bb);
+            }
+            ew_block<C>(op, ba, k == 3 ? bb : ba, bo, bt, m, c->attrs);
+            store_row(p[0] + i0 * so * L.esize[0], dt_o, so, m, bo);
+        }
+    });
+    return C_SUCCESS;
+}
+
+template <typename T>
+C_Status ew_int(const paddle_rt_op_call* c) {
+    typedef typename std::make_unsigned<T>::type U;   /* wrap-around arithmetic without signed overflow */
+    Layout L = layout_of(c, 3);
+    if (numel(L) == 0) return C_SUCCESS;
+    coalesce(L);
+    const int64_t n = L.shape[L.nd - 1];
+    const int64_t so = last(L, 0), sa = last(L, 1), sb = last(L, 2);
+    const int op = c->op;
+    for_rows(L, [&](char* const* p, int64_t) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        const T* a = reinterpret_cast<const T*>(p[1]);
+        const T* b = reinterpret_cast<const T*>(p[2]);
+        for (int64_t i = 0; i < n; i++) {
+            U x = (U)a[i * sa], y = (U)b[i * sb];
+            U r = op == PADDLE_RT_OP_ADD ? (U)(x + y) : op == PADDLE_RT_OP_SUB ? (U)(x - y) : (U)(x * y);
+            o[i * so] = (T)r;
+        }
+    });
+    return C_SUCCESS;
+}
+
+C_Status ew_kernel(const paddle_rt_op_call* c) {
+    switch (c->dtype) {
+    case FLOAT64: return ew_float<double>(c);
+    case FLOAT32: case FLOAT16: case BFLOAT16: return ew_float<float>(c);
+    case INT8: return ew_int<int8_t>(c);
+    case INT16: return ew_int<int16_t>(c);
+    case INT32: return ew_int<int32_t>(c);
+    case INT64: return ew_int<int64_t>(c);
+    case UINT8: return ew_int<uint8_t>(c);
+    case UINT16: return ew_int<uint16_t>(c);
+    case UINT32: return ew_int<uint32_t>(c);
+    case UINT64: return ew_int<uint64_t>(c);
+    default: return C_ERROR;
+    }
+}
+
+/* ---- rearrange: a strided copy ---------------------------------------------------------------------------------- */
+template <typename T>
+void copy_row(char* o, int64_t so, const char* a, int64_t sa, int64_t n) {
+    T* q = reinterpret_cast<T*>(o);
+    const T* p = reinterpret_cast<const T*>(a);
+    for (int64_t i = 0; i < n; i++) q[i * so] = p[i * sa];
+}
+
+C_Status rearrange_kernel(const paddle_rt_op_call* c) {
+    Layout L = layout_of(c, 2);
+    if (numel(L) == 0) return C_SUCCESS;
+    coalesce(L);
+    const int64_t n = L.shape[L.nd - 1], so = last(L, 0), sa = last(L, 1);
+    const int es = L.esize[0];
+    for_rows(L, [&](char* const* p, int64_t) {
+        if (so == 1 && sa == 1) { memmove(p[0], p[1], (size_t)(n * es)); return; }
+        switch (es) {
+        case 1: copy_row<uint8_t>(p[0], so, p[1], sa, n); break;
+        case 2: copy_row<uint16_t>(p[0], so, p[1], sa, n); break;
+        case 4: copy_row<uint32_t>(p[0], so, p[1], sa, n); break;
+        default: copy_row<uint64_t>(p[0], so, p[1], sa, n); break;
+        }
+    });
+    return C_SUCCESS;
+}
+
+/* ---- row-wise normalisations and softmax ---------------------------------------------------------------------- */
+template <typename C>
+C_Status norm_kernel(const paddle_rt_op_call* c) {
+    const bool layer = c->op == PADDLE_RT_OP_LAYER_NORM;
+    Layout L = layout_of(c, 2);
+    if (numel(L) == 0) return C_SUCCESS;
+    const int64_t d = L.shape[L.nd - 1], so = last(L, 0), sx = last(L, 1);
+    C* x = static_cast<C*>(c->workspace);
+    C* w = x + d;
+    C* b = w + d;
+    load_row(static_cast<const char*>(c->inputs[1].data), c->inputs[1].dtype, c->inputs[1].strides[0], d, w);
+    if (layer) load_row(static_cast<const char*>(c->inputs[2].data), c->inputs[2].dtype, c->inputs[2].strides[0], d, b);
+    const C eps = (C)c->attrs[0];
+    for_rows(L, [&](char* const* p, int64_t) {
+        load_row(p[1], c->inputs[0].dtype, sx, d, x);
+        if (layer) {
+            C s = 0;
+            for (int64_t i = 0; i < d; i++) s += x[i];
+            const C mean = s / (C)d;
+            C v = 0;
+            for (int64_t i = 0; i < d; i++) { C t = x[i] - mean; v += t * t; }
+            const C r = (C)1 / std::sqrt(v / (C)d + eps);
+            for (int64_t i = 0; i < d; i++) x[i] = (x[i] - mean) * r * w[i] + b[i];
+        } else {
+            C s = 0;
+            for (int64_t i = 0; i < d; i++) s += x[i] * x[i];
+            const C r = (C)1 / std::sqrt(s / (C)d + eps);
+            for (int64_t i = 0; i < d; i++) x[i] = x[i] * r * w[i];
+        }
+        store_row(p[0], c->out.dtype, so, d, x);
+    });
+    return C_SUCCESS;
+}
+
+template <typename C>
+C_Status causal_softmax_kernel(const paddle_rt_op_call* c) {
+    Layout L = layout_of(c, 2);
+    if (numel(L) == 0) return C_SUCCESS;
+    const int64_t total = L.shape[L.nd - 1], n = L.shape[L.nd - 2];
+    const int64_t so = last(L, 0), sx = last(L, 1);
+    C* x = static_cast<C*>(c->workspace);
+    for_rows(L, [&](char* const* p, int64_t r) {
+        const int64_t i = r % n;
+        const int64_t kept = std::min<int64_t>(total, i + total - n + 1);
+        load_row(p[1], c->inputs[0].dtype, sx, kept, x);
+        C m = x[0];
+        for (int64_t j = 1; j < kept; j++) m = x[j] > m ? x[j] : m;
+        for (int64_t j = 0; j < kept; j++) x[j] -= m;
+        exp_inplace(x, kept);
+        C s = 0;
+        for (int64_t j = 0; j < kept; j++) s += x[j];
+        const C inv = (C)1 / s;
+        for (int64_t j = 0; j < kept; j++) x[j] *= inv;
+        for (int64_t j = kept; j < total; j++) x[j] = 0;
+        store_row(p[0], c->out.dtype, so, total, x);
+    });
+    return C_SUCCESS;
+}
+
+/* x, out: (seq, heads, dim); pos: (seq,) integers; sin, cos: (max_pos, dim / 2). */
+template <typename C>
+C_Status rope_kernel(const paddle_rt_op_call* c) {
+    Layout L = layout_of(c, 2);
+    if (numel(L) == 0) return C_SUCCESS;
+    const int64_t heads = L.shape[1], dim = L.shape[2], half = dim / 2, so = last(L, 0), sx = last(L, 1);
+    const paddle_rt_tensor &pos = c->inputs[1], &sn = c->inputs[2], &cs = c->inputs[3];
+    const int64_t max_pos = sn.shape[0];
+    const bool neox = c->attrs[0] != 0;
+    C* x = static_cast<C*>(c->workspace);
+    C* y = x + dim;
+    C* sv = y + dim;
+    C* cv = sv + half;
+    const int pes = prt_dtype_size(pos.dtype);
+    for (int64_t s = 0; s < L.shape[0]; s++) {
+        const char* pp = static_cast<const char*>(pos.data) + s * pos.strides[0] * pes;
+        int64_t p = pos.dtype == INT64 ? *reinterpret_cast<const int64_t*>(pp)
+                  : pos.dtype == INT32 ? *reinterpret_cast<const int32_t*>(pp)
+                  : pos.dtype == UINT32 ? (int64_t)*reinterpret_cast<const uint32_t*>(pp)
+                  : (int64_t)*reinterpret_cast<const uint64_t*>(pp);
+        if (p < 0 || p >= max_pos) return C_ERROR;   /* a position beyond the tables: refuse, never read past them */
+        load_row(static_cast<const char*>(sn.data) + p * sn.strides[0] * prt_dtype_size(sn.dtype), sn.dtype,
+                 sn.strides[1], half, sv);
+        load_row(static_cast<const char*>(cs.data) + p * cs.strides[0] * prt_dtype_size(cs.dtype), cs.dtype,
+                 cs.strides[1], half, cv);
+        for (int64_t h = 0; h < heads; h++) {
+            const char* xr = L.base[1] + (s * L.st[1][0] + h * L.st[1][1]) * L.esize[1];
+            char* orow = L.base[0] + (s * L.st[0][0] + h * L.st[0][1]) * L.esize[0];
+            load_row(xr, c->inputs[0].dtype, sx, dim, x);
+            for (int64_t i = 0; i < half; i++) {
+                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                y[a] = x[a] * cv[i] - x[b] * sv[i];
+                y[b] = x[a] * sv[i] + x[b] * cv[i];
+            }
+            store_row(orow, c->out.dtype, so, dim, y);
+        }
+    }
+    return C_SUCCESS;
+}
+
+/* ---- gemm ------------------------------------------------------------------------------------------------------- */
+/* How BLAS can take a (r x c) matrix with strides (rs, cs): 'R' row-major, 'C' column-major (leading dimension *ld),
+   or 0 when it must be copied. Extent-1 dimensions take whichever stride suits. */
+char blas_layout(int64_t r, int64_t c, int64_t rs, int64_t cs, int64_t* ld) {
+    if (r == 1) {
+        if (cs == 1) { *ld = std::max<int64_t>(c, 1); return 'R'; }
+        if (cs >= 1 && cs <= INT_MAX) { *ld = cs; return 'C'; }
+        return 0;
+    }
+    if (c == 1) {
+        if (rs == 1) { *ld = std::max<int64_t>(r, 1); return 'C'; }
+        if (rs >= 1 && rs <= INT_MAX) { *ld = rs; return 'R'; }
+        return 0;
+    }
+    if (cs == 1 && rs >= c && rs <= INT_MAX) { *ld = rs; return 'R'; }
+    if (rs == 1 && cs >= r && cs <= INT_MAX) { *ld = cs; return 'C'; }
+    return 0;
+}
+
+struct GemmPlan {
+    int64_t batch, m, n, k;
+    char la, lb, lc;                  /* layouts (0: copied into the workspace, row-major) */
+    int64_t lda, ldb, ldc;
+    size_t esize;                     /* the compute type's size: 4 (float32, float16, bfloat16) or 8 */
+    size_t ws_a, ws_b, ws_c;          /* workspace bytes for each copied operand */
+};
+
+GemmPlan gemm_plan(const paddle_rt_op_call* c) {
+    GemmPlan g;
+    const paddle_rt_tensor &o = c->out, &a = c->inputs[0], &b = c->inputs[1];
+    g.batch = o.shape[0];
+    g.m = o.shape[1];
+    g.n = o.shape[2];
+    g.k = a.shape[2];
+    const bool widen = c->dtype == FLOAT16 || c->dtype == BFLOAT16;
+    g.esize = c->dtype == FLOAT64 ? 8 : 4;
+    g.la = widen ? 0 : blas_layout(g.m, g.k, a.strides[1], a.strides[2], &g.lda);
+    g.lb = widen ? 0 : blas_layout(g.k, g.n, b.strides[1], b.strides[2], &g.ldb);
+    g.lc = widen ? 0 : blas_layout(g.m, g.n, o.strides[1], o.strides[2], &g.ldc);
+    if (!g.la) g.lda = std::max<int64_t>(g.k, 1), g.la = 'R';
+    else g.la |= 0x20;                /* lower case: in place */
+    if (!g.lb) g.ldb = std::max<int64_t>(g.n, 1), g.lb = 'R';
+    else g.lb |= 0x20;
+    if (!g.lc) g.ldc = std::max<int64_t>(g.n, 1), g.lc = 'R';
+    else g.lc |= 0x20;
+    g.ws_a = (g.la & 0x20) ? 0 : (size_t)(g.m * g.k) * g.esize;
+    g.ws_b = (g.lb & 0x20) ? 0 : (size_t)(g.k * g.n) * g.esize;
+    g.ws_c = (g.lc & 0x20) ? 0 : (size_t)(g.m * g.n) * g.esize;
+    return g;
+}
+
+template <typename C>
+void copy_in(const char* p, int dt, int64_t r, int64_t cols, int64_t rs, int64_t cs, int es, C* dst) {
+    for (int64_t i = 0; i < r; i++) load_row(p + i * rs * es, dt, cs, cols, dst + i * cols);
+}
+
+template <typename C>
+void copy_out(char* p, int dt, int64_t r, int64_t cols, int64_t rs, int64_t cs, int es, const C* src) {
+    for (int64_t i = 0; i < r; i++) store_row(p + i * rs * es, dt, cs, cols, src + i * cols);
+}
+
+template <typename C>
+void blas_gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a, int64_t lda, const C* b,
+               int64_t ldb, C beta, C* c, int64_t ldc) {
+    const int im = (int)m, in = (int)n, ik = (int)k, ila = (int)lda, ilb = (int)ldb, ilc = (int)ldc;
+    if constexpr (sizeof(C) == 4) g_sgemm.load()(&ta, &tb, &im, &in, &ik, &alpha, a, &ila, b, &ilb, &beta, c, &ilc);
+    else g_dgemm.load()(&ta, &tb, &im, &in, &ik, &alpha, a, &ila, b, &ilb, &beta, c, &ilc);
+}
+
+template <typename C>
+C_Status gemm_kernel_t(const paddle_rt_op_call* c) {
+    if ((sizeof(C) == 4 && !g_sgemm.load()) || (sizeof(C) == 8 && !g_dgemm.load())) return C_ERROR;
+    const GemmPlan g = gemm_plan(c);
+    const paddle_rt_tensor &o = c->out, &a = c->inputs[0], &b = c->inputs[1];
+    if (g.m == 0 || g.n == 0) return C_SUCCESS;
+    const C alpha = (C)c->attrs[0], beta = (C)c->attrs[1];
+    const int eo = prt_dtype_size(o.dtype), ea = prt_dtype_size(a.dtype), eb = prt_dtype_size(b.dtype);
+    C* wa = static_cast<C*>(c->workspace);
+    C* wb = reinterpret_cast<C*>(reinterpret_cast<char*>(wa) + g.ws_a);
+    C* wc = reinterpret_cast<C*>(reinterpret_cast<char*>(wb) + g.ws_b);
+    for (int64_t bi = 0; bi < g.batch; bi++) {
+        const char* pa = static_cast<const char*>(a.data) + bi * a.strides[0] * ea;
+        const char* pb = static_cast<const char*>(b.data) + bi * b.strides[0] * eb;
+        char* pc = static_cast<char*>(o.data) + bi * o.strides[0] * eo;
+        const C* A = (g.la & 0x20) ? reinterpret_cast<const C*>(pa) : wa;
+        const C* B = (g.lb & 0x20) ? reinterpret_cast<const C*>(pb) : wb;
+        C* Cm = (g.lc & 0x20) ? reinterpret_cast<C*>(pc) : wc;
+        if (!(g.la & 0x20)) copy_in(pa, a.dtype, g.m, g.k, a.strides[1], a.strides[2], ea, wa);
+        if (!(g.lb & 0x20)) copy_in(pb, b.dtype, g.k, g.n, b.strides[1], b.strides[2], eb, wb);
+        if (!(g.lc & 0x20)) {
+            if (beta != (C)0) copy_in(pc, o.dtype, g.m, g.n, o.strides[1], o.strides[2], eo, wc);
+            else std::fill(wc, wc + g.m * g.n, (C)0);
+        }
+        if (g.k == 0) {     /* out = beta * out */
+            for (int64_t i = 0; i < g.m; i++)
+                for (int64_t j = 0; j < g.n; j++) {
+                    C* e = (g.lc | 0x20) == 'c' ? &Cm[i + j * g.ldc] : &Cm[i * g.ldc + j];
+                    *e = beta == (C)0 ? (C)0 : beta * *e;
+                }
+        } else if ((g.lc | 0x20) == 'r') {    /* C^T = B^T A^T, column-major */
+            blas_gemm<C>((g.lb | 0x20) == 'r' ? 'N' : 'T', (g.la | 0x20) == 'r' ? 'N' : 'T', g.n, g.m, g.k, alpha, B,
+                         g.ldb, A, g.lda, beta, Cm, g.ldc);
+        } else {
+            blas_gemm<C>((g.la | 0x20) == 'c' ? 'N' : 'T', (g.lb | 0x20) == 'c' ? 'N' : 'T', g.m, g.n, g.k, alpha, A,
+                         g.lda, B, g.ldb, beta, Cm, g.ldc);
+        }
+        if (!(g.lc & 0x20)) copy_out(pc, o.dtype, g.m, g.n, o.strides[1], o.strides[2], eo, wc);
+    }
+    return C_SUCCESS;
+}
+
+C_Status gemm_kernel(const paddle_rt_op_call* c) {
+    return c->dtype == FLOAT64 ? gemm_kernel_t<double>(c) : gemm_kernel_t<float>(c);
+}
+
+/* ---- random_sample ------------------------------------------------------------------------------------------------
+   p_j = exp((l_j - max l) / T); indices ordered by p, descending (ties: lower index first); the first top-k kept
+   (0: all); of those the shortest prefix whose probability mass reaches top-p times theirs; then the first index
+   whose running mass exceeds random * (the prefix's mass). T == 0 or top-k == 1: the first index of the largest
+   logit. */
+C_Status random_sample_kernel(const paddle_rt_op_call* c) {
+    const paddle_rt_tensor& lg = c->inputs[0];
+    const int64_t v = lg.shape[0];
+    const double rnd = c->attrs[0], topp = c->attrs[1], temp = c->attrs[3];
+    const int64_t topk = (int64_t)c->attrs[2];
+    double* p = static_cast<double*>(c->workspace);
+    int64_t* idx = reinterpret_cast<int64_t*>(p + v);
+    const int es = prt_dtype_size(lg.dtype);
+    for (int64_t j0 = 0; j0 < v; j0 += kBlock) {
+        float buf[kBlock];
+        const int64_t m = std::min<int64_t>(kBlock, v - j0);
+        if (lg.dtype == FLOAT64) load_row(static_cast<const char*>(lg.data) + j0 * lg.strides[0] * es, FLOAT64,
+                                          lg.strides[0], m, p + j0);
+        else {
+            load_row(static_cast<const char*>(lg.data) + j0 * lg.strides[0] * es, lg.dtype, lg.strides[0], m, buf);
+            for (int64_t j = 0; j < m; j++) p[j0 + j] = buf[j];
+        }
+    }
+    int64_t best = 0;
+    for (int64_t j = 1; j < v; j++) if (p[j] > p[best]) best = j;
+    int64_t pick = best;
+    if (temp > 0 && topk != 1) {
+        const double mx = p[best];
+        for (int64_t j = 0; j < v; j++) p[j] = exp((p[j] - mx) / temp);
+        std::iota(idx, idx + v, (int64_t)0);
+        const int64_t k = topk > 0 && topk < v ? topk : v;
+        auto by_p = [p](int64_t x, int64_t y) { return p[x] > p[y] || (p[x] == p[y] && x < y); };
+        if (k < v) std::partial_sort(idx, idx + k, idx + v, by_p);
+        else std::sort(idx, idx + v, by_p);
+        double mass = 0;
+        for (int64_t r = 0; r < k; r++) mass += p[idx[r]];
+        const double want = (topp < 1.0 ? topp : 1.0) * mass;
+        double run = 0;
+        int64_t kept = k;
+        for (int64_t r = 0; r < k; r++) {
+            run += p[idx[r]];
+            if (run >= want) { kept = r + 1; break; }
+        }
+        run = 0;
+        for (int64_t r = 0; r < kept; r++) run += p[idx[r]];
+        const double u = rnd * run;
+        double acc = 0;
+        pick = idx[kept - 1];
+        for (int64_t r = 0; r < kept; r++) {
+            acc += p[idx[r]];
+            if (acc > u) { pick = idx[r]; break; }
+        }
+    }
+    if (c->out.dtype == INT64) *static_cast<int64_t*>(c->out.data) = pick;
+    else *static_cast<int32_t*>(c->out.data) = (int32_t)pick;
+    return C_SUCCESS;
+}
+
+bool is_float(int dt) { return dt == FLOAT32 || dt == FLOAT64 || dt == FLOAT16 || dt == BFLOAT16; }
+bool is_int(int dt) { return dt >= UINT8 && dt <= INT64; }
+
+C_Status norm_dispatch(const paddle_rt_op_call* c) {
+    return c->dtype == FLOAT64 ? norm_kernel<double>(c) : norm_kernel<float>(c);
+}
+C_Status softmax_dispatch(const paddle_rt_op_call* c) {
+    return c->dtype == FLOAT64 ? causal_softmax_kernel<double>(c) : causal_softmax_kernel<float>(c);
+}
+C_Status rope_dispatch(const paddle_rt_op_call* c) {
+    return c->dtype == FLOAT64 ? rope_kernel<double>(c) : rope_kernel<float>(c);
+}
+
+}  // namespace
+
+paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
+    switch (op) {
+    case PADDLE_RT_OP_ADD: case PADDLE_RT_OP_SUB: case PADDLE_RT_OP_MUL:
+        return is_float(dtype) || is_int(dtype) ? ew_kernel : nullptr;
+    case PADDLE_RT_OP_SWIGLU: case PADDLE_RT_OP_RELU: case PADDLE_RT_OP_GELU: case PADDLE_RT_OP_SILU:
+    case PADDLE_RT_OP_AXPBY:
+        return is_float(dtype) ? ew_kernel : nullptr;
+    case PADDLE_RT_OP_GEMM: return is_float(dtype) ? gemm_kernel : nullptr;
+    case PADDLE_RT_OP_RMS_NORM: case PADDLE_RT_OP_LAYER_NORM: return is_float(dtype) ? norm_dispatch : nullptr;
+    case PADDLE_RT_OP_CAUSAL_SOFTMAX: return is_float(dtype) ? softmax_dispatch : nullptr;
+    case PADDLE_RT_OP_ROPE: return is_float(dtype) ? rope_dispatch : nullptr;
+    case PADDLE_RT_OP_REARRANGE: return prt_dtype_size(dtype) > 0 && prt_dtype_size(dtype) <= 8 ? rearrange_kernel
+                                                                                                : nullptr;
+    case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? random_sample_kernel : nullptr;
+    default: return nullptr;
+    }
+}
+
+size_t prt_host_workspace(const paddle_rt_op_call* c) {
+    const size_t cs = c->dtype == FLOAT64 ? 8 : 4;
+    const int64_t d = c->out.ndim > 0 ? c->out.shape[c->out.ndim - 1] : 1;
+    switch (c->op) {
+    case PADDLE_RT_OP_GEMM: {
+        GemmPlan g = gemm_plan(c);
+        return g.ws_a + g.ws_b + g.ws_c;
+    }
+    case PADDLE_RT_OP_RMS_NORM: return (size_t)(2 * d) * cs;
+    case PADDLE_RT_OP_LAYER_NORM: return (size_t)(3 * d) * cs;
+    case PADDLE_RT_OP_CAUSAL_SOFTMAX: return (size_t)d * cs;
+    case PADDLE_RT_OP_ROPE: return (size_t)(3 * d) * cs;
+    case PADDLE_RT_OP_RANDOM_SAMPLE: return (size_t)c->inputs[0].shape[0] * (sizeof(double) + sizeof(int64_t));
+    default: return 0;
+    }
+}
+
+void prt_set_blas(prt_sgemm_fn sgemm, prt_dgemm_fn dgemm) {
+    g_sgemm.store(sgemm);
+    g_dgemm.store(dgemm);
+}
+
+int prt_have_blas(void) { return g_sgemm.load() != nullptr && g_dgemm.load() != nullptr; }

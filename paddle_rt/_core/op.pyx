@@ -1,0 +1,459 @@
+# The operator layer's mechanism: handles, the kernel registry, and the one path by which an operator call reaches a
+# stream (OpDescriptor.launch). The per-operator rules (shapes, strides, dtypes, attributes) are in
+# op_descriptors.pyx; the Python ops on tensors in ops.pyx.
+cimport cython
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName, PyCapsule_CheckExact
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdlib cimport malloc as c_malloc, free as c_free
+from libc.string cimport memcpy
+
+from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_DataType, C_DeviceInterface
+from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
+from paddle_rt._core.plugin cimport Plugin
+from paddle_rt._core.stream cimport Stream, StreamCtx, current_stream
+from paddle_rt._core.pool cimport pool_malloc, pool_free, default_pool_of, AsyncAllocation
+from paddle_rt._core.allocation cimport Allocation
+from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of
+from paddle_rt._core.trace cimport trace_mask, trace_label_op
+from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
+from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind
+from paddle_rt._core.includes.op_support cimport (
+    paddle_rt_op_call, paddle_rt_kernel_fn, paddle_rt_workspace_fn, paddle_rt_register_kernel_cb,
+    paddle_rt_ext_register_kernels_fn, prt_host_kernel, prt_host_workspace, prt_set_blas, prt_have_blas,
+    prt_sgemm_fn, prt_dgemm_fn, prt_dtype_size,
+    PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
+    PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
+    PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
+    PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_COUNT,
+)
+
+from posix.dlfcn cimport dlsym
+
+from paddle_rt._core import errors
+
+OP_IDS = {
+    "add": PADDLE_RT_OP_ADD, "sub": PADDLE_RT_OP_SUB, "mul": PADDLE_RT_OP_MUL, "gemm": PADDLE_RT_OP_GEMM,
+    "rms_norm": PADDLE_RT_OP_RMS_NORM, "layer_norm": PADDLE_RT_OP_LAYER_NORM,
+    "causal_softmax": PADDLE_RT_OP_CAUSAL_SOFTMAX, "swiglu": PADDLE_RT_OP_SWIGLU, "rope": PADDLE_RT_OP_ROPE,
+    "rearrange": PADDLE_RT_OP_REARRANGE, "relu": PADDLE_RT_OP_RELU, "gelu": PADDLE_RT_OP_GELU,
+    "silu": PADDLE_RT_OP_SILU, "random_sample": PADDLE_RT_OP_RANDOM_SAMPLE, "axpby": PADDLE_RT_OP_AXPBY,
+}
+OP_NAMES = {v: k for k, v in OP_IDS.items()}
+
+# What a host kernel's failure at run time means (everything else was checked at descriptor creation).
+_HOST_FAILURES = {
+    PADDLE_RT_OP_ROPE: "a position id is outside [0, max_pos) of the sin/cos tables",
+    PADDLE_RT_OP_GEMM: "no BLAS was loaded",
+}
+
+# (device type, op, dtype) -> (kernel address, workspace function address, source)
+cdef dict _registered = {}      # paddle_rt.op.register_kernel / op_register_kernel
+cdef dict _from_plugins = {}    # paddle_rt_ext_register_kernels of the plugins
+cdef set _plugins_asked = set() # device types whose plugin export was called
+
+
+cdef struct OpLaunch:
+    paddle_rt_op_call call
+    paddle_rt_kernel_fn kernel
+    int hook
+    bint plugin_kernel
+    const char* name
+
+
+def _op_id(op):
+    if isinstance(op, str):
+        i = OP_IDS.get(op)
+        if i is None:
+            raise errors.InvalidArgument(f"unknown operator {op!r}: one of {', '.join(sorted(OP_IDS))}")
+        return i
+    if op in OP_NAMES:
+        return op
+    raise errors.InvalidArgument(f"unknown operator id {op!r}")
+
+
+# ---- handles -------------------------------------------------------------------------------------------------------
+cdef class Handle:
+    """``Handle(device=None)``: the operator layer on a device (InfiniOP's ``infiniopHandle_t``). Descriptors are
+    created against a handle; ``close()`` (or leaving a ``with`` block) ends it."""
+
+    def __init__(self, device=None):
+        self.device = resolve_device(device)
+        self.device.ensure_ready()
+        _ask_plugin(self.device.plugin)
+
+    cdef int check_open(self) except -1:
+        if self.closed:
+            raise errors.InvalidArgument(f"{self.device}: the operator handle is closed")
+        return 0
+
+    def close(self):
+        self.closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Handle({self.device}{', closed' if self.closed else ''})"
+
+
+# ---- the kernel registry -------------------------------------------------------------------------------------------
+cdef int _register_from_plugin(void* registry, int32_t op, int32_t dtype, paddle_rt_kernel_fn kernel,
+                               paddle_rt_workspace_fn workspace) noexcept nogil:
+    if op < 1 or op >= PADDLE_RT_OP_COUNT or prt_dtype_size(dtype) == 0 or kernel == NULL:
+        return -1
+    with gil:
+        try:
+            _from_plugins[(<str>(<object>registry), op, dtype)] = (<uintptr_t>kernel, <uintptr_t>workspace,
+                                                                   "plugin")
+        except BaseException:
+            return -1
+    return 0
+
+
+cdef int _ask_plugin(Plugin p) except -1:
+    """Call the plugin's paddle_rt_ext_register_kernels once for its device type."""
+    cdef paddle_rt_ext_register_kernels_fn fn
+    cdef int rc
+    cdef str dtype = p.device_type
+    if dtype in _plugins_asked:
+        return 0
+    _plugins_asked.add(dtype)
+    fn = <paddle_rt_ext_register_kernels_fn>dlsym(p._dl, b"paddle_rt_ext_register_kernels")
+    if fn == NULL:
+        return 0
+    rc = fn(<void*>dtype, _register_from_plugin)
+    if rc != 0:
+        raise errors.PluginError(p.device_type, "paddle_rt_ext_register_kernels", rc,
+                                 "the plugin's kernel registration failed")
+    return 0
+
+
+cdef int op_register_kernel(int op, str device_type, int32_t dtype, paddle_rt_kernel_fn fn,
+                            paddle_rt_workspace_fn ws, str source) except -1:
+    if op < 1 or op >= PADDLE_RT_OP_COUNT:
+        raise errors.InvalidArgument(f"register_kernel: unknown operator id {op}")
+    if fn == NULL:
+        raise errors.InvalidArgument(f"register_kernel({OP_NAMES[op]!r}, {device_type!r}): the kernel is NULL")
+    _registered[(device_type, op, dtype)] = (<uintptr_t>fn, <uintptr_t>ws, source)
+    return 0
+
+
+cdef uintptr_t _address(object f, str what) except? 0:
+    if f is None:
+        return 0
+    if isinstance(f, int):
+        return f
+    if PyCapsule_CheckExact(f):
+        return <uintptr_t>PyCapsule_GetPointer(f, PyCapsule_GetName(f))
+    try:
+        import ctypes
+        return ctypes.cast(f, ctypes.c_void_p).value or 0
+    except Exception:
+        raise errors.InvalidArgument(f"register_kernel: {what} must be a C function: an address (int), a PyCapsule "
+                                     f"or a ctypes function pointer, not {type(f).__name__}") from None
+
+
+def register_kernel(op, device_type, dtype, kernel, workspace=None):
+    """Register a C kernel ``C_Status kernel(const paddle_rt_op_call*)`` (paddle_rt/extension.h) for ``op`` on
+    devices of ``device_type`` in ``dtype``, with an optional ``size_t workspace(const paddle_rt_op_call*)``.
+    ``kernel``/``workspace``: an address, a PyCapsule or a ctypes function pointer (kept alive by the caller).
+    Takes precedence over plugin and host kernels for descriptors created afterwards."""
+    cdef int o = _op_id(op)
+    cdef int32_t d = dtype_code_of(dtype)
+    cdef uintptr_t k = _address(kernel, "kernel")
+    cdef uintptr_t w = _address(workspace, "workspace")
+    op_register_kernel(o, str(device_type), d, <paddle_rt_kernel_fn>k, <paddle_rt_workspace_fn>w, "registered")
+
+
+def unregister_kernel(op, device_type, dtype):
+    """Remove a kernel registered with :func:`register_kernel` (existing descriptors keep theirs)."""
+    _registered.pop((str(device_type), _op_id(op), dtype_code_of(dtype)), None)
+
+
+def kernels(device_type=None):
+    """{(device type, op name, dtype name): source} of the registered and plugin kernels."""
+    out = {}
+    for table in (_from_plugins, _registered):
+        for (t, o, d), (_, _, src) in table.items():
+            if device_type is None or t == device_type:
+                out[(t, OP_NAMES[o], dtype_name(d))] = src
+    return out
+
+
+cdef int _ensure_blas() except -1:
+    """SciPy's BLAS (scipy.linalg.cython_blas) for the host gemm, found once."""
+    cdef void* s
+    cdef void* d
+    if prt_have_blas():
+        return 0
+    try:
+        from scipy.linalg import cython_blas
+    except ImportError:
+        raise errors.NotSupportedError("gemm on host-addressable devices calls SciPy's BLAS: pip install scipy") \
+            from None
+    caps = cython_blas.__pyx_capi__
+    s = PyCapsule_GetPointer(caps["sgemm"], PyCapsule_GetName(caps["sgemm"]))
+    d = PyCapsule_GetPointer(caps["dgemm"], PyCapsule_GetName(caps["dgemm"]))
+    prt_set_blas(<prt_sgemm_fn>s, <prt_dgemm_fn>d)
+    return 0
+
+
+# ---- running a call on the stream's worker -------------------------------------------------------------------------
+cdef int _run_op(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    cdef OpLaunch* L = <OpLaunch*>arg
+    cdef C_Status st
+    cdef int r = 0
+    cdef size_t numel = 1
+    cdef int i
+    if L.hook == HOOK_AXPBY:
+        for i in range(L.call.out.ndim):
+            numel *= L.call.out.shape[i]
+        ctx.iface.set_device(ctx.cdev)
+        st = ctx.iface.blas_axpby(ctx.cdev, ctx.pstream, <C_DataType>L.call.dtype, numel, <float>L.call.attrs[0],
+                                  L.call.inputs[0].data, <float>L.call.attrs[1], L.call.out.data)
+        r = 1 if ctx.has_pstream else 0
+    else:
+        if L.plugin_kernel:
+            ctx.iface.set_device(ctx.cdev)
+        st = L.kernel(&L.call)
+        r = 1 if (L.plugin_kernel and ctx.has_pstream) else 0
+    if st != C_SUCCESS:
+        _record_failure(ctx, pos, L, st)
+        r = -1
+    c_free(L)
+    return r
+
+
+cdef void _record_failure(StreamCtx* ctx, uint64_t pos, OpLaunch* L, C_Status st) noexcept nogil:
+    with gil:
+        try:
+            name = L.name.decode()
+            if L.hook == HOOK_AXPBY:
+                exc = errors.PluginError(repr(<object>ctx.device), "blas_axpby", st,
+                                         f"in operator {name} on a stream")
+            elif not L.plugin_kernel and L.call.op in _HOST_FAILURES:
+                exc = errors.InvalidArgument(f"{<object>ctx.device!r}: operator {name}: "
+                                             f"{_HOST_FAILURES[L.call.op]} (found when it ran on the stream)")
+            else:
+                exc = errors.PluginError(repr(<object>ctx.device), f"{name} kernel", st,
+                                         "in operator work on a stream")
+            (<list>ctx.errors).append((pos, exc, name))
+        except BaseException:
+            pass
+
+
+cdef Stream op_stream(Device dev, object stream):
+    if stream is None:
+        return current_stream(dev)
+    if not isinstance(stream, Stream):
+        raise errors.InvalidArgument(f"{dev}: stream must be a paddle_rt Stream, not {type(stream).__name__}")
+    if (<Stream>stream).device is not dev:
+        raise errors.InvalidArgument(f"{dev}: stream {(<Stream>stream).name} belongs to {(<Stream>stream).device}")
+    return <Stream>stream
+
+
+cdef inline bint _overlap(Tensor a, Tensor b) noexcept:
+    """Whether the bytes a and b span intersect."""
+    cdef int64_t alo = 0, ahi = 0, blo = 0, bhi = 0, e
+    cdef int i
+    for i in range(a.ndim_):
+        if a.shape_[i] == 0:
+            return False
+        e = (a.shape_[i] - 1) * a.strides_[i]
+        if e < 0:
+            alo += e
+        else:
+            ahi += e
+    for i in range(b.ndim_):
+        if b.shape_[i] == 0:
+            return False
+        e = (b.shape_[i] - 1) * b.strides_[i]
+        if e < 0:
+            blo += e
+        else:
+            bhi += e
+    return (<int64_t>a.data + alo * prt_dtype_size(a.dtype_code) <
+            <int64_t>b.data + (bhi + 1) * prt_dtype_size(b.dtype_code) and
+            <int64_t>b.data + blo * prt_dtype_size(b.dtype_code) <
+            <int64_t>a.data + (ahi + 1) * prt_dtype_size(a.dtype_code))
+
+
+cdef class OpDescriptor:
+    """An operator's descriptor (InfiniOP's ``infiniop<Op>Descriptor_t``): the operands' layouts checked once, the
+    kernel chosen, ``workspace_size`` in bytes. Calling it, ``desc(out, *inputs, workspace=None, stream=None)``,
+    enqueues the operator on ``stream`` (default: the current stream of the handle's device) and returns at once;
+    without ``workspace`` one comes from the stream-ordered pool on that stream. ``destroy()`` ends it."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create a descriptor of an operator, e.g. paddle_rt.op.AddDescriptor(handle, out, a, b)")
+
+    cdef int setup(self, Handle h, int op, int32_t dtype, TensorDesc out, tuple ins, tuple layouts,
+                   TensorDesc out_layout=None) except -1:
+        cdef int i
+        cdef TensorDesc t
+        h.check_open()
+        self.handle = h
+        self.name = OP_NAMES[op]
+        self._cname = self.name.encode()
+        self.out_desc = out
+        self.in_descs = ins
+        self.call.struct_size = sizeof(paddle_rt_op_call)
+        self.call.op = op
+        self.call.dtype = dtype
+        self.call.n_inputs = len(ins)
+        (out if out_layout is None else out_layout).fill(&self.call.out)
+        for i in range(len(layouts)):
+            t = layouts[i]
+            t.fill(&self.call.inputs[i])
+        self._pick_kernel(h.device, op, dtype)
+        return 0
+
+    cdef int _pick_kernel(self, Device dev, int op, int32_t dtype) except -1:
+        cdef str dt = dev.type
+        cdef paddle_rt_workspace_fn ws = NULL
+        key = (dt, op, dtype)
+        entry = _registered.get(key) or _from_plugins.get(key)
+        if entry is not None:
+            self.kernel = <paddle_rt_kernel_fn><uintptr_t>entry[0]
+            ws = <paddle_rt_workspace_fn><uintptr_t>entry[1]
+            self.plugin_kernel = True
+            self.kernel_source = entry[2]
+            self.workspace_size = ws(&self.call) if ws != NULL else 0
+            return 0
+        if op == PADDLE_RT_OP_AXPBY and dev.iface.blas_axpby != NULL:
+            self.hook = HOOK_AXPBY
+            self.kernel_source = "hook"
+            return 0
+        if device_host_addressable(dev):
+            self.kernel = prt_host_kernel(op, dtype)
+            if self.kernel != NULL:
+                if op == PADDLE_RT_OP_GEMM:
+                    _ensure_blas()
+                self.kernel_source = "host"
+                self.workspace_size = prt_host_workspace(&self.call)
+                return 0
+        raise errors.NotSupportedError(
+            f"{dev}: operator {self.name} has no kernel for dtype {dtype_name(dtype)} on device type {dt!r}. "
+            f"Provide one: paddle_rt.op.register_kernel({self.name!r}, {dt!r}, {dtype_name(dtype)!r}, kernel) at run "
+            f"time, or export paddle_rt_ext_register_kernels from the plugin (paddle_rt/extension.h)"
+            + ("" if device_host_addressable(dev) else "; paddle_rt's host kernels serve host-addressable devices "
+               "only"))
+
+    cdef int _check_operand(self, object t, TensorDesc want, str what, Device dev) except -1:
+        if not isinstance(t, Tensor):
+            raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} must be a paddle_rt Tensor, not "
+                                         f"{type(t).__name__}")
+        if (<Tensor>t).storage.device is not dev:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} is on {(<Tensor>t).storage.device}, "
+                                         f"the descriptor's handle on {dev}")
+        if not want.same_layout(<Tensor>t):
+            raise errors.InvalidArgument(
+                f"{dev}: operator {self.name}: {what} has shape {(<Tensor>t).shape}, strides {(<Tensor>t).strides}, "
+                f"dtype {(<Tensor>t).dtype}; the descriptor was made for shape {want.shape}, strides {want.strides}, "
+                f"dtype {want.dtype}")
+        return 0
+
+    cdef uint64_t launch(self, Tensor out, tuple ins, object workspace, Stream s, const double* attrs) except 0:
+        cdef Device dev = self.handle.device
+        cdef int i, n = self.call.n_inputs
+        cdef OpLaunch* L
+        cdef Tensor t
+        cdef uintptr_t wptr = 0
+        cdef AsyncAllocation ws_alloc = None
+        cdef uint64_t pos
+        if self.destroyed:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name}: the descriptor was destroyed")
+        self.handle.check_open()
+        if len(ins) != n:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name} takes {n} inputs after out, not {len(ins)}")
+        self._check_operand(out, self.out_desc, "out", dev)
+        for i in range(n):
+            self._check_operand(ins[i], self.in_descs[i], f"input {i}", dev)
+            t = ins[i]
+            if _overlap(out, t) and not (t.data == out.data and out.same_layout(t)):
+                raise errors.InvalidArgument(f"{dev}: operator {self.name}: out overlaps input {i} without being "
+                                             f"the same elements (in place needs the same address and layout)")
+        if self.workspace_size:
+            if workspace is None:
+                ws_alloc = pool_malloc(default_pool_of(dev), self.workspace_size, s)
+                wptr = ws_alloc.ptr
+            else:
+                wptr = self._user_workspace(workspace, dev, s)
+        L = <OpLaunch*>c_malloc(sizeof(OpLaunch))
+        if L == NULL:
+            raise MemoryError()
+        memcpy(&L.call, &self.call, sizeof(paddle_rt_op_call))
+        if attrs != NULL:
+            memcpy(L.call.attrs, attrs, sizeof(L.call.attrs))
+        L.call.out.data = <void*>out.data
+        for i in range(n):
+            L.call.inputs[i].data = <void*>(<Tensor>ins[i]).data
+        L.call.workspace = <void*>wptr
+        L.call.workspace_size = self.workspace_size
+        L.call.device = dev.cdev()
+        L.call.stream = s.ctx.pstream if s.ctx != NULL else NULL
+        L.kernel = self.kernel
+        L.hook = self.hook
+        L.plugin_kernel = self.plugin_kernel
+        L.name = self._cname
+        try:
+            pos = s.enqueue(_run_op, L, 0,
+                            (0 if (self.plugin_kernel or self.hook) else PRT_OP_NEEDS_IDLE)
+                            | prt_op_kind(PRT_OPK_OPERATOR), out.numel() * prt_dtype_size(out.dtype_code))
+        except BaseException:
+            c_free(L)
+            raise
+        if ws_alloc is not None:
+            pool_free(ws_alloc, s)
+        out.storage.note_writer(s, pos)
+        out.storage.used_on(s)
+        for i in range(n):
+            (<Tensor>ins[i]).storage.used_on(s)
+        if trace_mask & PRT_TRACE_STREAMS:
+            trace_label_op(<uintptr_t>s.ctx.core, pos, {
+                "name": self.name, "dtype": dtype_name(self.call.dtype),
+                "shapes": [out.shape] + [(<Tensor>x).shape for x in ins]})
+        return pos
+
+    cdef uintptr_t _user_workspace(self, object workspace, Device dev, Stream s) except? 0:
+        if isinstance(workspace, Tensor):
+            size = (<Tensor>workspace).nbytes
+            (<Tensor>workspace).storage.used_on(s)
+            ptr = (<Tensor>workspace).data
+            wdev = (<Tensor>workspace).storage.device
+        elif isinstance(workspace, Allocation):
+            size = (<Allocation>workspace).size
+            ptr = (<Allocation>workspace).ptr
+            wdev = (<Allocation>workspace).device
+            if not (<Allocation>workspace)._own_stream(s):
+                workspace.record_stream(s)
+        else:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name}: workspace must be an Allocation or a Tensor, "
+                                         f"not {type(workspace).__name__}")
+        if wdev is not dev:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name}: the workspace is on {wdev}")
+        if size < self.workspace_size:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name}: the workspace has {size} bytes, the "
+                                         f"descriptor needs workspace_size = {self.workspace_size}")
+        return ptr
+
+    def __call__(self, out, *inputs, workspace=None, stream=None):
+        cdef Stream s = op_stream(self.handle.device, stream)
+        self.launch(out, inputs, workspace, s, NULL)
+        return out
+
+    def destroy(self):
+        """End the descriptor (InfiniOP's Destroy): later calls raise InvalidArgument."""
+        self.destroyed = True
+
+    @property
+    def out_shape(self):
+        return self.out_desc.shape
+
+    def __repr__(self):
+        return (f"<{type(self).__name__} {self.name} {dtype_name(self.call.dtype)} out {self.out_desc.shape} on "
+                f"{self.handle.device} ({self.kernel_source} kernel, workspace {self.workspace_size} B)>")

@@ -1,0 +1,348 @@
+# cython: wraparound=True, boundscheck=True
+# One descriptor class per operator: every shape, stride, dtype and attribute rule of the operator, checked once at
+# creation (InfiniOP's infiniopCreate<Op>Descriptor). A violation raises InvalidArgument naming the device, the
+# operator, the operand and both shapes; a dtype no kernel serves raises NotSupportedError (op.pyx).
+import math
+
+from libc.stdint cimport int32_t, int64_t
+from libc.limits cimport INT_MAX
+
+from paddle_rt._core.device_ext cimport (
+    INT32, INT64, UINT32, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16,
+)
+from paddle_rt._core.op cimport Handle, OpDescriptor, op_stream
+from paddle_rt._core.stream cimport Stream
+from paddle_rt._core.tensor cimport TensorDesc, Tensor, new_desc, dtype_name
+from paddle_rt._core.includes.op_support cimport (
+    PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
+    PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
+    PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
+    PADDLE_RT_OP_AXPBY,
+)
+
+from paddle_rt._core import errors
+
+ROPE_ALGOS = {"gpt_j": 0, "gpt_neox": 1}
+GELU_FORMS = {"none": 0, "tanh": 1}
+
+
+cdef class _Rules:
+    """The operand checks of one descriptor under construction (names the device and the operator)."""
+    cdef Handle h
+    cdef str op
+
+    def __cinit__(self, Handle h, str op):
+        if not isinstance(h, Handle):
+            raise errors.InvalidArgument(f"operator {op}: the first argument must be a paddle_rt.op.Handle, not "
+                                         f"{type(h).__name__}")
+        h.check_open()
+        self.h = h
+        self.op = op
+
+    cdef fail(self, str msg):
+        raise errors.InvalidArgument(f"{self.h.device}: operator {self.op}: {msg}")
+
+    cdef TensorDesc desc(self, object x, str what):
+        """The layout of operand `what` (a TensorDesc, or a Tensor's layout: descriptors never hold memory)."""
+        if not isinstance(x, TensorDesc):
+            self.fail(f"{what} must be a TensorDesc or a Tensor, not {type(x).__name__}")
+        cdef TensorDesc t = x
+        if isinstance(x, Tensor) and (<Tensor>x).storage.device is not self.h.device:
+            self.fail(f"{what} is on {(<Tensor>x).storage.device}, the handle on {self.h.device}")
+        return new_desc(t.ndim_, t.shape_, t.strides_, t.dtype_code)
+
+    cdef int writable(self, TensorDesc out) except -1:
+        for i in range(out.ndim_):
+            if out.strides_[i] == 0 and out.shape_[i] > 1:
+                self.fail(f"out has stride 0 in dimension {i} (shape {out.shape}, strides {out.strides}): an output "
+                          f"cannot be broadcast")
+        return 0
+
+    cdef int same_dtype(self, TensorDesc x, TensorDesc out, str what) except -1:
+        if x.dtype_code != out.dtype_code:
+            self.fail(f"{what} has dtype {x.dtype}, out {out.dtype}: they must match")
+        return 0
+
+    cdef int same_shape(self, TensorDesc x, TensorDesc out, str what) except -1:
+        if x.shape != out.shape:
+            self.fail(f"{what} has shape {x.shape}, out {out.shape}: they must match")
+        return 0
+
+    cdef TensorDesc broadcast(self, TensorDesc x, TensorDesc out, str what):
+        """x's layout with out's dimensions (numpy broadcasting: stride 0 where x has extent 1 or no dimension)."""
+        cdef int64_t shape[8]
+        cdef int64_t strides[8]
+        cdef int n = out.ndim_, off = out.ndim_ - x.ndim_, i
+        if off < 0:
+            self.fail(f"{what} has shape {x.shape}, more dimensions than out {out.shape}")
+        for i in range(n):
+            shape[i] = out.shape_[i]
+            if i < off:
+                strides[i] = 0
+            elif x.shape_[i - off] == out.shape_[i]:
+                strides[i] = x.strides_[i - off] if out.shape_[i] != 1 else 0
+            elif x.shape_[i - off] == 1:
+                strides[i] = 0
+            else:
+                self.fail(f"{what} has shape {x.shape}, which does not broadcast to out {out.shape}")
+        return new_desc(n, shape, strides, x.dtype_code)
+
+    cdef int float_weight(self, TensorDesc w, TensorDesc x, str what) except -1:
+        """Weights and tables: x's dtype, or float32 (for float16/bfloat16/float64 x)."""
+        if w.dtype_code != x.dtype_code and w.dtype_code != FLOAT32:
+            self.fail(f"{what} has dtype {w.dtype}; it must be x's ({x.dtype}) or float32")
+        return 0
+
+
+cdef int _elementwise(OpDescriptor self, Handle handle, int op, tuple operands, str name) except -1:
+    cdef _Rules r = _Rules(handle, name)
+    cdef TensorDesc out = r.desc(operands[0], "out")
+    r.writable(out)
+    ins = []
+    layouts = []
+    for i in range(1, len(operands)):
+        what = "a" if (len(operands) == 3 and i == 1) else ("b" if len(operands) == 3 else "x")
+        x = r.desc(operands[i], what)
+        r.same_dtype(x, out, what)
+        ins.append(x)
+        layouts.append(r.broadcast(x, out, what))
+    self.setup(handle, op, out.dtype_code, out, tuple(ins), tuple(layouts))
+    return 0
+
+
+cdef class AddDescriptor(OpDescriptor):
+    """``AddDescriptor(handle, out, a, b)``: out = a + b (numpy broadcasting; integers wrap around)."""
+    def __init__(self, Handle handle, out, a, b):
+        _elementwise(self, handle, PADDLE_RT_OP_ADD, (out, a, b), "add")
+
+
+cdef class SubDescriptor(OpDescriptor):
+    """``SubDescriptor(handle, out, a, b)``: out = a - b."""
+    def __init__(self, Handle handle, out, a, b):
+        _elementwise(self, handle, PADDLE_RT_OP_SUB, (out, a, b), "sub")
+
+
+cdef class MulDescriptor(OpDescriptor):
+    """``MulDescriptor(handle, out, a, b)``: out = a * b."""
+    def __init__(self, Handle handle, out, a, b):
+        _elementwise(self, handle, PADDLE_RT_OP_MUL, (out, a, b), "mul")
+
+
+cdef class SwiGLUDescriptor(OpDescriptor):
+    """``SwiGLUDescriptor(handle, out, a, b)``: out = a * b * sigmoid(b)."""
+    def __init__(self, Handle handle, out, a, b):
+        _elementwise(self, handle, PADDLE_RT_OP_SWIGLU, (out, a, b), "swiglu")
+
+
+cdef class ReluDescriptor(OpDescriptor):
+    """``ReluDescriptor(handle, out, x)``: out = max(x, 0)."""
+    def __init__(self, Handle handle, out, x):
+        _elementwise(self, handle, PADDLE_RT_OP_RELU, (out, x), "relu")
+
+
+cdef class SiluDescriptor(OpDescriptor):
+    """``SiluDescriptor(handle, out, x)``: out = x * sigmoid(x)."""
+    def __init__(self, Handle handle, out, x):
+        _elementwise(self, handle, PADDLE_RT_OP_SILU, (out, x), "silu")
+
+
+cdef class GeluDescriptor(OpDescriptor):
+    """``GeluDescriptor(handle, out, x, approximate="none")``: the erf form, or ``"tanh"`` for the approximation."""
+    def __init__(self, Handle handle, out, x, approximate="none"):
+        if approximate not in GELU_FORMS:
+            raise errors.InvalidArgument(f"{handle.device}: operator gelu: approximate must be 'none' or 'tanh', "
+                                         f"not {approximate!r}")
+        self.call.attrs[0] = GELU_FORMS[approximate]
+        _elementwise(self, handle, PADDLE_RT_OP_GELU, (out, x), "gelu")
+
+
+cdef class RearrangeDescriptor(OpDescriptor):
+    """``RearrangeDescriptor(handle, out, x)``: copies x into out's layout (x broadcasts to out's shape)."""
+    def __init__(self, Handle handle, out, x):
+        _elementwise(self, handle, PADDLE_RT_OP_REARRANGE, (out, x), "rearrange")
+
+
+cdef class AxpbyDescriptor(OpDescriptor):
+    """``AxpbyDescriptor(handle, y, x, alpha=1.0, beta=1.0)``: y = alpha * x + beta * y in place, through the
+    plugin's ``blas_axpby`` when it has one (contiguous x and y of one shape)."""
+    def __init__(self, Handle handle, y, x, alpha=1.0, beta=1.0):
+        cdef _Rules r = _Rules(handle, "axpby")
+        cdef TensorDesc yd = r.desc(y, "y"), xd = r.desc(x, "x")
+        r.same_dtype(xd, yd, "x")
+        r.same_shape(xd, yd, "x")
+        if not (xd.is_contiguous() and yd.is_contiguous()):
+            r.fail(f"x (strides {xd.strides}) and y (strides {yd.strides}) must be contiguous")
+        self.call.attrs[0] = float(alpha)
+        self.call.attrs[1] = float(beta)
+        self.setup(handle, PADDLE_RT_OP_AXPBY, yd.dtype_code, yd, (xd,), (xd,))
+
+
+cdef class GemmDescriptor(OpDescriptor):
+    """``GemmDescriptor(handle, out, a, b, alpha=1.0, beta=0.0)``: out = alpha * a @ b + beta * out. a (m, k) or
+    (batch, m, k), b (k, n) or (batch, k, n), out (m, n) or (batch, m, n); a batch of 1 (or none) broadcasts; any
+    strides (transposed views go to BLAS as they are, other layouts through the workspace)."""
+    def __init__(self, Handle handle, out, a, b, alpha=1.0, beta=0.0):
+        cdef _Rules r = _Rules(handle, "gemm")
+        cdef TensorDesc od = r.desc(out, "out"), ad = r.desc(a, "a"), bd = r.desc(b, "b")
+        r.writable(od)
+        r.same_dtype(ad, od, "a")
+        r.same_dtype(bd, od, "b")
+        for d, what in ((od, "out"), (ad, "a"), (bd, "b")):
+            if d.ndim_ not in (2, 3):
+                r.fail(f"{what} has shape {d.shape}: gemm takes 2 or 3 dimensions")
+        m, n = od.shape[-2], od.shape[-1]
+        batch = od.shape[0] if od.ndim_ == 3 else 1
+        if ad.shape[-2] != m or bd.shape[-1] != n or ad.shape[-1] != bd.shape[-2]:
+            r.fail(f"a {ad.shape} @ b {bd.shape} does not give out {od.shape}")
+        for d, what in ((ad, "a"), (bd, "b")):
+            if d.ndim_ == 3 and d.shape_[0] not in (1, batch):
+                r.fail(f"{what} has batch {d.shape_[0]} (shape {d.shape}), out {batch} (shape {od.shape})")
+        if max(m, n, ad.shape[-1]) > INT_MAX:
+            r.fail(f"a dimension of a {ad.shape} @ b {bd.shape} exceeds BLAS's 32-bit int")
+        self.call.attrs[0] = float(alpha)
+        self.call.attrs[1] = float(beta)
+        self.setup(handle, PADDLE_RT_OP_GEMM, od.dtype_code, od, (ad, bd), (_as3(ad, batch), _as3(bd, batch)),
+                   _as3(od, batch))
+
+
+cdef TensorDesc _as3(TensorDesc d, int64_t batch):
+    """(m, n) or (b, m, n) as (batch, m, n), a batch of 1 broadcast with stride 0."""
+    cdef int64_t shape[3]
+    cdef int64_t strides[3]
+    if d.ndim_ == 3:
+        shape[0] = batch
+        strides[0] = d.strides_[0] if d.shape_[0] == batch and batch != 1 else 0
+        shape[1], shape[2] = d.shape_[1], d.shape_[2]
+        strides[1], strides[2] = d.strides_[1], d.strides_[2]
+    else:
+        shape[0] = batch
+        strides[0] = 0
+        shape[1], shape[2] = d.shape_[0], d.shape_[1]
+        strides[1], strides[2] = d.strides_[0], d.strides_[1]
+    return new_desc(3, shape, strides, d.dtype_code)
+
+
+cdef int _norm(OpDescriptor self, Handle handle, int op, str name, tuple operands, double eps) except -1:
+    cdef _Rules r = _Rules(handle, name)
+    cdef TensorDesc od = r.desc(operands[0], "out"), xd = r.desc(operands[1], "x")
+    r.writable(od)
+    r.same_dtype(xd, od, "x")
+    r.same_shape(xd, od, "x")
+    if od.ndim_ < 1:
+        r.fail("x must have at least one dimension (normalised over the last)")
+    d = od.shape[-1]
+    ins = [xd]
+    for what, w in zip(("weight", "bias"), operands[2:]):
+        wd = r.desc(w, what)
+        if wd.shape != (d,):
+            r.fail(f"{what} has shape {wd.shape}; it must be ({d},), x's last dimension (x {xd.shape})")
+        r.float_weight(wd, xd, what)
+        ins.append(wd)
+    if not (eps >= 0 and math.isfinite(eps)):
+        r.fail(f"eps must be finite and >= 0, not {eps}")
+    self.call.attrs[0] = eps
+    self.setup(handle, op, od.dtype_code, od, tuple(ins), tuple(ins))
+    return 0
+
+
+cdef class RMSNormDescriptor(OpDescriptor):
+    """``RMSNormDescriptor(handle, out, x, weight, eps=1e-6)``: out = x / sqrt(mean(x**2) + eps) * weight over the
+    last axis; weight (d,) in x's dtype or float32."""
+    def __init__(self, Handle handle, out, x, weight, eps=1e-6):
+        _norm(self, handle, PADDLE_RT_OP_RMS_NORM, "rms_norm", (out, x, weight), eps)
+
+
+cdef class LayerNormDescriptor(OpDescriptor):
+    """``LayerNormDescriptor(handle, out, x, weight, bias, eps=1e-5)``: out = (x - mean) / sqrt(var + eps) * weight
+    + bias over the last axis (biased variance)."""
+    def __init__(self, Handle handle, out, x, weight, bias, eps=1e-5):
+        _norm(self, handle, PADDLE_RT_OP_LAYER_NORM, "layer_norm", (out, x, weight, bias), eps)
+
+
+cdef class CausalSoftmaxDescriptor(OpDescriptor):
+    """``CausalSoftmaxDescriptor(handle, out, x)``: softmax over the last axis of (..., n, total) where position j
+    of row i is kept iff j <= i + total - n (InfiniCore's definition); the rest is 0."""
+    def __init__(self, Handle handle, out, x):
+        cdef _Rules r = _Rules(handle, "causal_softmax")
+        cdef TensorDesc od = r.desc(out, "out"), xd = r.desc(x, "x")
+        r.writable(od)
+        r.same_dtype(xd, od, "x")
+        r.same_shape(xd, od, "x")
+        if od.ndim_ < 2:
+            r.fail(f"x has shape {xd.shape}: causal_softmax needs (..., n, total)")
+        if od.shape[-1] < od.shape[-2]:
+            r.fail(f"x has shape {xd.shape}: total ({od.shape[-1]}) must be >= n ({od.shape[-2]})")
+        self.setup(handle, PADDLE_RT_OP_CAUSAL_SOFTMAX, od.dtype_code, od, (xd,), (xd,))
+
+
+cdef class RoPEDescriptor(OpDescriptor):
+    """``RoPEDescriptor(handle, out, x, pos_ids, sin_table, cos_table, algo="gpt_neox")``: rotary embedding of x
+    (seq, heads, dim) at positions pos_ids (seq,) (int32/int64/uint32/uint64) with tables (max_pos, dim / 2);
+    ``algo`` "gpt_j" rotates pairs (2i, 2i+1), "gpt_neox" pairs (i, i + dim/2). A position id >= max_pos makes the
+    call fail on the stream (InvalidArgument at the next synchronize)."""
+    def __init__(self, Handle handle, out, x, pos_ids, sin_table, cos_table, algo="gpt_neox"):
+        cdef _Rules r = _Rules(handle, "rope")
+        cdef TensorDesc od = r.desc(out, "out"), xd = r.desc(x, "x"), pd = r.desc(pos_ids, "pos_ids")
+        cdef TensorDesc sd = r.desc(sin_table, "sin_table"), cd = r.desc(cos_table, "cos_table")
+        r.writable(od)
+        r.same_dtype(xd, od, "x")
+        r.same_shape(xd, od, "x")
+        if algo not in ROPE_ALGOS:
+            r.fail(f"algo must be 'gpt_j' or 'gpt_neox', not {algo!r}")
+        if od.ndim_ != 3 or od.shape[2] % 2:
+            r.fail(f"x has shape {xd.shape}: rope needs (seq, heads, dim) with an even dim")
+        seq, dim = od.shape[0], od.shape[2]
+        if pd.shape != (seq,) or pd.dtype_code not in (INT32, INT64, UINT32, UINT64):
+            r.fail(f"pos_ids has shape {pd.shape}, dtype {pd.dtype}; it must be ({seq},) of int32/int64/uint32/"
+                   f"uint64 (x {xd.shape})")
+        for d, what in ((sd, "sin_table"), (cd, "cos_table")):
+            if d.ndim_ != 2 or d.shape[1] != dim // 2 or d.shape[0] < 1:
+                r.fail(f"{what} has shape {d.shape}; it must be (max_pos, {dim // 2}) for x {xd.shape}")
+            r.float_weight(d, xd, what)
+        if sd.shape != cd.shape:
+            r.fail(f"sin_table {sd.shape} and cos_table {cd.shape} differ")
+        self.call.attrs[0] = ROPE_ALGOS[algo]
+        self.setup(handle, PADDLE_RT_OP_ROPE, od.dtype_code, od, (xd, pd, sd, cd), (xd, pd, sd, cd))
+
+
+cdef int _sample_attrs(str dev, double* a, random_val, topp, topk, temperature) except -1:
+    if not (0.0 <= random_val < 1.0):
+        raise errors.InvalidArgument(f"{dev}: operator random_sample: random_val must be in [0, 1), not {random_val}")
+    if not (0.0 < topp <= 1.0):
+        raise errors.InvalidArgument(f"{dev}: operator random_sample: topp must be in (0, 1], not {topp}")
+    if int(topk) != topk or topk < 0:
+        raise errors.InvalidArgument(f"{dev}: operator random_sample: topk must be an int >= 0 (0: all), not {topk}")
+    if not (temperature >= 0 and math.isfinite(temperature)):
+        raise errors.InvalidArgument(f"{dev}: operator random_sample: temperature must be finite and >= 0, not "
+                                     f"{temperature}")
+    a[0] = random_val
+    a[1] = topp
+    a[2] = topk
+    a[3] = temperature
+    return 0
+
+
+cdef class RandomSampleDescriptor(OpDescriptor):
+    """``RandomSampleDescriptor(handle, out, logits)``: out (shape (), int32 or int64) receives an index sampled from
+    logits (vocab,). The sampling parameters come with each call, as in InfiniOP:
+    ``desc(out, logits, random_val=..., topp=1.0, topk=0, temperature=1.0)``. Rule: p_j = exp((l_j - max) / T);
+    indices by p descending (ties: lower index first); the first topk kept (0: all); of those the shortest prefix
+    holding topp of their mass; the first index whose running mass exceeds random_val times the prefix's mass.
+    temperature 0 or topk 1: the first index of the largest logit."""
+    def __init__(self, Handle handle, out, logits):
+        cdef _Rules r = _Rules(handle, "random_sample")
+        cdef TensorDesc od = r.desc(out, "out"), ld = r.desc(logits, "logits")
+        if od.ndim_ != 0 or od.dtype_code not in (INT32, INT64):
+            r.fail(f"out has shape {od.shape}, dtype {od.dtype}; it must be () of int32 or int64")
+        if ld.ndim_ != 1 or ld.shape[0] < 1 or ld.dtype_code not in (FLOAT32, FLOAT64, FLOAT16, BFLOAT16):
+            r.fail(f"logits has shape {ld.shape}, dtype {ld.dtype}; it must be (vocab,) of a float dtype")
+        self.setup(handle, PADDLE_RT_OP_RANDOM_SAMPLE, ld.dtype_code, od, (ld,), (ld,))
+
+    def __call__(self, out, logits, *, random_val, topp=1.0, topk=0, temperature=1.0, workspace=None, stream=None):
+        cdef double attrs[8]
+        cdef Stream s = op_stream(self.handle.device, stream)
+        for i in range(8):
+            attrs[i] = 0
+        _sample_attrs(str(self.handle.device), attrs, random_val, topp, topk, temperature)
+        self.launch(out, (logits,), workspace, s, attrs)
+        return out

@@ -1,0 +1,287 @@
+# cython: wraparound=True, boundscheck=True
+# Python ops on tensors (paddle_rt.ops): one function per operator, each returning its output tensor. A function
+# finds (or creates and caches) the descriptor for its operands' layouts and attributes, allocates the output on the
+# op's stream when `out` is None, and enqueues the call there (OpDescriptor.launch).
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.string cimport memcpy
+
+from paddle_rt._core.device cimport Device
+from paddle_rt._core.stream cimport Stream
+from paddle_rt._core.op cimport Handle, OpDescriptor, op_stream
+from paddle_rt._core.tensor cimport Tensor, new_tensor, dtype_code_of, MAX_NDIM
+from paddle_rt._core.device_ext cimport INT64
+from paddle_rt._core.includes.op_support cimport (
+    PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
+    PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
+    PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
+    PADDLE_RT_OP_AXPBY,
+)
+
+import numpy as np
+
+from paddle_rt._core import errors
+from paddle_rt._core.op import Handle as _HandleType
+from paddle_rt._core.op_descriptors import (
+    AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
+    RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
+    CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor,
+)
+
+# Descriptors by (device, op, attributes, operand layouts); cleared when it reaches CACHE_LIMIT entries (dynamic
+# shapes), like a compiled-kernel cache.
+CACHE_LIMIT = 4096
+cdef dict _cache = {}
+cdef dict _handles = {}
+
+
+def cache_info():
+    """{"entries": descriptors cached, "limit": CACHE_LIMIT}."""
+    return {"entries": len(_cache), "limit": CACHE_LIMIT}
+
+
+def clear_cache():
+    """Drop the cached descriptors (and the per-device handles of the ops)."""
+    _cache.clear()
+    _handles.clear()
+
+
+cdef Handle _handle(Device dev):
+    h = _handles.get(dev)
+    if h is None:
+        h = _handles[dev] = _HandleType(dev)
+    return <Handle>h
+
+
+cdef bytes _key(Device dev, int op, tuple operands, const double* attrs, int nattrs):
+    cdef int64_t buf[4 + 8 + 5 * (2 + 2 * MAX_NDIM)]
+    cdef int n = 0, i
+    cdef Tensor t
+    buf[n] = <int64_t><uintptr_t><void*>dev
+    buf[n + 1] = op
+    n += 2
+    for i in range(nattrs):
+        memcpy(&buf[n], &attrs[i], 8)
+        n += 1
+    for x in operands:
+        t = <Tensor>x
+        buf[n] = t.dtype_code
+        buf[n + 1] = t.ndim_
+        n += 2
+        for i in range(t.ndim_):
+            buf[n] = t.shape_[i]
+            buf[n + 1] = t.strides_[i]
+            n += 2
+    return PyBytes_FromStringAndSize(<char*>buf, n * 8)
+
+
+cdef OpDescriptor _descriptor(bytes key, factory, tuple args):
+    d = _cache.get(key)
+    if d is None:
+        if len(_cache) >= CACHE_LIMIT:
+            _cache.clear()
+        d = factory(*args)
+        _cache[key] = d
+    return <OpDescriptor>d
+
+
+cdef Tensor _tensor(object x, str op, str what):
+    if not isinstance(x, Tensor):
+        raise errors.InvalidArgument(f"ops.{op}: {what} must be a paddle_rt Tensor, not {type(x).__name__} (make "
+                                     f"one with paddle_rt.tensor())")
+    return <Tensor>x
+
+
+cdef Device _device(str op, tuple tensors):
+    cdef Device dev = (<Tensor>tensors[0]).storage.device
+    for t in tensors[1:]:
+        if (<Tensor>t).storage.device is not dev:
+            raise errors.InvalidArgument(f"ops.{op}: operands on {dev} and {(<Tensor>t).storage.device}; move them "
+                                         f"to one device with Tensor.to()")
+    return dev
+
+
+cdef Tensor _out(object out, Device dev, Stream s, tuple shape, int32_t dtype, str op):
+    cdef int64_t sh[8]
+    if out is not None:
+        return _tensor(out, op, "out")
+    for i in range(len(shape)):
+        sh[i] = shape[i]
+    return new_tensor(dev, s, len(shape), sh, dtype)
+
+
+cdef tuple _broadcast_shape(str op, tuple a, tuple b):
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise errors.InvalidArgument(f"ops.{op}: shapes {a} and {b} do not broadcast") from None
+
+
+cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
+    cdef Tensor ta = _tensor(a, name, "a"), tb = _tensor(b, name, "b")
+    cdef Device dev = _device(name, (ta, tb))
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor to = _out(out, dev, s, _broadcast_shape(name, ta.shape, tb.shape) if out is None else (), ta.dtype_code,
+                          name)
+    cdef OpDescriptor d = _descriptor(_key(dev, op, (to, ta, tb), NULL, 0), factory, (_handle(dev), to, ta, tb))
+    d.launch(to, (ta, tb), None, s, NULL)
+    return to
+
+
+cdef Tensor _unary(int op, str name, factory, x, out, stream, tuple extra=()):
+    cdef Tensor tx = _tensor(x, name, "x")
+    cdef Device dev = tx.storage.device
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor to = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, name)
+    cdef double attrs[1]
+    attrs[0] = 1.0 if (extra and extra[0] == "tanh") else 0.0
+    cdef OpDescriptor d = _descriptor(_key(dev, op, (to, tx), attrs, 1), factory, (_handle(dev), to, tx) + extra)
+    d.launch(to, (tx,), None, s, NULL)
+    return to
+
+
+def add(a, b, out=None, stream=None):
+    """out = a + b (numpy broadcasting), enqueued on ``stream`` (default: the current stream of a's device)."""
+    return _binary(PADDLE_RT_OP_ADD, "add", AddDescriptor, a, b, out, stream)
+
+
+def sub(a, b, out=None, stream=None):
+    """out = a - b."""
+    return _binary(PADDLE_RT_OP_SUB, "sub", SubDescriptor, a, b, out, stream)
+
+
+def mul(a, b, out=None, stream=None):
+    """out = a * b."""
+    return _binary(PADDLE_RT_OP_MUL, "mul", MulDescriptor, a, b, out, stream)
+
+
+def swiglu(a, b, out=None, stream=None):
+    """out = a * b * sigmoid(b)."""
+    return _binary(PADDLE_RT_OP_SWIGLU, "swiglu", SwiGLUDescriptor, a, b, out, stream)
+
+
+def relu(x, out=None, stream=None):
+    """out = max(x, 0)."""
+    return _unary(PADDLE_RT_OP_RELU, "relu", ReluDescriptor, x, out, stream)
+
+
+def silu(x, out=None, stream=None):
+    """out = x * sigmoid(x)."""
+    return _unary(PADDLE_RT_OP_SILU, "silu", SiluDescriptor, x, out, stream)
+
+
+def gelu(x, approximate="none", out=None, stream=None):
+    """GELU: the erf form, or ``approximate="tanh"``."""
+    if approximate not in ("none", "tanh"):
+        raise errors.InvalidArgument(f"ops.gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
+    return _unary(PADDLE_RT_OP_GELU, "gelu", GeluDescriptor, x, out, stream, (approximate,))
+
+
+def rearrange(x, out=None, stream=None):
+    """Copy x into ``out``'s layout (default: a new C-contiguous tensor)."""
+    return _unary(PADDLE_RT_OP_REARRANGE, "rearrange", RearrangeDescriptor, x, out, stream)
+
+
+def gemm(a, b, out=None, alpha=1.0, beta=0.0, stream=None):
+    """out = alpha * a @ b + beta * out; a (m, k) or (batch, m, k), b (k, n) or (batch, k, n)."""
+    cdef Tensor ta = _tensor(a, "gemm", "a"), tb = _tensor(b, "gemm", "b")
+    cdef Device dev = _device("gemm", (ta, tb))
+    cdef Stream s = op_stream(dev, stream)
+    cdef double attrs[2]
+    attrs[0] = alpha
+    attrs[1] = beta
+    if out is None:
+        if ta.ndim_ not in (2, 3) or tb.ndim_ not in (2, 3):
+            raise errors.InvalidArgument(f"{dev}: operator gemm: a {ta.shape} and b {tb.shape} must have 2 or 3 "
+                                         f"dimensions")
+        batch = max(ta.shape[0] if ta.ndim_ == 3 else 1, tb.shape[0] if tb.ndim_ == 3 else 1)
+        shape = (ta.shape[-2], tb.shape[-1])
+        if ta.ndim_ == 3 or tb.ndim_ == 3:
+            shape = (batch,) + shape
+        if beta != 0:
+            raise errors.InvalidArgument(f"{dev}: operator gemm: beta = {beta} reads out, so out must be given")
+    cdef Tensor to = _out(out, dev, s, shape if out is None else (), ta.dtype_code, "gemm")
+    cdef OpDescriptor d = _descriptor(_key(dev, PADDLE_RT_OP_GEMM, (to, ta, tb), attrs, 2), GemmDescriptor,
+                                      (_handle(dev), to, ta, tb, alpha, beta))
+    d.launch(to, (ta, tb), None, s, NULL)
+    return to
+
+
+cdef Tensor _norm(int op, str name, factory, tuple ins, double eps, out, stream):
+    cdef Tensor tx = _tensor(ins[0], name, "x")
+    ts = (tx,) + tuple(_tensor(w, name, what) for w, what in zip(ins[1:], ("weight", "bias")))
+    cdef Device dev = _device(name, ts)
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor to = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, name)
+    cdef double attrs[1]
+    attrs[0] = eps
+    cdef OpDescriptor d = _descriptor(_key(dev, op, (to,) + ts, attrs, 1), factory, (_handle(dev), to) + ts + (eps,))
+    d.launch(to, ts, None, s, NULL)
+    return to
+
+
+def rms_norm(x, weight, eps=1e-6, out=None, stream=None):
+    """out = x / sqrt(mean(x**2, -1) + eps) * weight."""
+    return _norm(PADDLE_RT_OP_RMS_NORM, "rms_norm", RMSNormDescriptor, (x, weight), eps, out, stream)
+
+
+def layer_norm(x, weight, bias, eps=1e-5, out=None, stream=None):
+    """out = (x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+    return _norm(PADDLE_RT_OP_LAYER_NORM, "layer_norm", LayerNormDescriptor, (x, weight, bias), eps, out, stream)
+
+
+def causal_softmax(x, out=None, stream=None):
+    """Softmax over the last axis of (..., n, total) with position j of row i kept iff j <= i + total - n."""
+    return _unary(PADDLE_RT_OP_CAUSAL_SOFTMAX, "causal_softmax", CausalSoftmaxDescriptor, x, out, stream)
+
+
+def rope(x, pos_ids, sin_table, cos_table, algo="gpt_neox", out=None, stream=None):
+    """Rotary embedding of x (seq, heads, dim) at pos_ids (seq,) with tables (max_pos, dim/2); ``algo`` "gpt_neox"
+    (pairs i, i + dim/2) or "gpt_j" (pairs 2i, 2i+1)."""
+    if algo not in ("gpt_j", "gpt_neox"):
+        raise errors.InvalidArgument(f"ops.rope: algo must be 'gpt_j' or 'gpt_neox', not {algo!r}")
+    ts = tuple(_tensor(t, "rope", w) for t, w in zip((x, pos_ids, sin_table, cos_table),
+                                                     ("x", "pos_ids", "sin_table", "cos_table")))
+    cdef Tensor tx = ts[0]
+    cdef Device dev = _device("rope", ts)
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor to = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, "rope")
+    cdef double attrs[1]
+    attrs[0] = 1 if algo == "gpt_neox" else 0
+    cdef OpDescriptor d = _descriptor(_key(dev, PADDLE_RT_OP_ROPE, (to,) + ts, attrs, 1), RoPEDescriptor,
+                                      (_handle(dev), to) + ts + (algo,))
+    d.launch(to, ts, None, s, NULL)
+    return to
+
+
+def random_sample(logits, *, random_val=None, seed=None, topp=1.0, topk=0, temperature=1.0, out=None,
+                  dtype="int64", stream=None):
+    """An index sampled from ``logits`` (vocab,) as a 0-d int tensor (see RandomSampleDescriptor for the rule).
+    Reproducible: give ``random_val`` in [0, 1), or ``seed`` (random_val = numpy.random.default_rng(seed).random()).
+    With neither, a fresh random value is drawn."""
+    cdef Tensor tl = _tensor(logits, "random_sample", "logits")
+    cdef Device dev = tl.storage.device
+    cdef Stream s = op_stream(dev, stream)
+    if random_val is not None and seed is not None:
+        raise errors.InvalidArgument("ops.random_sample: give random_val or seed, not both")
+    if random_val is None:
+        random_val = float(np.random.default_rng(seed).random())
+    cdef Tensor to = _out(out, dev, s, (), dtype_code_of(dtype), "random_sample")
+    d = _descriptor(_key(dev, PADDLE_RT_OP_RANDOM_SAMPLE, (to, tl), NULL, 0), RandomSampleDescriptor,
+                    (_handle(dev), to, tl))
+    d(to, tl, random_val=random_val, topp=topp, topk=topk, temperature=temperature, stream=s)
+    return to
+
+
+def axpby(x, y, alpha=1.0, beta=1.0, stream=None):
+    """y = alpha * x + beta * y in place (the plugin's blas_axpby when it has one); returns y."""
+    cdef Tensor tx = _tensor(x, "axpby", "x"), ty = _tensor(y, "axpby", "y")
+    cdef Device dev = _device("axpby", (tx, ty))
+    cdef Stream s = op_stream(dev, stream)
+    cdef double attrs[2]
+    attrs[0] = alpha
+    attrs[1] = beta
+    cdef OpDescriptor d = _descriptor(_key(dev, PADDLE_RT_OP_AXPBY, (ty, tx), attrs, 2), AxpbyDescriptor,
+                                      (_handle(dev), ty, tx, alpha, beta))
+    d.launch(ty, (tx,), None, s, NULL)
+    return ty

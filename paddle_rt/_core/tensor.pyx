@@ -1,0 +1,623 @@
+# cython: wraparound=True, boundscheck=True
+# Tensors on devices: memory from the stream-ordered pool (malloc_async on a stream of the tensor's device) with a
+# shape, strides in elements (signed; 0 broadcasts) and a dtype. Views (slicing, transpose, permute, view/reshape
+# where the strides allow) share their base's storage. Operators (op.pyx) note on the storage which stream positions
+# write it; numpy(), __array_interface__ and __dlpack__ wait for those before the host reads.
+cimport cython
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.ref cimport Py_INCREF, Py_DECREF
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdlib cimport malloc as c_malloc, free as c_free
+from libc.string cimport memset, memcpy
+
+from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
+from paddle_rt._core.stream cimport Stream, current_stream
+from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
+from paddle_rt._core.device_ext cimport (
+    BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16,
+)
+from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU
+from paddle_rt._core.includes.op_support cimport paddle_rt_tensor, prt_dtype_size
+
+import numpy as np
+
+from paddle_rt._core import errors
+
+# C_DataType code -> (name, numpy typestr or None, DLPack (code, bits))
+_DTYPES = {
+    BOOL: ("bool", "|b1", (6, 8)),
+    UINT8: ("uint8", "|u1", (1, 8)), UINT16: ("uint16", "<u2", (1, 16)), UINT32: ("uint32", "<u4", (1, 32)),
+    UINT64: ("uint64", "<u8", (1, 64)),
+    INT8: ("int8", "|i1", (0, 8)), INT16: ("int16", "<i2", (0, 16)), INT32: ("int32", "<i4", (0, 32)),
+    INT64: ("int64", "<i8", (0, 64)),
+    FLOAT16: ("float16", "<f2", (2, 16)), FLOAT32: ("float32", "<f4", (2, 32)), FLOAT64: ("float64", "<f8", (2, 64)),
+    BFLOAT16: ("bfloat16", "<V2", (4, 16)),
+}
+_BY_NAME = {v[0]: k for k, v in _DTYPES.items()}
+DTYPE_NAMES = tuple(v[0] for v in _DTYPES.values())
+
+
+cdef int32_t dtype_code_of(object dtype) except -1:
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        if dtype in _DTYPES:
+            return dtype
+        raise errors.InvalidArgument(f"unknown dtype code {dtype} (C_DataType): expected one of "
+                                     f"{sorted(_DTYPES)}")
+    if isinstance(dtype, str):
+        name = dtype
+    else:
+        name = getattr(dtype, "name", None) if isinstance(dtype, np.dtype) else None
+        if name is None:
+            try:
+                name = np.dtype(dtype).name
+            except TypeError:
+                name = getattr(dtype, "__name__", repr(dtype))
+    code = _BY_NAME.get(name)
+    if code is None:
+        try:
+            code = _BY_NAME.get(np.dtype(name).name)
+        except TypeError:
+            code = None
+    if code is None:
+        raise errors.InvalidArgument(f"unsupported dtype {dtype!r}: paddle_rt tensors hold {', '.join(DTYPE_NAMES)}")
+    return code
+
+
+cdef str dtype_name(int32_t code):
+    return _DTYPES[code][0]
+
+
+cdef int dtype_size(int32_t code) noexcept nogil:
+    return prt_dtype_size(code)
+
+
+def numpy_dtype(code):
+    """The numpy dtype of a C_DataType code (bfloat16 needs ml_dtypes, imported here)."""
+    if code == BFLOAT16:
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise errors.NotSupportedError("bfloat16 tensors need ml_dtypes on the host side: pip install ml_dtypes") \
+                from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(_DTYPES[code][0])
+
+
+cdef int _check_shape(object shape, int64_t* out) except -1:
+    cdef int n
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(shape)
+    n = len(shape)
+    if n > MAX_NDIM:
+        raise errors.InvalidArgument(f"a tensor has at most {MAX_NDIM} dimensions, not {n} (shape {shape})")
+    for i in range(n):
+        d = shape[i]
+        if not isinstance(d, int) or d < 0:
+            raise errors.InvalidArgument(f"shape {shape}: dimension {i} must be an int >= 0, not {d!r}")
+        out[i] = d
+    return n
+
+
+cdef void _contiguous_strides(int ndim, const int64_t* shape, int64_t* strides) noexcept:
+    cdef int64_t s = 1
+    cdef int i
+    for i in range(ndim - 1, -1, -1):
+        strides[i] = s
+        s *= shape[i] if shape[i] > 0 else 1
+
+
+cdef class TensorDesc:
+    """A tensor's layout: ``TensorDesc(shape, dtype, strides=None)``; strides in elements (0 broadcasts), default
+    C-contiguous. The operator layer's tensor descriptor (InfiniOP's ``infiniopTensorDescriptor_t``)."""
+
+    def __init__(self, shape, dtype="float32", strides=None):
+        self.ndim_ = _check_shape(shape, self.shape_)
+        self.dtype_code = dtype_code_of(dtype)
+        if strides is None:
+            _contiguous_strides(self.ndim_, self.shape_, self.strides_)
+        else:
+            strides = tuple(strides)
+            if len(strides) != self.ndim_:
+                raise errors.InvalidArgument(f"TensorDesc: {len(strides)} strides {strides} for {self.ndim_} "
+                                             f"dimensions (shape {self.shape})")
+            for i in range(self.ndim_):
+                if not isinstance(strides[i], int):
+                    raise errors.InvalidArgument(f"TensorDesc: stride {i} must be an int, not {strides[i]!r}")
+                self.strides_[i] = strides[i]
+
+    @property
+    def shape(self):
+        return tuple([self.shape_[i] for i in range(self.ndim_)])
+
+    @property
+    def strides(self):
+        """Strides in elements."""
+        return tuple([self.strides_[i] for i in range(self.ndim_)])
+
+    @property
+    def ndim(self):
+        return self.ndim_
+
+    @property
+    def dtype(self):
+        """The dtype's name ('float32', 'bfloat16', ...)."""
+        return _DTYPES[self.dtype_code][0]
+
+    @property
+    def itemsize(self):
+        return prt_dtype_size(self.dtype_code)
+
+    @property
+    def size(self):
+        return self.numel()
+
+    @property
+    def nbytes(self):
+        return self.numel() * prt_dtype_size(self.dtype_code)
+
+    def is_contiguous(self):
+        cdef int64_t s = 1
+        cdef int i
+        for i in range(self.ndim_ - 1, -1, -1):
+            if self.shape_[i] != 1 and self.strides_[i] != s:
+                return False
+            s *= self.shape_[i]
+        return True
+
+    @property
+    def desc(self):
+        """The layout alone, as a TensorDesc."""
+        return new_desc(self.ndim_, self.shape_, self.strides_, self.dtype_code)
+
+    cdef void fill(self, paddle_rt_tensor* t) noexcept:
+        t.ndim = self.ndim_
+        t.dtype = self.dtype_code
+        memcpy(t.shape, self.shape_, sizeof(int64_t) * MAX_NDIM)
+        memcpy(t.strides, self.strides_, sizeof(int64_t) * MAX_NDIM)
+
+    cdef int64_t numel(self) noexcept:
+        cdef int64_t n = 1
+        for i in range(self.ndim_):
+            n *= self.shape_[i]
+        return n
+
+    cdef bint same_layout(self, TensorDesc o) noexcept:
+        if o.ndim_ != self.ndim_ or o.dtype_code != self.dtype_code:
+            return False
+        for i in range(self.ndim_):
+            if o.shape_[i] != self.shape_[i] or (o.strides_[i] != self.strides_[i] and o.shape_[i] != 1):
+                return False
+        return True
+
+    def __repr__(self):
+        return f"TensorDesc(shape={self.shape}, dtype={self.dtype!r}, strides={self.strides})"
+
+
+cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype):
+    cdef TensorDesc d = TensorDesc.__new__(TensorDesc)
+    d.ndim_ = ndim
+    d.dtype_code = dtype
+    memset(d.shape_, 0, sizeof(d.shape_))
+    memset(d.strides_, 0, sizeof(d.strides_))
+    memcpy(d.shape_, shape, sizeof(int64_t) * ndim)
+    memcpy(d.strides_, strides, sizeof(int64_t) * ndim)
+    return d
+
+
+@cython.final
+cdef class _Storage:
+    def __cinit__(self):
+        self.writers = {}
+
+    cdef int note_writer(self, Stream s, uint64_t pos) except -1:
+        self.writers[s] = pos
+        return 0
+
+    cdef int used_on(self, Stream s) except -1:
+        if self.memory is None or (<AsyncAllocation>self.memory).stream is s:
+            return 0
+        if self.recorded is None:
+            self.recorded = set()
+        elif s in self.recorded:
+            return 0
+        self.memory.record_stream(s)
+        self.recorded.add(s)
+        return 0
+
+    cdef int wait_writers(self) except -1:
+        cdef Stream s
+        if not self.writers:
+            return 0
+        for s, pos in list(self.writers.items()):
+            if not s.closed:
+                s._wait_position(pos)
+                s.raise_errors(pos)
+        self.writers.clear()
+        return 0
+
+
+cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype):
+    cdef Tensor t = Tensor.__new__(Tensor)
+    cdef int64_t n = 1
+    cdef int i
+    t.ndim_ = ndim
+    t.dtype_code = dtype
+    memset(t.shape_, 0, sizeof(t.shape_))
+    memset(t.strides_, 0, sizeof(t.strides_))
+    memcpy(t.shape_, shape, sizeof(int64_t) * ndim)
+    _contiguous_strides(ndim, shape, t.strides_)
+    for i in range(ndim):
+        n *= shape[i]
+    cdef _Storage st = _Storage.__new__(_Storage)
+    st.device = dev
+    if n > 0:
+        mem = pool_malloc(default_pool_of(dev), <size_t>(n * prt_dtype_size(dtype)), s)
+        st.memory = mem
+        t.data = (<AsyncAllocation>mem).ptr
+    t.storage = st
+    return t
+
+
+cdef Tensor _view(Tensor base, int ndim, const int64_t* shape, const int64_t* strides, uintptr_t data):
+    cdef Tensor t = Tensor.__new__(Tensor)
+    t.ndim_ = ndim
+    t.dtype_code = base.dtype_code
+    memset(t.shape_, 0, sizeof(t.shape_))
+    memset(t.strides_, 0, sizeof(t.strides_))
+    memcpy(t.shape_, shape, sizeof(int64_t) * ndim)
+    memcpy(t.strides_, strides, sizeof(int64_t) * ndim)
+    t.storage = base.storage
+    t.data = data
+    return t
+
+
+cdef class Tensor(TensorDesc):
+    """Device memory with a shape, strides (elements) and dtype. Create with :func:`paddle_rt.empty`,
+    :func:`paddle_rt.zeros` or :func:`paddle_rt.tensor`; operators in :mod:`paddle_rt.ops` return new ones."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create tensors with paddle_rt.empty(), paddle_rt.zeros() or paddle_rt.tensor()")
+
+    @property
+    def device(self):
+        return self.storage.device
+
+    @property
+    def data_ptr(self):
+        """The address of element (0, ..., 0)."""
+        return self.data
+
+    def _check_host(self, what):
+        if not device_host_addressable(self.storage.device):
+            raise errors.NotSupportedError(f"{self.storage.device}: {what}: the device's memory is not host-"
+                                           f"addressable; use Tensor.numpy() to copy it to the host")
+
+    # ---- the host's view --------------------------------------------------------------------------------------
+    def synchronize(self):
+        """Wait until the operators writing this tensor's memory have run (raises their errors)."""
+        self.storage.wait_writers()
+
+    def numpy(self):
+        """A numpy copy of the tensor, after the work that produces it has run."""
+        self.storage.wait_writers()
+        dt = numpy_dtype(self.dtype_code)
+        cdef int64_t n = self.numel()
+        if n == 0:
+            return np.empty(self.shape, dtype=dt)
+        if device_host_addressable(self.storage.device):
+            return np.array(_HostView(self, dt), copy=True)
+        src = self if self.is_contiguous() else self.contiguous()
+        (<Tensor>src).storage.wait_writers()
+        out = np.empty(self.shape, dtype=dt)
+        from paddle_rt._core.memcpy import memcpy
+        memcpy(out, (<Tensor>src).data, out.nbytes, kind="D2H", device=self.storage.device)
+        return out
+
+    @property
+    def __array_interface__(self):
+        self._check_host("__array_interface__")
+        self.storage.wait_writers()
+        return _array_interface(self, _DTYPES[self.dtype_code][1])
+
+    def __dlpack_device__(self):
+        self._check_host("__dlpack_device__")
+        return (kDLCPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self._check_host("__dlpack__")
+        if copy:
+            raise BufferError(f"{self.storage.device}: __dlpack__(copy=True) is not supported (zero-copy export)")
+        if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
+            raise BufferError(f"{self.storage.device}: __dlpack__ exports to the CPU device (1, 0) only, not "
+                              f"{tuple(dl_device)}")
+        self.storage.wait_writers()
+        return _dlpack_capsule(self)
+
+    # ---- views ------------------------------------------------------------------------------------------------
+    def __getitem__(self, key):
+        cdef int64_t shape[8]
+        cdef int64_t strides[8]
+        cdef int nd = 0, d = 0
+        cdef int64_t off = 0
+        if not isinstance(key, tuple):
+            key = (key,)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if n_real > self.ndim_:
+            raise IndexError(f"{n_real} indices for a tensor of {self.ndim_} dimensions (shape {self.shape})")
+        expanded = []
+        for k in key:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim_ - n_real))
+                n_real = self.ndim_
+            else:
+                expanded.append(k)
+        while sum(1 for k in expanded if k is not None) < self.ndim_:
+            expanded.append(slice(None))
+        for k in expanded:
+            if k is None:
+                if nd >= MAX_NDIM:
+                    raise IndexError(f"a tensor has at most {MAX_NDIM} dimensions")
+                shape[nd] = 1
+                strides[nd] = 0
+                nd += 1
+                continue
+            if isinstance(k, slice):
+                start, stop, step = k.indices(self.shape_[d])
+                length = len(range(start, stop, step))
+                if length > 0:
+                    off += start * self.strides_[d]
+                shape[nd] = length
+                strides[nd] = self.strides_[d] * step
+                nd += 1
+            else:
+                try:
+                    i = k.__index__()
+                except AttributeError:
+                    raise IndexError(f"tensor index must be an int, a slice, None or ..., not {type(k).__name__}") \
+                        from None
+                if i < 0:
+                    i += self.shape_[d]
+                if not 0 <= i < self.shape_[d]:
+                    raise IndexError(f"index {k} is out of bounds for dimension {d} of size {self.shape_[d]}")
+                off += i * self.strides_[d]
+            d += 1
+        return _view(self, nd, shape, strides, self.data + off * prt_dtype_size(self.dtype_code))
+
+    def permute(self, *dims):
+        """A view with the dimensions in the order ``dims``."""
+        cdef int64_t shape[8]
+        cdef int64_t strides[8]
+        if len(dims) == 1 and not isinstance(dims[0], int):
+            dims = tuple(dims[0])
+        if sorted(dims) != list(range(self.ndim_)):
+            raise errors.InvalidArgument(f"permute{tuple(dims)}: not a permutation of the {self.ndim_} dimensions "
+                                         f"of shape {self.shape}")
+        for i, d in enumerate(dims):
+            shape[i] = self.shape_[d]
+            strides[i] = self.strides_[d]
+        return _view(self, self.ndim_, shape, strides, self.data)
+
+    def transpose(self, int dim0=-2, int dim1=-1):
+        """A view with dimensions ``dim0`` and ``dim1`` swapped (default: the last two)."""
+        if self.ndim_ < 2 and (dim0, dim1) == (-2, -1):
+            return self
+        n = self.ndim_
+        d0 = dim0 + n if dim0 < 0 else dim0
+        d1 = dim1 + n if dim1 < 0 else dim1
+        if not (0 <= d0 < n and 0 <= d1 < n):
+            raise errors.InvalidArgument(f"transpose({dim0}, {dim1}): out of range for shape {self.shape}")
+        dims = list(range(n))
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+        return self.permute(*dims)
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.ndim_)))
+
+    def view(self, *shape):
+        """A view with another shape over the same memory; raises InvalidArgument when the strides do not allow
+        it (use :meth:`reshape`, which copies then)."""
+        r = self._view_or_none(shape)
+        if r is None:
+            raise errors.InvalidArgument(f"view{self._shape_arg(shape)}: the strides {self.strides} of shape "
+                                         f"{self.shape} do not allow a view; use reshape() (it copies)")
+        return r
+
+    def reshape(self, *shape):
+        """A view when the strides allow it, else a contiguous copy with the new shape."""
+        r = self._view_or_none(shape)
+        return r if r is not None else self.contiguous()._view_or_none(shape)
+
+    def _shape_arg(self, shape):
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        shape = list(shape)
+        n = self.numel()
+        if shape.count(-1) > 1:
+            raise errors.InvalidArgument(f"view/reshape: at most one -1 in {tuple(shape)}")
+        if -1 in shape:
+            rest = 1
+            for s in shape:
+                if s != -1:
+                    rest *= s
+            shape[shape.index(-1)] = n // rest if rest else 0
+        total = 1
+        for s in shape:
+            total *= s
+        if total != n:
+            raise errors.InvalidArgument(f"view/reshape: shape {tuple(shape)} has {total} elements, the tensor "
+                                         f"{n} (shape {self.shape})")
+        return tuple(shape)
+
+    def _view_or_none(self, shape):
+        """The view with `shape` over this memory, or None when the strides do not allow one (the rule of
+        PyTorch's computeStride: each run of old dimensions that is contiguous in itself maps onto new ones)."""
+        cdef int64_t nshape[8]
+        cdef int64_t nstr[8]
+        shape = self._shape_arg(shape)
+        cdef int nd = _check_shape(shape, nshape)
+        if self.numel() == 0:
+            _contiguous_strides(nd, nshape, nstr)
+            return _view(self, nd, nshape, nstr, self.data)
+        old_shape = list(self.shape) or [1]
+        old_str = list(self.strides) or [1]
+        view_d = nd - 1
+        base = old_str[-1]
+        t_numel = 1
+        v_numel = 1
+        for td in range(len(old_shape) - 1, -1, -1):
+            t_numel *= old_shape[td]
+            if td == 0 or (old_shape[td - 1] != 1 and old_str[td - 1] != t_numel * base):
+                while view_d >= 0 and (v_numel < t_numel or nshape[view_d] == 1):
+                    nstr[view_d] = v_numel * base
+                    v_numel *= nshape[view_d]
+                    view_d -= 1
+                if v_numel != t_numel:
+                    return None
+                if td > 0:
+                    base = old_str[td - 1]
+                    t_numel = 1
+                    v_numel = 1
+        if view_d != -1:
+            return None
+        return _view(self, nd, nshape, nstr, self.data)
+
+    def contiguous(self):
+        """This tensor when it is C-contiguous, else a contiguous copy (rearrange on the current stream)."""
+        if self.is_contiguous():
+            return self
+        from paddle_rt._core.ops import rearrange
+        return rearrange(self)
+
+    def to(self, device):
+        """The tensor on ``device`` (this one when it is there already)."""
+        dev = resolve_device(device)
+        if dev is self.storage.device:
+            return self
+        return tensor(self.numpy(), device=dev)
+
+    def __len__(self):
+        if self.ndim_ == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape_[0]
+
+    def __repr__(self):
+        return f"Tensor(shape={self.shape}, dtype={self.dtype!r}, device={self.storage.device})"
+
+
+@cython.final
+cdef class _HostView:
+    """The tensor's memory as a numpy-readable object (host-addressable devices)."""
+    cdef readonly dict __array_interface__
+    cdef Tensor owner
+
+    def __cinit__(self, Tensor t, dt):
+        self.owner = t
+        typestr = dt.str if t.dtype_code == BFLOAT16 else _DTYPES[t.dtype_code][1]
+        self.__array_interface__ = _array_interface(t, typestr)
+        if t.dtype_code == BFLOAT16:
+            self.__array_interface__["descr"] = dt.descr
+
+
+cdef dict _array_interface(Tensor t, str typestr):
+    cdef int es = prt_dtype_size(t.dtype_code)
+    return {"shape": t.shape, "typestr": typestr, "data": (t.data, False), "version": 3,
+            "strides": tuple([t.strides_[i] * es for i in range(t.ndim_)])}
+
+
+# ---- DLPack --------------------------------------------------------------------------------------------------------
+cdef object _dlpack_capsule(Tensor t):
+    cdef prt_DLManagedTensor* m
+    cdef int i
+    code, bits = _DTYPES[t.dtype_code][2]
+    m = <prt_DLManagedTensor*>c_malloc(sizeof(prt_DLManagedTensor) + 2 * MAX_NDIM * sizeof(int64_t))
+    if m == NULL:
+        raise MemoryError()
+    memset(m, 0, sizeof(prt_DLManagedTensor))
+    m.dl_tensor.data = <void*>t.data
+    m.dl_tensor.device.device_type = kDLCPU
+    m.dl_tensor.device.device_id = 0
+    m.dl_tensor.ndim = t.ndim_
+    m.dl_tensor.dtype.code = code
+    m.dl_tensor.dtype.bits = bits
+    m.dl_tensor.dtype.lanes = 1
+    m.dl_tensor.shape = <int64_t*>(<char*>m + sizeof(prt_DLManagedTensor))
+    m.dl_tensor.strides = m.dl_tensor.shape + MAX_NDIM
+    for i in range(t.ndim_):
+        m.dl_tensor.shape[i] = t.shape_[i]
+        m.dl_tensor.strides[i] = t.strides_[i]
+    m.dl_tensor.byte_offset = 0
+    m.manager_ctx = <void*>t
+    m.deleter = _dl_deleter
+    Py_INCREF(t)
+    try:
+        return PyCapsule_New(<void*>m, "dltensor", _dl_capsule_destructor)
+    except BaseException:
+        _dl_deleter(m)
+        raise
+
+
+cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
+    Py_DECREF(<object>m.manager_ctx)
+    c_free(m)
+
+
+cdef void _dl_capsule_destructor(object capsule) noexcept:
+    cdef prt_DLManagedTensor* m
+    if PyCapsule_IsValid(capsule, "dltensor"):     # never consumed: we still own it
+        m = <prt_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+# ---- factories -----------------------------------------------------------------------------------------------------
+cdef Stream _stream_for(object device, object stream):
+    if stream is not None:
+        if not isinstance(stream, Stream):
+            raise errors.InvalidArgument(f"stream must be a paddle_rt Stream, not {type(stream).__name__}")
+        if device is not None and resolve_device(device) is not (<Stream>stream).device:
+            raise errors.InvalidArgument(f"stream {(<Stream>stream).name} is not a stream of {device}")
+        return stream
+    return current_stream(resolve_device(device))
+
+
+def empty(shape, dtype="float32", device=None, stream=None):
+    """An uninitialised contiguous tensor on ``device`` (default: the current device), allocated ordered on
+    ``stream`` (default: the device's current stream)."""
+    cdef int64_t sh[8]
+    cdef int nd = _check_shape(shape, sh)
+    cdef int32_t code = dtype_code_of(dtype)
+    cdef Stream s = _stream_for(device, stream)
+    return new_tensor(s.device, s, nd, sh, code)
+
+
+def zeros(shape, dtype="float32", device=None, stream=None):
+    """A contiguous tensor of zeros (memset ordered on ``stream``)."""
+    cdef Tensor t = empty(shape, dtype, device, stream)
+    cdef Stream s = _stream_for(device, stream)
+    if t.storage.memory is not None:
+        from paddle_rt._core.memcpy import memset_async
+        memset_async(t.data, 0, t.numel() * prt_dtype_size(t.dtype_code), stream=s)
+        t.storage.note_writer(s, s.position)
+    return t
+
+
+def tensor(data, dtype=None, device=None, stream=None):
+    """A tensor holding a copy of ``data`` (anything numpy.asarray takes; bfloat16 through ml_dtypes), copied
+    ordered on ``stream`` (the host data stays referenced until the copy ran)."""
+    cdef int32_t code
+    cdef int64_t sh[8]
+    if isinstance(data, Tensor):
+        data = (<Tensor>data).numpy()
+    arr = np.asarray(data) if dtype is None else np.asarray(data, dtype=numpy_dtype(dtype_code_of(dtype)))
+    code = dtype_code_of(arr.dtype)
+    arr = np.ascontiguousarray(arr)
+    cdef int nd = _check_shape(arr.shape, sh)
+    cdef Stream s = _stream_for(device, stream)
+    cdef Tensor t = new_tensor(s.device, s, nd, sh, code)
+    if t.storage.memory is not None:
+        from paddle_rt._core.memcpy import memcpy_async
+        memcpy_async(t.data, arr.reshape(-1).view(np.uint8), arr.nbytes, stream=s, kind="H2D")
+        t.storage.note_writer(s, s.position)
+    return t

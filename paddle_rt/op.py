@@ -1,0 +1,30 @@
+"""The operator layer in InfiniOP's shape: a :class:`Handle` per device, :class:`TensorDesc` layouts, and for every
+operator a descriptor that checks the layouts once, says its ``workspace_size`` and, when called, enqueues the
+operator on a stream::
+
+    h = paddle_rt.op.Handle("rt_cpu:0")
+    d = paddle_rt.op.AddDescriptor(h, out, a, b)     # TensorDescs or Tensors
+    d(out, a, b, stream=s)                           # returns at once; workspace from the stream-ordered pool
+    d.destroy()
+
+Kernels: :func:`register_kernel` (run time), the plugin's ``paddle_rt_ext_register_kernels`` export
+(``paddle_rt/extension.h``), the plugin's ``blas_axpby`` hook (``AxpbyDescriptor``), and paddle_rt's host kernels on
+host-addressable devices. See :mod:`paddle_rt.ops` for the functions on tensors.
+"""
+from paddle_rt._core.tensor import TensorDesc, DTYPE_NAMES  # noqa: F401
+from paddle_rt._core.op import (  # noqa: F401
+    Handle, OpDescriptor, register_kernel, unregister_kernel, kernels, OP_IDS,
+)
+from paddle_rt._core.op_descriptors import (  # noqa: F401
+    AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
+    RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
+    CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor,
+)
+
+__all__ = [
+    "Handle", "TensorDesc", "OpDescriptor", "register_kernel", "unregister_kernel", "kernels", "OP_IDS",
+    "DTYPE_NAMES", "AddDescriptor", "SubDescriptor", "MulDescriptor", "SwiGLUDescriptor", "ReluDescriptor",
+    "SiluDescriptor", "GeluDescriptor", "RearrangeDescriptor", "AxpbyDescriptor", "GemmDescriptor",
+    "RMSNormDescriptor", "LayerNormDescriptor", "CausalSoftmaxDescriptor", "RoPEDescriptor",
+    "RandomSampleDescriptor",
+]
