@@ -148,12 +148,11 @@ cdef uintptr_t _address(object f, str what) except? 0:
         return f
     if PyCapsule_CheckExact(f):
         return <uintptr_t>PyCapsule_GetPointer(f, PyCapsule_GetName(f))
-    try:
-        import ctypes
+    import ctypes
+    if isinstance(f, ctypes._CFuncPtr):
         return ctypes.cast(f, ctypes.c_void_p).value or 0
-    except Exception:
-        raise errors.InvalidArgument(f"register_kernel: {what} must be a C function: an address (int), a PyCapsule "
-                                     f"or a ctypes function pointer, not {type(f).__name__}") from None
+    raise errors.InvalidArgument(f"register_kernel: {what} must be a C function: an address (int), a PyCapsule or a "
+                                 f"ctypes function pointer, not {type(f).__name__}")
 
 
 def register_kernel(op, device_type, dtype, kernel, workspace=None):

@@ -306,7 +306,9 @@ cdef class Tensor(TensorDesc):
         if n == 0:
             return np.empty(self.shape, dtype=dt)
         if device_host_addressable(self.storage.device):
-            return np.array(_HostView(self, dt), copy=True)
+            if self.dtype_code == BFLOAT16:       # numpy knows bfloat16 only as ml_dtypes' type: copy the bits
+                return np.array(_HostView(self, "<u2"), copy=True).view(dt)
+            return np.array(_HostView(self, _DTYPES[self.dtype_code][1]), copy=True)
         src = self if self.is_contiguous() else self.contiguous()
         (<Tensor>src).storage.wait_writers()
         out = np.empty(self.shape, dtype=dt)
@@ -512,12 +514,9 @@ cdef class _HostView:
     cdef readonly dict __array_interface__
     cdef Tensor owner
 
-    def __cinit__(self, Tensor t, dt):
+    def __cinit__(self, Tensor t, str typestr):
         self.owner = t
-        typestr = dt.str if t.dtype_code == BFLOAT16 else _DTYPES[t.dtype_code][1]
         self.__array_interface__ = _array_interface(t, typestr)
-        if t.dtype_code == BFLOAT16:
-            self.__array_interface__["descr"] = dt.descr
 
 
 cdef dict _array_interface(Tensor t, str typestr):
@@ -612,7 +611,8 @@ def tensor(data, dtype=None, device=None, stream=None):
         data = (<Tensor>data).numpy()
     arr = np.asarray(data) if dtype is None else np.asarray(data, dtype=numpy_dtype(dtype_code_of(dtype)))
     code = dtype_code_of(arr.dtype)
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")      # (np.ascontiguousarray would turn a 0-d array into 1-d)
     cdef int nd = _check_shape(arr.shape, sh)
     cdef Stream s = _stream_for(device, stream)
     cdef Tensor t = new_tensor(s.device, s, nd, sh, code)

@@ -1,0 +1,181 @@
+"""The operator layer's InfiniOP shape (paddle_rt/_core/op.pyx, op_descriptors.pyx): handles, descriptors and their
+checks, workspaces, destroy, the kernel registry, kernels from a plugin's paddle_rt_ext_register_kernels export and
+from paddle_rt.op.register_kernel, and the plugin's blas_axpby hook."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import paddle_rt
+from paddle_rt import op
+
+
+@pytest.fixture
+def handle():
+    with op.Handle() as h:
+        yield h
+
+
+def test_handle_and_descriptor_lifecycle(handle):
+    out = op.TensorDesc((4, 8), "float32")
+    d = op.AddDescriptor(handle, out, op.TensorDesc((4, 8)), op.TensorDesc((8,)))
+    assert d.workspace_size == 0 and d.kernel_source == "host" and d.out_shape == (4, 8)
+    a, b, o = paddle_rt.tensor(np.ones((4, 8), np.float32)), paddle_rt.tensor(np.arange(8, dtype=np.float32)), \
+        paddle_rt.empty((4, 8))
+    assert d(o, a, b) is o
+    np.testing.assert_array_equal(o.numpy(), 1 + np.arange(8)[None, :].repeat(4, 0))
+    d.destroy()
+    with pytest.raises(paddle_rt.InvalidArgument, match="add: the descriptor was destroyed"):
+        d(o, a, b)
+    h2 = op.Handle()
+    d2 = op.MulDescriptor(h2, o, a, a)
+    h2.close()
+    with pytest.raises(paddle_rt.InvalidArgument, match="handle is closed"):
+        d2(o, a, a)
+    with pytest.raises(paddle_rt.InvalidArgument, match="handle is closed"):
+        op.MulDescriptor(h2, o, a, a)
+
+
+@pytest.mark.smoke
+def test_descriptor_errors_name_op_operand_and_shapes(handle):
+    f32 = lambda *s: op.TensorDesc(s, "float32")  # noqa: E731
+    cases = [
+        (lambda: op.AddDescriptor(handle, f32(4, 8), f32(4, 8), f32(3, 8)), r"add: b has shape \(3, 8\), which does "
+                                                                           r"not broadcast to out \(4, 8\)"),
+        (lambda: op.AddDescriptor(handle, f32(4, 8), op.TensorDesc((4, 8), "float16"), f32(4, 8)),
+         "a has dtype float16, out float32"),
+        (lambda: op.AddDescriptor(handle, op.TensorDesc((4, 8), strides=(0, 1)), f32(4, 8), f32(4, 8)),
+         "out has stride 0"),
+        (lambda: op.GemmDescriptor(handle, f32(2, 2), f32(2, 3), f32(4, 2)), r"a \(2, 3\) @ b \(4, 2\)"),
+        (lambda: op.GemmDescriptor(handle, f32(3, 2, 2), f32(2, 2, 3), f32(3, 2)), "a has batch 2"),
+        (lambda: op.RMSNormDescriptor(handle, f32(2, 8), f32(2, 8), f32(7)), r"weight has shape \(7,\); it must "
+                                                                            r"be \(8,\)"),
+        (lambda: op.RMSNormDescriptor(handle, f32(2, 8), f32(2, 8), f32(8), eps=-1.0), "eps"),
+        (lambda: op.LayerNormDescriptor(handle, f32(2, 8), f32(2, 9), f32(8), f32(8)), r"x has shape \(2, 9\), out "
+                                                                                      r"\(2, 8\)"),
+        (lambda: op.CausalSoftmaxDescriptor(handle, f32(5), f32(5)), "needs"),
+        (lambda: op.RoPEDescriptor(handle, f32(2, 1, 3), f32(2, 1, 3), op.TensorDesc((2,), "int32"), f32(4, 1),
+                                   f32(4, 1)), "even dim"),
+        (lambda: op.RoPEDescriptor(handle, f32(2, 1, 4), f32(2, 1, 4), f32(2), f32(4, 2), f32(4, 2)), "pos_ids"),
+        (lambda: op.RoPEDescriptor(handle, f32(2, 1, 4), f32(2, 1, 4), op.TensorDesc((2,), "int64"), f32(4, 2),
+                                   f32(4, 2), algo="llama"), "algo"),
+        (lambda: op.RandomSampleDescriptor(handle, op.TensorDesc((), "float32"), f32(10)), "int32 or int64"),
+        (lambda: op.AxpbyDescriptor(handle, f32(4, 4), op.TensorDesc((4, 4), strides=(1, 4))), "contiguous"),
+        (lambda: op.GeluDescriptor(handle, f32(3), f32(3), approximate="fast"), "approximate"),
+        (lambda: op.AddDescriptor(handle, f32(3), np.zeros(3), f32(3)), "a must be a TensorDesc or a Tensor"),
+        (lambda: op.AddDescriptor(None, f32(3), f32(3), f32(3)), "Handle"),
+    ]
+    for make, match in cases:
+        with pytest.raises((paddle_rt.InvalidArgument, TypeError), match=match):
+            make()
+    assert str(handle.device) in str(pytest.raises(paddle_rt.InvalidArgument, cases[0][0]).value)
+
+
+def test_call_checks_operands_against_the_descriptor(handle):
+    d = op.AddDescriptor(handle, op.TensorDesc((4,)), op.TensorDesc((4,)), op.TensorDesc((4,)))
+    a = paddle_rt.tensor(np.ones(4, np.float32))
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"input 1 has shape \(5,\)"):
+        d(a, a, paddle_rt.empty((5,)))
+    with pytest.raises(paddle_rt.InvalidArgument, match="takes 2 inputs"):
+        d(a, a)
+    with pytest.raises(paddle_rt.InvalidArgument, match="must be a paddle_rt Tensor"):
+        d(a, a, np.ones(4, np.float32))
+    with pytest.raises(paddle_rt.InvalidArgument, match="stream must be a paddle_rt Stream"):
+        d(a, a, a, stream=3)
+
+
+def test_workspace_from_the_pool_or_given(handle):
+    x = paddle_rt.tensor(np.random.default_rng(0).random((4, 64), dtype=np.float32))
+    w = paddle_rt.tensor(np.ones(64, np.float32))
+    out = paddle_rt.empty((4, 64))
+    d = op.RMSNormDescriptor(handle, out, x, w)
+    assert d.workspace_size == 2 * 64 * 4
+    with pytest.raises(paddle_rt.InvalidArgument, match=f"workspace has 16 bytes, the descriptor needs "
+                                                        f"workspace_size = {d.workspace_size}"):
+        d(out, x, w, workspace=paddle_rt.malloc(16))
+    ws = paddle_rt.malloc(d.workspace_size)
+    d(out, x, w, workspace=ws)
+    ref = x.numpy() / np.sqrt((x.numpy() ** 2).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5)
+    d(out, x, w)                                  # the pool's workspace goes back (ordered on the stream)
+    out.synchronize()
+    allocated = paddle_rt.memory_allocated()
+    for _ in range(5):
+        d(out, x, w)                              # ... and is reused by the next call on the stream
+    out.synchronize()
+    assert paddle_rt.memory_allocated() == allocated
+
+
+def test_no_kernel_is_not_supported_with_how_to_provide_one(build_plugin):
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern_nk"'})
+    paddle_rt.load_plugin(so)
+    h = op.Handle("kern_nk:0")
+    with pytest.raises(paddle_rt.NotSupportedError) as e:
+        op.SubDescriptor(h, op.TensorDesc((4,)), op.TensorDesc((4,)), op.TensorDesc((4,)))
+    msg = str(e.value)
+    for part in ("operator sub", "dtype float32", "'kern_nk'", "register_kernel", "paddle_rt_ext_register_kernels"):
+        assert part in msg
+
+
+@pytest.mark.smoke
+def test_plugin_kernels_from_its_export(build_plugin):
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern"'})
+    paddle_rt.load_plugin(so)
+    lib = ctypes.CDLL(str(so))
+    dev = paddle_rt.device("kern:0")
+    a = paddle_rt.tensor(np.arange(10, dtype=np.float32), device=dev)
+    b = paddle_rt.tensor(np.full(10, 0.5, np.float32), device=dev)
+    c = paddle_rt.ops.add(a, b)
+    np.testing.assert_array_equal(c.numpy(), np.arange(10) + 0.5)
+    assert lib.kt_add_calls() >= 1 and lib.kt_bad_workspace() == 0
+    assert op.kernels("kern") == {("kern", "add", "float32"): "plugin", ("kern", "mul", "float32"): "plugin"}
+    d = op.AddDescriptor(op.Handle(dev), c, a, b)
+    assert d.kernel_source == "plugin" and d.workspace_size == 64
+    # a failing kernel surfaces at the synchronize, naming the op
+    bad = paddle_rt.ops.mul(a, b)
+    with pytest.raises(paddle_rt.StreamError, match="mul kernel failed with C_ERROR"):
+        bad.numpy()
+    # axpby through the plugin's blas_axpby hook
+    y = paddle_rt.tensor(np.ones(10, np.float32), device=dev)
+    paddle_rt.ops.axpby(a, y, alpha=2.0, beta=3.0)
+    np.testing.assert_array_equal(y.numpy(), 2 * np.arange(10) + 3)
+    assert lib.kt_axpby_calls() == 1
+    # host views of non-host-addressable memory are refused with a clear error
+    with pytest.raises(paddle_rt.NotSupportedError, match="not host-addressable"):
+        np.asarray(c)
+
+
+def test_plugin_registration_failure_is_a_plugin_error(build_plugin):
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern_bad"', "REGISTER_FAILS": None})
+    paddle_rt.load_plugin(so)
+    with pytest.raises(paddle_rt.PluginError, match="paddle_rt_ext_register_kernels"):
+        op.Handle("kern_bad:0")
+
+
+KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+def test_register_kernel_takes_precedence_and_runs_on_the_stream():
+    calls = []
+
+    @KERNEL
+    def fake_add(call):
+        calls.append(call)
+        return 0
+
+    paddle_rt.op.register_kernel("add", "rt_cpu", "float64", fake_add)
+    try:
+        a = paddle_rt.tensor(np.ones(3))
+        d = op.AddDescriptor(op.Handle(), a, a, a)
+        assert d.kernel_source == "registered"
+        d(a, a, a)
+        a.synchronize()
+        assert len(calls) == 1
+        assert op.kernels("rt_cpu")[("rt_cpu", "add", "float64")] == "registered"
+    finally:
+        paddle_rt.op.unregister_kernel("add", "rt_cpu", "float64")
+    assert op.AddDescriptor(op.Handle(), a, a, a).kernel_source == "host"
+    with pytest.raises(paddle_rt.InvalidArgument, match="unknown operator 'conv'"):
+        paddle_rt.op.register_kernel("conv", "rt_cpu", "float32", fake_add)
+    with pytest.raises(paddle_rt.InvalidArgument, match="C function"):
+        paddle_rt.op.register_kernel("add", "rt_cpu", "float32", "not a function")
