@@ -29,7 +29,8 @@ def test_header_compiles_alone_with_warnings_as_errors(header, tmp_path):
     tu = tmp_path / "tu.cpp"
     tu.write_text(f'#include <Python.h>\n#include "engine/{header}"\nint main() {{ return 0; }}\n')
     res = subprocess.run([gxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
-                          f"-I{sysconfig.get_paths()['include']}", f"-I{CORE}", str(tu)],
+                          f"-I{sysconfig.get_paths()['include']}", f"-I{CORE}",
+                          f"-I{os.path.join(os.path.dirname(CORE), 'include')}", str(tu)],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 

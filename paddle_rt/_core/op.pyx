@@ -10,7 +10,7 @@ from libc.string cimport memcpy
 from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_DataType, C_DeviceInterface
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.plugin cimport Plugin
-from paddle_rt._core.stream cimport Stream, StreamCtx, current_stream
+from paddle_rt._core.stream cimport Stream, StreamCtx, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, pool_free, default_pool_of, AsyncAllocation
 from paddle_rt._core.allocation cimport Allocation
 from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of
@@ -247,7 +247,7 @@ cdef void _record_failure(StreamCtx* ctx, uint64_t pos, OpLaunch* L, C_Status st
 
 cdef Stream op_stream(Device dev, object stream):
     if stream is None:
-        return current_stream(dev)
+        return stream_of_device(dev)
     if not isinstance(stream, Stream):
         raise errors.InvalidArgument(f"{dev}: stream must be a paddle_rt Stream, not {type(stream).__name__}")
     if (<Stream>stream).device is not dev:

@@ -110,18 +110,25 @@ cdef Tensor _out(object out, Device dev, Stream s, tuple shape, int32_t dtype, s
     return new_tensor(dev, s, len(shape), sh, dtype)
 
 
-cdef tuple _broadcast_shape(str op, tuple a, tuple b):
-    try:
-        return tuple(np.broadcast_shapes(a, b))
-    except ValueError:
-        raise errors.InvalidArgument(f"ops.{op}: shapes {a} and {b} do not broadcast") from None
+cdef tuple _broadcast_shape(str op, Tensor a, Tensor b):
+    """numpy's broadcast of a's and b's shapes."""
+    cdef int n = a.ndim_ if a.ndim_ > b.ndim_ else b.ndim_, i
+    cdef int64_t x, y
+    out = [0] * n
+    for i in range(n):
+        x = a.shape_[a.ndim_ - n + i] if i >= n - a.ndim_ else 1
+        y = b.shape_[b.ndim_ - n + i] if i >= n - b.ndim_ else 1
+        if x != y and x != 1 and y != 1:
+            raise errors.InvalidArgument(f"ops.{op}: shapes {a.shape} and {b.shape} do not broadcast")
+        out[i] = y if x == 1 else x
+    return tuple(out)
 
 
 cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
     cdef Tensor ta = _tensor(a, name, "a"), tb = _tensor(b, name, "b")
     cdef Device dev = _device(name, (ta, tb))
     cdef Stream s = op_stream(dev, stream)
-    cdef Tensor to = _out(out, dev, s, _broadcast_shape(name, ta.shape, tb.shape) if out is None else (), ta.dtype_code,
+    cdef Tensor to = _out(out, dev, s, _broadcast_shape(name, ta, tb) if out is None else (), ta.dtype_code,
                           name)
     cdef OpDescriptor d = _descriptor(_key(dev, op, (to, ta, tb), NULL, 0), factory, (_handle(dev), to, ta, tb))
     d.launch(to, (ta, tb), None, s, NULL)

@@ -84,4 +84,7 @@ cdef void record_plugin_error(StreamCtx* ctx, uint64_t pos, const char* call, C_
 # Incremented in the child after each fork(): objects made under another generation belong to the parent.
 cdef int fork_generation() noexcept nogil
 cpdef Stream current_stream(object device=*)
+# current_stream(dev) for a Device: the default stream without a look at the thread's stream stack when the thread
+# selected none of dev's streams (current_stream_tag(dev) == 0).
+cdef Stream stream_of_device(Device dev)
 cpdef Stream default_stream(object device=*)

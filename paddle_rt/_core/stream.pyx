@@ -611,6 +611,16 @@ cdef class Stream:
 
 
 # -- default and current streams -----------------------------------------------------------------------------------
+cdef Stream stream_of_device(Device dev):
+    """current_stream(dev) for a Device, fast when the thread has selected no stream of it (its default stream)."""
+    cdef object s
+    if current_stream_tag(dev) == 0:
+        s = dev.layers.get("streams.default")
+        if s is not None and not (<Stream>s).closed:
+            return <Stream>s
+    return current_stream(dev)
+
+
 cpdef Stream default_stream(object device=None):
     """The default stream of ``device`` (created lazily; one per device, shared by all threads)."""
     cdef Device dev = resolve_device(device)

@@ -11,7 +11,7 @@ from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
 
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
-from paddle_rt._core.stream cimport Stream, current_stream
+from paddle_rt._core.stream cimport Stream, current_stream, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
 from paddle_rt._core.device_ext cimport (
     BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16,
@@ -578,7 +578,7 @@ cdef Stream _stream_for(object device, object stream):
         if device is not None and resolve_device(device) is not (<Stream>stream).device:
             raise errors.InvalidArgument(f"stream {(<Stream>stream).name} is not a stream of {device}")
         return stream
-    return current_stream(resolve_device(device))
+    return stream_of_device(resolve_device(device))
 
 
 def empty(shape, dtype="float32", device=None, stream=None):

@@ -1,0 +1,199 @@
+"""Operator benchmarks (paddle_rt.ops on rt_cpu), run by ``python -m paddle_rt bench --only ops`` and
+bench/bench_ops.py. Each figure is a ratio against numpy on the same data in the same run (what a user would
+otherwise call), both sides interleaved, medians over the repetitions. An op is timed from the call to the moment
+its output is ready (``Tensor.synchronize()``); outputs are allocated by the op (paddle_rt: the stream-ordered pool;
+numpy: a fresh array), as each would be used.
+
+1. gemm float32 1024x1024x1024 vs numpy.matmul (target >= 0.9x numpy's throughput).
+2. add / mul float32, 16 M elements, out of place, vs numpy.add / numpy.multiply (target >= 0.9x).
+3. rms_norm, layer_norm, causal_softmax, swiglu, rope on 4096x4096 float32 vs the shortest numpy expression of the
+   same math (target >= 1.5x faster).
+4. float16 / bfloat16 against float32 on the same ops (target: within 2x of float32's time).
+5. A cached op on a 1-element tensor from Python, enqueue to return (target <= 1.5 us): the descriptor call
+   ``desc(out, a, b)`` and ``ops.add(a, b)`` (the latter allocates its output).
+"""
+import statistics
+import time
+
+import numpy as np
+
+import paddle_rt
+from paddle_rt import ops
+from paddle_rt.bench import result, at_least, at_most, AreaSkipped
+
+AREA = "ops"
+
+
+def _time(fn, reps):
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _pair(ours, theirs, reps):
+    """Median seconds of each, interleaved."""
+    a, b = [], []
+    ours()
+    theirs()
+    for _ in range(reps):
+        a.append(_time(ours, 1))
+        b.append(_time(theirs, 1))
+    return statistics.median(a), statistics.median(b)
+
+
+def _sync(t):
+    t.synchronize()
+    return t
+
+
+def _cases(n, rng):
+    x = rng.standard_normal((n, n), dtype=np.float32)
+    w = rng.standard_normal(n, dtype=np.float32)
+    b = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal((n, n), dtype=np.float32)
+    eps = 1e-6
+    heads, dim = 64, 64                                 # rope on the same n x n data as (seq, heads, dim)
+    seq = n * n // (heads * dim)
+    ang = np.arange(seq)[:, None] / 10000 ** (np.arange(dim // 2)[None, :] * 2 / dim)
+    sin, cos = np.sin(ang).astype(np.float32), np.cos(ang).astype(np.float32)
+    pos = np.arange(seq, dtype=np.int64)
+
+    def np_rms():
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+    def np_ln():
+        m = x.mean(-1, keepdims=True)
+        return (x - m) / np.sqrt(x.var(-1, keepdims=True) + eps) * w + b
+
+    tri = np.tril(np.ones((n, n), dtype=bool))
+
+    def np_softmax():
+        z = np.where(tri, x, -np.inf)
+        z = np.exp(z - z.max(-1, keepdims=True))
+        return z / z.sum(-1, keepdims=True)
+
+    def np_swiglu():
+        return x * y / (1 + np.exp(-y))
+
+    x3 = x.reshape(seq, heads, dim)
+
+    def np_rope():
+        h = dim // 2
+        s, c = sin[pos][:, None, :], cos[pos][:, None, :]
+        a1, a2 = x3[..., :h], x3[..., h:]
+        return np.concatenate([a1 * c - a2 * s, a1 * s + a2 * c], axis=-1)
+
+    return {"x": x, "w": w, "b": b, "y": y, "sin": sin, "cos": cos, "pos": pos, "x3": x3,
+            "numpy": {"rms_norm": np_rms, "layer_norm": np_ln, "causal_softmax": np_softmax, "swiglu": np_swiglu,
+                      "rope": np_rope}}
+
+
+def _ours(name, t):
+    if name == "rms_norm":
+        return lambda: _sync(ops.rms_norm(t["x"], t["w"]))
+    if name == "layer_norm":
+        return lambda: _sync(ops.layer_norm(t["x"], t["w"], t["b"]))
+    if name == "causal_softmax":
+        return lambda: _sync(ops.causal_softmax(t["x"]))
+    if name == "swiglu":
+        return lambda: _sync(ops.swiglu(t["x"], t["y"]))
+    return lambda: _sync(ops.rope(t["x3"], t["pos"], t["sin"], t["cos"]))
+
+
+def _tensors(c, dtype):
+    cast = (lambda a: paddle_rt.tensor(a, dtype=dtype)) if dtype != "float32" else paddle_rt.tensor
+    return {"x": cast(c["x"]), "w": cast(c["w"]), "b": cast(c["b"]), "y": cast(c["y"]),
+            "x3": cast(c["x3"]), "sin": cast(c["sin"]), "cos": cast(c["cos"]), "pos": paddle_rt.tensor(c["pos"])}
+
+
+def measure(quick=False, reps=None):
+    try:
+        dev = paddle_rt.get_device()
+    except paddle_rt.PaddleRTError as e:
+        raise AreaSkipped(str(e))
+    if not dev.host_addressable:
+        raise AreaSkipped(f"{dev} is not host-addressable: the ops' host kernels do not run there")
+    reps = reps or (3 if quick else 7)
+    rng = np.random.default_rng(0)
+    rows = []
+    # 1. gemm
+    n = 512 if quick else 1024
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    ta, tb = paddle_rt.tensor(a), paddle_rt.tensor(b)
+    ours, theirs = _pair(lambda: _sync(ops.gemm(ta, tb)), lambda: np.matmul(a, b), reps)
+    ratio = theirs / ours
+    rows.append(result(AREA, f"gemm float32 {n}x{n}x{n}: throughput vs numpy.matmul", ratio, "x",
+                       *at_least(ratio, 0.9, "x"),
+                       note=f"{2 * n ** 3 / ours / 1e9:.1f} GFLOP/s vs {2 * n ** 3 / theirs / 1e9:.1f}"))
+    # 2. add / mul
+    m = (4 if quick else 16) << 20
+    a, b = rng.standard_normal(m, dtype=np.float32), rng.standard_normal(m, dtype=np.float32)
+    ta, tb = paddle_rt.tensor(a), paddle_rt.tensor(b)
+    for name, fn in (("add", np.add), ("mul", np.multiply)):
+        op = getattr(ops, name)
+        ours, theirs = _pair(lambda: _sync(op(ta, tb)), lambda: fn(a, b), reps)
+        ratio = theirs / ours
+        rows.append(result(AREA, f"{name} float32 {m >> 20} M elements, out of place: vs numpy", ratio, "x",
+                           *at_least(ratio, 0.9, "x"), note=f"{ours * 1e3:.2f} ms vs {theirs * 1e3:.2f} ms"))
+    # 3. fused row ops, 4. half precisions
+    n = 1024 if quick else 4096
+    c = _cases(n, rng)
+    t32 = _tensors(c, "float32")
+    halves = {d: _tensors(c, d) for d in ("float16", "bfloat16")}
+    for name in ("rms_norm", "layer_norm", "causal_softmax", "swiglu", "rope"):
+        ours, theirs = _pair(_ours(name, t32), c["numpy"][name], reps)
+        ratio = theirs / ours
+        rows.append(result(AREA, f"{name} float32 {n}x{n}: speed-up over numpy", ratio, "x",
+                           *at_least(ratio, 1.5, "x"), note=f"{ours * 1e3:.2f} ms vs {theirs * 1e3:.2f} ms"))
+        for dtype, th in halves.items():
+            t_half, t_f32 = _pair(_ours(name, th), _ours(name, t32), reps)
+            r = t_half / t_f32
+            rows.append(result(AREA, f"{name} {dtype} / float32 time", r, "x", *at_most(r, 2.0, "x"),
+                               note=f"{t_half * 1e3:.2f} ms vs {t_f32 * 1e3:.2f} ms"))
+    # 5. a cached op on one element, enqueue to return
+    k = 20000 if quick else 100000
+    one = paddle_rt.tensor(np.ones(1, np.float32))
+    out = paddle_rt.empty((1,))
+    desc = paddle_rt.op.AddDescriptor(paddle_rt.op.Handle(), out, one, one)
+    s = paddle_rt.current_stream()
+
+    def desc_loop():
+        for _ in range(k):
+            desc(out, one, one)
+
+    def ops_loop():
+        for _ in range(k):
+            ops.add(one, one)
+
+    def empty_loop():
+        for _ in range(k):
+            pass
+
+    t_desc, t_ops, t_empty = [], [], []
+    for _ in range(reps):
+        s.synchronize()
+        t_desc.append(_time(desc_loop, 1) / k)
+        s.synchronize()
+        t_ops.append(_time(ops_loop, 1) / k)
+        s.synchronize()
+        t_empty.append(_time(empty_loop, 1) / k)
+    d_us = statistics.median(t_desc) * 1e6
+    o_us = statistics.median(t_ops) * 1e6
+    rows.append(result(AREA, "cached descriptor call desc(out, a, b), 1 element, enqueue to return", d_us, "us",
+                       *at_most(d_us, 1.5, "us"), note=f"Python loop included ({statistics.median(t_empty) * 1e9:.0f}"
+                                                        f" ns per empty iteration)"))
+    rows.append(result(AREA, "ops.add(a, b), 1 element (cached descriptor, output allocated), enqueue to return", o_us,
+                       "us", *at_most(o_us, 1.5, "us"), note="Python loop included"))
+    s.synchronize()
+    return rows
+
+
+def format_rows(rows):
+    out = []
+    for r in rows:
+        tgt = f"  target {r['target']}: {'met' if r['met'] else 'missed'}" if r["target"] else ""
+        out.append(f"  {r['name']:78s} {r['value']:8.2f} {r['unit']:2s}{tgt}  ({r['note']})")
+    return "\n".join(out)

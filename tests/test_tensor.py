@@ -1,0 +1,87 @@
+"""paddle_rt.Tensor and TensorDesc (paddle_rt/_core/tensor.pyx): factories, dtypes, views without copies, reshape,
+numpy(), __array_interface__ and DLPack on host-addressable devices, and bad input."""
+import numpy as np
+import pytest
+
+import paddle_rt
+
+
+@pytest.mark.smoke
+def test_factories_and_numpy():
+    z = paddle_rt.zeros((3, 4), "int32")
+    assert z.shape == (3, 4) and z.dtype == "int32" and z.strides == (4, 1) and z.is_contiguous()
+    np.testing.assert_array_equal(z.numpy(), np.zeros((3, 4), np.int32))
+    a = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    t = paddle_rt.tensor(a)
+    assert t.nbytes == a.nbytes and t.itemsize == 8 and len(t) == 2 and t.device == paddle_rt.get_device()
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert paddle_rt.tensor([1, 2, 3], dtype="float16").numpy().dtype == np.float16
+    e = paddle_rt.empty((0, 5))
+    assert e.numpy().shape == (0, 5)
+
+
+def test_views_share_memory():
+    a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    t = paddle_rt.tensor(a)
+    for view, ref in [(t[1], a[1]), (t[:, 1:3], a[:, 1:3]), (t[..., ::2], a[..., ::2]), (t[::-1, 2], a[::-1, 2]),
+                      (t.transpose(0, 2), a.transpose(2, 1, 0)), (t.permute(1, 2, 0), a.transpose(1, 2, 0)),
+                      (t[None, 0], a[None, 0]), (t.T, a.T), (t.view(12, 5), a.reshape(12, 5)),
+                      (t.view(-1), a.reshape(-1)), (t[:, :, 0].reshape(12), a[:, :, 0].reshape(12))]:
+        assert view.shape == ref.shape
+        np.testing.assert_array_equal(view.numpy(), ref)
+    v = t[1:]
+    assert v.storage is t.storage and v.data_ptr == t.data_ptr + 20 * 4
+    with pytest.raises(paddle_rt.InvalidArgument, match="do not allow a view"):
+        t.transpose(0, 2).view(60)
+    r = t.transpose(0, 2).reshape(60)              # copies
+    np.testing.assert_array_equal(r.numpy(), a.transpose(2, 1, 0).reshape(60))
+    with pytest.raises(paddle_rt.InvalidArgument, match="has 59 elements"):
+        t.view(59)
+    with pytest.raises(IndexError, match="out of bounds"):
+        t[3]
+    with pytest.raises(paddle_rt.InvalidArgument, match="not a permutation"):
+        t.permute(0, 0, 1)
+
+
+def test_array_interface_and_dlpack_are_zero_copy():
+    a = np.arange(12, dtype=np.int16).reshape(3, 4)
+    t = paddle_rt.tensor(a)[:, 1::2]
+    np.testing.assert_array_equal(np.asarray(t), a[:, 1::2])
+    d = np.from_dlpack(t)
+    np.testing.assert_array_equal(d, a[:, 1::2])
+    assert d.__array_interface__["data"][0] == t.data_ptr
+    assert t.__dlpack_device__() == (1, 0)
+    with pytest.raises(BufferError, match="copy=True"):
+        t.__dlpack__(copy=True)
+
+
+def test_bfloat16_round_trip():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = np.array([1.5, -2.25, 3.0], dtype=ml_dtypes.bfloat16)
+    t = paddle_rt.tensor(a)
+    assert t.dtype == "bfloat16" and t.itemsize == 2
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_bad_input():
+    with pytest.raises(paddle_rt.InvalidArgument, match="unsupported dtype"):
+        paddle_rt.empty((2,), "complex64")
+    with pytest.raises(paddle_rt.InvalidArgument, match="must be an int >= 0"):
+        paddle_rt.empty((2, -1))
+    with pytest.raises(paddle_rt.InvalidArgument, match="at most 8 dimensions"):
+        paddle_rt.empty((1,) * 9)
+    with pytest.raises(paddle_rt.InvalidArgument, match="3 strides"):
+        paddle_rt.op.TensorDesc((2, 2), "float32", strides=(1, 2, 3))
+    with pytest.raises(TypeError, match="paddle_rt.empty"):
+        paddle_rt.Tensor()
+    with pytest.raises(paddle_rt.InvalidArgument, match="Stream"):
+        paddle_rt.empty((2,), stream="s")
+
+
+def test_to_another_device():
+    if paddle_rt.device_count() < 2:
+        pytest.skip("needs two rt_cpu devices")
+    t = paddle_rt.tensor(np.arange(5, dtype=np.float32), device="rt_cpu:0")
+    u = t.to("rt_cpu:1")
+    assert str(u.device) == "rt_cpu:1" and t.to("rt_cpu:0") is t
+    np.testing.assert_array_equal(u.numpy(), np.arange(5))
