@@ -383,6 +383,13 @@ def test_descriptor_cache_reuses_descriptors(rng):
     assert ops.cache_info()["entries"] == 2
 
 
+def give_back(device):
+    """Leave `device` as the other tests expect it: nothing held by its pool or its allocator's cache."""
+    paddle_rt.synchronize()
+    paddle_rt.default_mem_pool(device).trim_to(0)
+    paddle_rt.empty_cache(device)
+
+
 def test_operands_on_two_devices_are_refused():
     if paddle_rt.device_count() < 2:
         pytest.skip("needs two rt_cpu devices")
@@ -391,6 +398,8 @@ def test_operands_on_two_devices_are_refused():
     with pytest.raises(paddle_rt.InvalidArgument, match="rt_cpu:0 and rt_cpu:1"):
         ops.add(a, b)
     np.testing.assert_array_equal(ops.add(a, b.to("rt_cpu:0")).numpy(), np.full(4, 2.0))
+    del a, b
+    give_back("rt_cpu:1")
 
 
 # -- hypothesis: shapes and strides of the elementwise ops and rearrange --------------------------------------------------

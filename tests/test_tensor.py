@@ -85,3 +85,7 @@ def test_to_another_device():
     u = t.to("rt_cpu:1")
     assert str(u.device) == "rt_cpu:1" and t.to("rt_cpu:0") is t
     np.testing.assert_array_equal(u.numpy(), np.arange(5))
+    del t, u
+    paddle_rt.synchronize()
+    paddle_rt.default_mem_pool("rt_cpu:1").trim_to(0)
+    paddle_rt.empty_cache("rt_cpu:1")
