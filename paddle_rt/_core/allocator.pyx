@@ -95,7 +95,7 @@ cdef enum:
     ERR_HOST_OOM = 8
     ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
 
-from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES
+from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES
 from paddle_rt._core import alloc_config
 
 _registry_lock = threading.RLock()
@@ -790,6 +790,12 @@ cdef class DeviceAllocator:
         cfg.release = r["release"]
         cfg.small_size = r["small_size"]
         cfg.small_chunk = r["small_chunk"]
+        cfg.grow_min = r["grow_min"]
+        cfg.grow_step = r["grow_step"]
+        cfg.grow_fraction = r["grow_fraction"]
+        cfg.grow_ratio = r["grow_ratio"]
+        cfg.grow_round = r["grow_round"]
+        cfg.consolidate = r["consolidate"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -829,6 +835,12 @@ cdef class DeviceAllocator:
             "release": RELEASE_NAMES[cfg.release],
             "small_size": cfg.small_size,
             "small_chunk": cfg.small_chunk,
+            "grow_min": cfg.grow_min,
+            "grow_step": cfg.grow_step,
+            "grow_fraction": cfg.grow_fraction,
+            "grow_ratio": cfg.grow_ratio,
+            "grow_round": ROUND_NAMES[cfg.grow_round],
+            "consolidate": CONSOLIDATE_NAMES[cfg.consolidate],
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }
