@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, precondi
 
 import paddle_rt
 from paddle_rt import plugins
+from paddle_rt._core import alloc_config
 
 from conftest import run_python_code, include_dir
 
@@ -46,16 +47,14 @@ def d1():
     a = paddle_rt.get_allocator(d)
     gc.collect()
     a.empty_cache()
-    a.configure(paddle_compat=None, growth=None, chunk_size=None, release=None, small_size=None,
-                small_chunk=None, limit=None, max_split_size=None)
+    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
     assert paddle_rt.memory_reserved(d) == 0, "a previous test leaked memory on rt_cpu:1"
     a.reset_accumulated_stats()
     a.reset_peak_stats()
     yield d
     gc.collect()
     a.empty_cache()
-    a.configure(paddle_compat=None, growth=None, chunk_size=None, release=None, small_size=None,
-                small_chunk=None, limit=None, max_split_size=None)
+    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
 
 
 def check_consistent(d):
@@ -344,12 +343,13 @@ def test_idle_chunk_release_on_empty_cache_and_on_free(d1):
 
 
 def test_adaptive_growth_consolidates_idle_chunks(d1):
-    """A miss in the large pool gives back the pool's idle chunks and asks for one chunk covering them."""
+    """consolidate:fold: a miss in the large pool gives back the pool's idle chunks and asks for one chunk covering
+    them (the default, consolidate:release, sizes the new chunk by the rule alone: tests/test_alloc_policy.py)."""
     paddle_rt.set_allocator_config(d1, growth="exact")
     xs = [paddle_rt.raw_malloc(5 * MiB, d1) for _ in range(3)]
     for x in xs:
         paddle_rt.raw_free(x, d1)
-    paddle_rt.set_allocator_config(d1, growth="adaptive")
+    paddle_rt.set_allocator_config(d1, growth="adaptive", consolidate="fold")
     before = paddle_rt.memory_stats(d1)
     y = paddle_rt.raw_malloc(6 * MiB, d1)                    # fits none of the 5 MiB idle chunks
     after = paddle_rt.memory_stats(d1)
@@ -765,8 +765,7 @@ class AllocMachine(RuleBasedStateMachine):
         self.a.empty_cache()
         assert plugins.rt_cpu_live_bytes(1) == 0
         assert self.a.stats()["reserved_bytes.all.current"] == 0
-        self.a.configure(paddle_compat=None, growth=None, chunk_size=None, release=None, small_size=None,
-                         small_chunk=None, limit=None, max_split_size=None)
+        self.a.configure(**{k: None for k in alloc_config.CONF_KEYS})
 
 
 TestAllocMachine = AllocMachine.TestCase

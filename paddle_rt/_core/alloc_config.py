@@ -21,8 +21,25 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``release``        ``empty_cache`` (default): idle chunks go back on ``empty_cache()`` and on the OOM ladder only;
                    ``free``: also as soon as a free makes a chunk idle (while the device's streams have
                    queued work, the chunk is kept and goes back with the next such free or ``empty_cache()``).
-``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 64 KiB (0 in paddle_compat).
+``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 256 KiB (0 in paddle_compat).
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
+
+The growth rule of ``growth:adaptive`` (alloc_policy.chunk_for_miss): a miss in the large pool asks the plugin for a
+target of ``grow_ratio * reserved``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * reserved)``
+(``reserved``: what the allocator holds at the miss), made a whole number of requests of the missing size
+(``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
+chunks. The defaults and the reason for each: bench/RESULTS.md (issue 15), found by bench/policy_search.py.
+
+``grow_min``       bytes, the smallest chunk adaptive growth asks for. Default 4 MiB.
+``grow_step``      bytes, the fixed part of the cap on a chunk. Default 32 MiB.
+``grow_fraction``  a number 0..1 (or a ratio such as ``1/32``), the proportional part of the cap. Default 1/32.
+``grow_ratio``     a number 0..4, the target as a multiple of what is held (1: the pool doubles while it is small).
+                   Default 1.
+``grow_round``     ``up`` (default: the smallest whole number of requests of the missing size at or above the
+                   target), ``nearest``, ``down`` (at least one request) or ``off`` (the target as it is).
+``consolidate``    ``release`` (default): the pool's idle chunks go back to the plugin and the new chunk is sized by
+                   the rule alone; ``fold``: they go back and the new chunk is at least the request plus what went
+                   back; ``off``: they stay cached.
 """
 import os
 
@@ -30,16 +47,26 @@ from paddle_rt._core import errors
 
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
-             "small_chunk")
+             "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
 #: Names of the release modes, indexed by the allocator's RELEASE_* constants (allocator.pxd).
 RELEASE_NAMES = ("empty_cache", "free")
+#: Names of the whole-request rounding of adaptive growth, indexed by the ROUND_* constants (allocator.pxd).
+ROUND_NAMES = ("nearest", "up", "down", "off")
+#: Names of what adaptive growth does with idle chunks before it grows, indexed by CONSOLIDATE_* (allocator.pxd).
+CONSOLIDATE_NAMES = ("fold", "release", "off")
 
 KiB, MiB = 1 << 10, 1 << 20
-DEFAULT_SMALL_SIZE = 64 * KiB     # requests up to it go to the small pool
+DEFAULT_SMALL_SIZE = 256 * KiB    # requests up to it go to the small pool
 DEFAULT_SMALL_CHUNK = 2 * MiB     # the small pool's chunk size
+DEFAULT_GROW_MIN = 4 * MiB
+DEFAULT_GROW_STEP = 32 * MiB
+DEFAULT_GROW_FRACTION = 1 / 32
+DEFAULT_GROW_RATIO = 1.0
+DEFAULT_GROW_ROUND = "up"
+DEFAULT_CONSOLIDATE = "release"
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -110,6 +137,24 @@ def _parse_limit(value, source):
     return parse_size("limit", value)
 
 
+def _parse_fraction(key, value, source, hi):
+    """A number 0 <= f <= hi (a float, an int or a decimal string; a string may also be a ratio "1/24")."""
+    if isinstance(value, bool):
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected a number, got {value!r}")
+    try:
+        if isinstance(value, str) and "/" in value:
+            num, _, den = value.partition("/")
+            f = float(num) / float(den)
+        else:
+            f = float(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: {value!r} is not a number") from None
+    if not (0.0 <= f <= hi):
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected a number from 0 to {hi:g}, "
+                                     f"got {value!r}")
+    return f
+
+
 def normalize(conf, source):
     """Validate a {key: value} mapping; return {key: parsed}. ``source`` names where it came from, for messages."""
     out = {}
@@ -127,6 +172,14 @@ def normalize(conf, source):
             out[key] = parse_size(key, value, allow_none=True)
         elif key == "limit":
             out[key] = _parse_limit(value, source)
+        elif key == "grow_fraction":
+            out[key] = _parse_fraction(key, value, source, 1.0)
+        elif key == "grow_ratio":
+            out[key] = _parse_fraction(key, value, source, 4.0)
+        elif key == "grow_round":
+            out[key] = _parse_name(key, value, ROUND_NAMES, source)
+        elif key == "consolidate":
+            out[key] = _parse_name(key, value, CONSOLIDATE_NAMES, source)
         else:
             out[key] = parse_size(key, value)
     return out
@@ -183,6 +236,12 @@ def resolve(conf):
         "release": RELEASE_NAMES.index(release),
         "small_size": 0 if compat else conf.get("small_size", DEFAULT_SMALL_SIZE),
         "small_chunk": small_chunk,
+        "grow_min": conf.get("grow_min", DEFAULT_GROW_MIN),
+        "grow_step": conf.get("grow_step", DEFAULT_GROW_STEP),
+        "grow_fraction": conf.get("grow_fraction", DEFAULT_GROW_FRACTION),
+        "grow_ratio": conf.get("grow_ratio", DEFAULT_GROW_RATIO),
+        "grow_round": ROUND_NAMES.index(conf.get("grow_round", DEFAULT_GROW_ROUND)),
+        "consolidate": CONSOLIDATE_NAMES.index(conf.get("consolidate", DEFAULT_CONSOLIDATE)),
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",

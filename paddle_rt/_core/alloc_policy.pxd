@@ -5,15 +5,8 @@ from libc.stdint cimport SIZE_MAX, uint64_t
 
 from paddle_rt._core.allocator cimport (
     AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
+    ROUND_NEAREST, ROUND_UP, ROUND_DOWN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF,
 )
-
-# Adaptive growth of the large pool: a miss asks for about what the pool holds already (the demand seen so far),
-# at least GROW_MIN and at most max(GROW_STEP, reserved / GROW_FRACTION), cut to a whole number of requests.
-cdef enum:
-    GROW_MIN = 2 * 1024 * 1024
-    GROW_STEP = 16 * 1024 * 1024
-    GROW_FRACTION = 24
-
 
 cdef inline int pool_for(const AllocConfig* cfg, size_t size) noexcept nogil:
     """Small requests (up to small_size) come from the small pool's chunks, the rest from the large pool."""
@@ -45,33 +38,53 @@ cdef inline uint64_t tie_rank(const AllocConfig* cfg, uint64_t chunk_serial) noe
 
 
 cdef inline bint consolidates_before_growth(const AllocConfig* cfg, int pool) noexcept nogil:
-    """Adaptive growth of the large pool first gives idle chunks back, so the new chunk replaces them."""
-    return cfg.growth == GROWTH_ADAPTIVE and pool == POOL_LARGE
+    """Adaptive growth of the large pool first gives idle chunks back (consolidate: fold or release), so the new
+    chunk replaces them."""
+    return cfg.growth == GROWTH_ADAPTIVE and pool == POOL_LARGE and cfg.consolidate != CONSOLIDATE_OFF
+
+
+cdef inline size_t grow_target(const AllocConfig* cfg, size_t reserved) noexcept nogil:
+    """The chunk adaptive growth aims at, from what the allocator holds: grow_ratio * reserved, at least grow_min,
+    at most max(grow_step, grow_fraction * reserved)."""
+    cdef size_t want = <size_t>(<double>reserved * cfg.grow_ratio)
+    cdef size_t cap = <size_t>(<double>reserved * cfg.grow_fraction)
+    if cap < cfg.grow_step:
+        cap = cfg.grow_step
+    if want < cfg.grow_min:
+        want = cfg.grow_min
+    return want if want < cap else cap
+
+
+cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t size) noexcept nogil:
+    """`want` made a whole number of requests of `size` (grow_round: the nearest, the next one up, the one below;
+    at least one), so that the chunk's tail is not a useless remainder for the next request of the same size."""
+    cdef size_t k
+    if cfg.grow_round == ROUND_NEAREST:
+        k = (want + size // 2) // size
+    elif cfg.grow_round == ROUND_UP:
+        k = (want + size - 1) // size
+    elif cfg.grow_round == ROUND_DOWN:
+        k = want // size
+    else:
+        return want
+    return size * (k if k > 0 else 1)
 
 
 cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size, size_t reserved,
                                   size_t released) noexcept nogil:
     """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: what the
     allocator held before the miss; `released`: what consolidation just gave back."""
-    cdef size_t want, cap, k
+    cdef size_t want
     if cfg.growth == GROWTH_FIXED:
         return size if size >= cfg.chunk_size else cfg.chunk_size
     if cfg.growth == GROWTH_EXACT:
         return size
     if pool == POOL_SMALL:
         return size if size > cfg.small_chunk else cfg.small_chunk
-    cap = reserved // GROW_FRACTION
-    if cap < GROW_STEP:
-        cap = GROW_STEP
-    want = reserved if reserved > GROW_MIN else GROW_MIN
-    if want > cap:
-        want = cap
+    want = grow_target(cfg, reserved)
     if want > size:
-        # a whole number of requests of this size (the nearest), so that the chunk's tail is not a useless
-        # remainder for the next request of the same size
-        k = (want + size // 2) // size
-        want = size * (k if k > 0 else 1)
-    if size + released > want:
+        want = whole_requests(cfg, want, size)
+    if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:
         want = size + released
     return want if want > size else size
 

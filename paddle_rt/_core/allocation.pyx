@@ -475,7 +475,8 @@ def memory_snapshot(device=None):
 
 def set_allocator_config(device=None, **kw):
     """Configure the allocator of ``device`` (default: the current device). Keys: paddle_compat, growth, chunk_size,
-    max_split_size, limit, release, small_size, small_chunk (see the module documentation)."""
+    max_split_size, limit, release, small_size, small_chunk, grow_min, grow_step, grow_fraction, grow_ratio,
+    grow_round, consolidate (see alloc_config.py)."""
     _dev_alloc(device).configure(**kw)
 
 

@@ -35,6 +35,17 @@ cdef enum:
     RELEASE_EMPTY_CACHE = 0   # idle chunks go back to the plugin on empty_cache() and on the OOM ladder only
     RELEASE_ON_FREE = 1       # ... and as soon as a free makes a chunk idle
 
+cdef enum:
+    ROUND_NEAREST = 0     # adaptive growth: the nearest whole number of requests (at least one)
+    ROUND_UP = 1          # ... the next whole number of requests at or above the target
+    ROUND_DOWN = 2        # ... the whole number of requests at or below the target (at least one)
+    ROUND_OFF = 3         # ... the target itself
+
+cdef enum:
+    CONSOLIDATE_FOLD = 0      # a large-pool miss gives idle chunks back; the new chunk is at least request + released
+    CONSOLIDATE_RELEASE = 1   # ... gives idle chunks back; the new chunk is sized by the growth rule alone
+    CONSOLIDATE_OFF = 2       # ... keeps them
+
 # One counter of PyTorch's scheme: current, peak, allocated (sum of increases), freed (sum of decreases).
 cdef struct Stat:
     int64_t current
@@ -85,6 +96,12 @@ cdef struct AllocConfig:
     size_t limit           # most bytes reserved at once (SIZE_MAX: off)
     size_t small_size      # requests up to it use the small pool (0: one pool)
     size_t small_chunk     # chunk size of the small pool
+    size_t grow_min        # adaptive growth of the large pool: the smallest chunk it asks for
+    size_t grow_step       # ... the cap's fixed part: a chunk is at most max(grow_step, grow_fraction * reserved)
+    double grow_fraction   # ... the cap's proportional part
+    double grow_ratio      # ... the target before the cap: grow_ratio * reserved (1: doubling)
+    int grow_round         # ... ROUND_*: the target becomes a whole number of requests
+    int consolidate        # ... CONSOLIDATE_*: idle chunks before growth
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
     int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk
     int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size

@@ -13,15 +13,17 @@ Two policies:
 * ``paddle_compat:1`` reproduces Paddle's auto-growth allocator exactly: one pool, a split leaves the free remainder
   at the low end, a miss asks the plugin for ``max(size, chunk_size)`` (``chunk_size`` 0 = exactly the rounded
   request), idle chunks go back only on ``empty_cache`` and when an allocation fails.
-* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 64 KiB: scalars, biases,
-  small index tensors) into a small pool of ``small_chunk``-sized chunks (default 2 MiB) so that they never pin or
-  fragment the big chunks. A miss in the large pool first gives back the pool's idle chunks and folds their size into
-  the new chunk (consolidation: the device sees one bigger chunk instead of several stale ones, at no cost in peak
-  memory), then grows by ``g = min(max(16 MiB, reserved/24), max(2 MiB, reserved))`` rounded to the nearest whole
-  number of requests of the missing size (at least one), and at least ``request + released``. Growth follows the
-  current demand (doubling while small, then 16 MiB or 1/24 of what is held), so the number of device allocations
-  stays small while the unused tail of the newest chunk stays small against the total; a chunk holding a whole
-  number of same-sized requests leaves no useless remainder for the next one (layers repeat their sizes).
+* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 256 KiB: scalars, biases,
+  norms, small index tensors) into a small pool of ``small_chunk``-sized chunks (default 2 MiB) so that they never
+  pin or fragment the big chunks. A miss in the large pool first gives the pool's idle chunks back
+  (``consolidate:release``: the request did not fit them, and the device should not keep holding bytes nothing asks
+  for), then grows by a target of ``grow_ratio * reserved`` (default 1: the pool doubles while it is small), at least
+  ``grow_min`` (4 MiB) and at most ``max(grow_step, grow_fraction * reserved)`` (32 MiB, or 1/32 of what is held
+  beyond 1 GiB), rounded up to a whole number of requests of the missing size (``grow_round:up``; at least one
+  request: a request above the target gets a chunk of exactly its size). Growth follows the current demand, so the
+  number of device allocations stays small while the unused tail of the newest chunk stays small against the total;
+  a chunk holding a whole number of same-sized requests leaves no useless remainder for the next one (layers repeat
+  their sizes). The rule and its parameters are alloc_policy.chunk_for_miss and alloc_config's keys.
   A split puts the allocation at the low end of the free block. A freed small-pool block waits unmerged in a
   quick-reuse slot (by size and stream, up to 8 per slot) for the next request of exactly its size; every slot is
   merged back before the allocator grows, releases, snapshots or reports stats, so no memory is held because of it.
@@ -95,7 +97,7 @@ cdef enum:
     ERR_HOST_OOM = 8
     ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
 
-from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES
+from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES
 from paddle_rt._core import alloc_config
 
 _registry_lock = threading.RLock()
@@ -790,6 +792,12 @@ cdef class DeviceAllocator:
         cfg.release = r["release"]
         cfg.small_size = r["small_size"]
         cfg.small_chunk = r["small_chunk"]
+        cfg.grow_min = r["grow_min"]
+        cfg.grow_step = r["grow_step"]
+        cfg.grow_fraction = r["grow_fraction"]
+        cfg.grow_ratio = r["grow_ratio"]
+        cfg.grow_round = r["grow_round"]
+        cfg.consolidate = r["consolidate"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -829,6 +837,12 @@ cdef class DeviceAllocator:
             "release": RELEASE_NAMES[cfg.release],
             "small_size": cfg.small_size,
             "small_chunk": cfg.small_chunk,
+            "grow_min": cfg.grow_min,
+            "grow_step": cfg.grow_step,
+            "grow_fraction": cfg.grow_fraction,
+            "grow_ratio": cfg.grow_ratio,
+            "grow_round": ROUND_NAMES[cfg.grow_round],
+            "consolidate": CONSOLIDATE_NAMES[cfg.consolidate],
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }

@@ -1,0 +1,240 @@
+"""Search over the allocator's growth policy (issue 15): replay traces in this process through paddle_rt's
+allocator under many configurations and score them against the goal
+
+    on every trace: peak reserved <= 1.02 x Paddle's auto-growth figure, and
+                    device allocations <= PyTorch's caching allocator's.
+
+The anchors are the replay tool's models of both allocators (``python -m paddle_rt replay --baselines``, which
+reproduce the table of /work/shared/traces/README.md), computed here for every trace, real or synthetic. A replay
+takes milliseconds (the nogil loop of ``paddle_rt replay``); ``paddle_rt.reset_allocator`` before each one gives the
+figures of a fresh process.
+
+    python bench/policy_search.py table [--conf K:V,...]     # the figures of one configuration (default: defaults)
+    python bench/policy_search.py search [--top N]           # the grid below on every trace, best first
+    python bench/policy_search.py loo                        # leave-one-out over the six real traces
+    python bench/policy_search.py sensitivity                # each parameter of the default at x0.5 and x2
+
+``--traces DIR`` (default /work/shared/traces) names the real traces; ``--synthetic`` adds the workloads of
+bench/synthetic_traces.py (generated in memory) as generalisation checks. A configuration ranks by (real traces
+missing the goal, synthetic ones missing it, its worst max(peak / limit, allocations / PyTorch's) on the real traces,
+its mean peak / limit over every trace): the goal on the six real traces comes first, the synthetic workloads only
+break ties. Run from the checkout (it imports the paddle_rt next to it).
+"""
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+# rt_cpu's default capacity (a few GiB) is below the largest synthetic workloads; its memory is only touched when used
+os.environ.setdefault("RT_CPU_MEMORY_BYTES", str(64 << 30))
+
+import paddle_rt                                                        # noqa: E402
+from paddle_rt.tools import replay                                      # noqa: E402
+
+MiB = 1 << 20
+REAL = ("resnet18_train", "mlp_varbatch", "bert_varlen", "unet_train", "lstm_lm_train", "vit_infer_varbatch")
+PEAK_FACTOR = 1.02
+
+# The grid of `search`: the growth rule's parameters (see alloc_config.py) around the values that have a reason.
+GRID = {
+    "grow_min": ["2M", "4M", "8M"],
+    "grow_step": ["16M", "24M", "32M", "48M", "64M"],
+    "grow_fraction": ["0", "1/32", "1/16"],
+    "grow_ratio": ["0.5", "1", "2"],
+    "grow_round": ["nearest", "up", "down"],
+    "consolidate": ["fold", "release", "off"],
+    "small_size": ["64K", "256K", "1M"],
+    "small_chunk": ["2M", "4M"],
+}
+# The parameters `sensitivity` scales (x0.5, x2), with their unit for the conf string.
+SCALED = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "small_size", "small_chunk")
+
+
+def load_traces(folder, synthetic=False):
+    """{name: (trace in replay.load_trace's form, {"paddle": figures, "torch": figures})}."""
+    out = {}
+    for name in REAL:
+        t = replay.load_trace(os.path.join(folder, f"{name}.csv.gz"))
+        out[name] = t
+    if synthetic:
+        import synthetic_traces
+        for name in synthetic_traces.WORKLOADS:
+            out[name] = synthetic_traces.as_trace(synthetic_traces.generate(name))
+    anchors = {}
+    for name, t in out.items():
+        anchors[name] = {"paddle": replay.run_model(replay.PaddleAutoGrowthModel(256, 0), t),
+                         "torch": replay.run_model(replay.TorchCachingModel(), t)}
+    return {n: (out[n], anchors[n]) for n in out}
+
+
+def conf_text(conf):
+    return ",".join(f"{k}:{v}" for k, v in conf.items())
+
+
+def parse_conf(text):
+    return replay._conf_dict(text)
+
+
+def evaluate(conf, traces, device=None):
+    """{name: {"peak", "allocs", "limit", "torch_allocs", "peak_ok", "allocs_ok", "badness"}} for one configuration.
+    ``badness`` = max(peak / limit, allocs / PyTorch's): the goal holds on the trace when it is <= 1."""
+    alloc = paddle_rt.get_allocator(device)
+    res = {}
+    try:
+        for name, (trace, anchor) in traces.items():
+            paddle_rt.reset_allocator(device)
+            r = replay.run_once(None, device, conf, trace)
+            limit = PEAK_FACTOR * anchor["paddle"]["peak_reserved"]
+            t_allocs = anchor["torch"]["device_allocs"]
+            peak, n = r["peak_reserved"], r["device_allocs"]
+            res[name] = {"peak": peak, "allocs": n, "limit": limit, "torch_allocs": t_allocs,
+                         "paddle_peak": anchor["paddle"]["peak_reserved"],
+                         "peak_ok": peak <= limit, "allocs_ok": n <= t_allocs,
+                         "badness": max(peak / limit, n / t_allocs)}
+    finally:
+        alloc.configure(**{k: None for k in conf})
+        paddle_rt.reset_allocator(device)
+    return res
+
+
+def score(res, names=None):
+    """Smaller is better: (real traces missing the goal, other traces missing it, the worst badness on the real
+    traces, the mean peak / limit over every trace). ``names``: the traces that count as real (default: REAL)."""
+    real = [n for n in (names or REAL) if n in res]
+    other = [n for n in res if n not in real]
+    bad = [res[n]["badness"] for n in real]
+    return (sum(b > 1 for b in bad), sum(res[n]["badness"] > 1 for n in other), round(max(bad), 6),
+            sum(r["peak"] / r["limit"] for r in res.values()) / len(res))
+
+
+def grid_confs(grid=GRID):
+    keys = list(grid)
+    for vals in itertools.product(*(grid[k] for k in keys)):
+        yield dict(zip(keys, vals))
+
+
+def search(traces, select=None, grid=GRID, log=None):
+    """Every configuration of ``grid``, scored on the traces ``select`` (default: all); best first."""
+    rows = []
+    t0 = time.perf_counter()
+    confs = list(grid_confs(grid))
+    for i, conf in enumerate(confs):
+        res = evaluate(conf, traces)
+        rows.append((score(res, select), conf, res))
+        if log and (i + 1) % 500 == 0:
+            log(f"{i + 1}/{len(confs)} configurations, {time.perf_counter() - t0:.0f} s")
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+def fmt_table(res, title=None):
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append("| trace | peak reserved MiB | limit (1.02 x Paddle) MiB | device allocs | PyTorch allocs | goal |")
+    lines.append("|---|---:|---:|---:|---:|---|")
+    for name, r in res.items():
+        verdict = "holds" if r["peak_ok"] and r["allocs_ok"] else "MISSES " + " and ".join(
+            w for w, ok in (("peak", r["peak_ok"]), ("allocations", r["allocs_ok"])) if not ok)
+        lines.append(f"| {name} | {r['peak'] / MiB:.1f} | {r['limit'] / MiB:.1f} | {r['allocs']} | "
+                     f"{r['torch_allocs']} | {verdict} |")
+    return "\n".join(lines)
+
+
+def default_conf():
+    """The default values of the searched keys (alloc_config's defaults), as conf strings."""
+    from paddle_rt._core import alloc_config as ac
+    return {"grow_min": f"{ac.DEFAULT_GROW_MIN // MiB}M", "grow_step": f"{ac.DEFAULT_GROW_STEP // MiB}M",
+            "grow_fraction": repr(ac.DEFAULT_GROW_FRACTION), "grow_ratio": repr(ac.DEFAULT_GROW_RATIO),
+            "grow_round": ac.DEFAULT_GROW_ROUND, "consolidate": ac.DEFAULT_CONSOLIDATE,
+            "small_size": f"{ac.DEFAULT_SMALL_SIZE // 1024}K", "small_chunk": f"{ac.DEFAULT_SMALL_CHUNK // MiB}M"}
+
+
+def scale(key, value, factor):
+    """``value`` (a conf string) of ``key`` times ``factor``, as a conf string."""
+    from paddle_rt._core import alloc_config as ac
+    if key in ("grow_fraction", "grow_ratio"):
+        v = ac._parse_fraction(key, value, "scale", 4.0) * factor
+        return repr(min(v, 1.0 if key == "grow_fraction" else 4.0))
+    return str(int(ac.parse_size(key, value) * factor))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python bench/policy_search.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=("table", "search", "loo", "sensitivity"))
+    ap.add_argument("--traces", default="/work/shared/traces")
+    ap.add_argument("--synthetic", action="store_true", help="also the synthetic workloads (bench/synthetic_traces.py)")
+    ap.add_argument("--conf", default="", help="table: key:value,... over the defaults")
+    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--json", default=None, help="also write the rows as JSON to this file")
+    args = ap.parse_args(argv)
+    traces = load_traces(args.traces, args.synthetic)
+    log = lambda m: print(m, file=sys.stderr, flush=True)      # noqa: E731
+
+    if args.what == "table":
+        conf = parse_conf(args.conf)
+        res = evaluate(conf, traces)
+        print(fmt_table(res, f"configuration: defaults{' + ' + args.conf if args.conf else ''}"))
+        print(f"\nscore {score(res, REAL)} on the real traces")
+        if args.json:
+            json.dump(res, open(args.json, "w"), indent=1)
+        return 0
+
+    if args.what == "search":
+        rows = search(traces, REAL, log=log)
+        feasible = sum(1 for r in rows if r[0][0] == 0)
+        every = sum(1 for r in rows if r[0][0] == 0 and r[0][1] == 0)
+        print(f"{len(rows)} configurations: {feasible} meet the goal on the six real traces, {every} on every trace")
+        names = list(traces)
+        print("rank | score | " + " | ".join(names) + " | configuration")
+        for i, (sc, conf, res) in enumerate(rows[:args.top]):
+            cells = " | ".join(f"{res[n]['peak'] / res[n]['limit']:.3f}/{res[n]['allocs']}:{res[n]['torch_allocs']}"
+                               for n in names)
+            print(f"{i + 1} | {sc[0]} {sc[1]} {sc[2]:.3f} {sc[3]:.3f} | {cells} | {conf_text(conf)}")
+        if args.json:
+            json.dump([(sc, conf, res) for sc, conf, res in rows], open(args.json, "w"))
+        return 0
+
+    if args.what == "loo":
+        rows = search(traces, REAL, log=log)            # every configuration once; select per held-out trace below
+        print("| held out | chosen on the other five | held-out peak MiB | limit MiB | allocs | PyTorch | goal |")
+        print("|---|---|---:|---:|---:|---:|---|")
+        for held in REAL:
+            others = [n for n in REAL if n != held]
+            sc, conf, res = min(rows, key=lambda r: score({n: r[2][n] for n in others}, others))
+            r = res[held]
+            verdict = "holds" if r["peak_ok"] and r["allocs_ok"] else "MISSES"
+            print(f"| {held} | {conf_text(conf)} | {r['peak'] / MiB:.1f} | {r['limit'] / MiB:.1f} | {r['allocs']} | "
+                  f"{r['torch_allocs']} | {verdict} |")
+        return 0
+
+    if args.what == "sensitivity":
+        base = default_conf()
+        ref = evaluate(base, traces)
+        names = list(traces)
+        print("| parameter | value | " + " | ".join(names) + " |")
+        print("|---|---|" + "---:|" * len(names))
+        print("| (default) | | " + " | ".join(f"{ref[n]['peak'] / MiB:.1f} / {ref[n]['allocs']}" for n in names)
+              + " |")
+        for key in SCALED:
+            for factor in (0.5, 2.0):
+                conf = dict(base)
+                conf[key] = scale(key, base[key], factor)
+                res = evaluate(conf, traces)
+                cells = []
+                for n in names:
+                    dp = (res[n]["peak"] - ref[n]["peak"]) / MiB
+                    da = res[n]["allocs"] - ref[n]["allocs"]
+                    mark = "" if res[n]["peak_ok"] and res[n]["allocs_ok"] else " (miss)"
+                    cells.append(f"{dp:+.1f} / {da:+d}{mark}")
+                print(f"| {key} | x{factor:g} = {conf[key]} | " + " | ".join(cells) + " |")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

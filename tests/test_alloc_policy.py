@@ -1,0 +1,241 @@
+"""The default allocator policy (issue 15): the growth parameters as configuration keys (parsing, validation, the
+effective configuration), the growth rule of alloc_policy.chunk_for_miss on small sequences of requests, and the
+goal on the six real traces (peak reserved <= 1.02 x Paddle's auto-growth, device allocations <= PyTorch's)."""
+import gc
+import os
+
+import pytest
+
+import paddle_rt
+from paddle_rt._core import alloc_config
+from paddle_rt.tools import replay
+
+MiB = 1 << 20
+KiB = 1 << 10
+TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
+REAL = ("resnet18_train", "mlp_varbatch", "bert_varlen", "unet_train", "lstm_lm_train", "vit_infer_varbatch")
+GROW_KEYS = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate")
+ALL_KEYS = alloc_config.CONF_KEYS
+
+
+def _clear(a):
+    a.configure(**{k: None for k in ALL_KEYS})
+
+
+@pytest.fixture
+def d1():
+    """rt_cpu:1 with a fresh allocator (nothing held, default configuration, counters zero) before and after."""
+    d = paddle_rt.device("rt_cpu:1")
+    a = paddle_rt.get_allocator(d)
+    gc.collect()
+    _clear(a)
+    paddle_rt.reset_allocator(d)
+    yield d
+    gc.collect()
+    _clear(a)
+    paddle_rt.reset_allocator(d)
+
+
+def segments(d):
+    """The sizes of the large pool's chunks, sorted (the snapshot orders chunks by address)."""
+    return sorted(s["total_size"] for s in paddle_rt.memory_snapshot(d) if s["segment_type"] == "large")
+
+
+# -- keys ----------------------------------------------------------------------------------------------------------
+def test_defaults_are_the_documented_ones(d1):
+    c = paddle_rt.allocator_config(d1)
+    assert (c["grow_min"], c["grow_step"], c["grow_ratio"], c["grow_round"], c["consolidate"]) == \
+        (4 * MiB, 32 * MiB, 1.0, "up", "release")
+    assert c["grow_fraction"] == pytest.approx(1 / 32)
+    assert (c["small_size"], c["small_chunk"]) == (256 * KiB, 2 * MiB)
+    assert c["growth"] == "adaptive"
+
+
+@pytest.mark.parametrize("key,value,parsed", [
+    ("grow_min", "8M", 8 * MiB), ("grow_min", 0, 0), ("grow_step", "48MiB", 48 * MiB),
+    ("grow_step", 1 << 20, MiB), ("grow_fraction", "1/16", 1 / 16), ("grow_fraction", 0.25, 0.25),
+    ("grow_fraction", "0", 0.0), ("grow_ratio", "0.5", 0.5), ("grow_ratio", 2, 2.0),
+    ("grow_round", "Nearest", "nearest"), ("grow_round", "off", "off"), ("consolidate", "fold", "fold"),
+    ("consolidate", "off", "off"),
+])
+def test_keys_parse(d1, key, value, parsed):
+    default = paddle_rt.allocator_config(d1)[key]
+    paddle_rt.set_allocator_config(d1, **{key: value})
+    got = paddle_rt.allocator_config(d1)[key]
+    assert got == (pytest.approx(parsed) if isinstance(parsed, float) else parsed)
+    paddle_rt.set_allocator_config(d1, **{key: None})               # the keyword removed: the default again
+    assert paddle_rt.allocator_config(d1)[key] == default
+
+
+@pytest.mark.parametrize("key,value", [
+    ("grow_min", "-1"), ("grow_min", "lots"), ("grow_min", True), ("grow_step", "3 parsecs"), ("grow_step", -5),
+    ("grow_fraction", "2"), ("grow_fraction", "-0.1"), ("grow_fraction", "x"), ("grow_fraction", "1/0"),
+    ("grow_fraction", True), ("grow_ratio", "5"), ("grow_ratio", "fast"), ("grow_round", "sideways"),
+    ("grow_round", 1), ("consolidate", "maybe"),
+])
+def test_bad_values_raise_naming_the_key(d1, key, value):
+    before = paddle_rt.allocator_config(d1)
+    with pytest.raises(paddle_rt.InvalidArgument, match=key):
+        paddle_rt.set_allocator_config(d1, **{key: value})
+    assert paddle_rt.allocator_config(d1) == before                 # nothing changed
+
+
+def test_keys_from_the_environment():
+    env = {"PADDLE_RT_ALLOC_CONF": "grow_min:1M,grow_step:64M,grow_fraction:1/8,grow_ratio:0.5,grow_round:down,"
+                                   "consolidate:fold"}
+    r = alloc_config.resolve(alloc_config.parse_env(env))
+    assert (r["grow_min"], r["grow_step"], r["grow_fraction"], r["grow_ratio"]) == (MiB, 64 * MiB, 0.125, 0.5)
+    assert alloc_config.ROUND_NAMES[r["grow_round"]] == "down"
+    assert alloc_config.CONSOLIDATE_NAMES[r["consolidate"]] == "fold"
+    with pytest.raises(paddle_rt.InvalidArgument, match="PADDLE_RT_ALLOC_CONF.*grow_ratio"):
+        alloc_config.parse_env({"PADDLE_RT_ALLOC_CONF": "grow_ratio:9"})
+
+
+def test_keywords_win_over_the_environment(run_python):
+    r = run_python("import paddle_rt; paddle_rt.set_allocator_config(grow_step='8M'); "
+                   "c = paddle_rt.allocator_config(); print(c['grow_step'], c['grow_min'])",
+                   env={"PADDLE_RT_ALLOC_CONF": "grow_step:64M,grow_min:1M"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(8 * MiB), str(MiB)]
+
+
+# -- the growth rule -------------------------------------------------------------------------------------------------
+def _grow_conf(d, **kw):
+    conf = dict(grow_min="4M", grow_step="32M", grow_fraction="1/32", grow_ratio=1, grow_round="up",
+                consolidate="release", small_size="256K", small_chunk="2M")
+    conf.update(kw)
+    paddle_rt.set_allocator_config(d, **conf)
+
+
+def test_first_miss_is_grow_min_in_whole_requests(d1):
+    _grow_conf(d1)
+    x = paddle_rt.raw_malloc(3 * MiB, d1)                   # target 4 MiB, rounded up to 2 requests of 3 MiB
+    assert segments(d1) == [6 * MiB]
+    y = paddle_rt.raw_malloc(3 * MiB, d1)                   # the second request of the chunk: no growth
+    assert paddle_rt.memory_stats(d1)["num_device_alloc"] == 1
+    for p in (x, y):
+        paddle_rt.raw_free(p, d1)
+
+
+def test_pool_doubles_then_steps(d1):
+    _grow_conf(d1)
+    ps = [paddle_rt.raw_malloc(4 * MiB, d1)]                # 4 (grow_min)
+    ps.append(paddle_rt.raw_malloc(4 * MiB, d1))            # reserved 4 -> a chunk of 4
+    ps += [paddle_rt.raw_malloc(4 * MiB, d1) for _ in range(2)]  # reserved 8 -> 8 (two requests)
+    ps.append(paddle_rt.raw_malloc(4 * MiB, d1))            # reserved 16 -> 16
+    for _ in range(3):
+        ps.append(paddle_rt.raw_malloc(4 * MiB, d1))
+    ps.append(paddle_rt.raw_malloc(4 * MiB, d1))            # reserved 32 -> capped at grow_step 32
+    assert segments(d1) == sorted([4 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB])
+    for p in ps:
+        paddle_rt.raw_free(p, d1)
+
+
+def test_target_rounds_up_to_whole_requests_and_large_requests_get_their_size(d1):
+    _grow_conf(d1)
+    a = paddle_rt.raw_malloc(10 * MiB, d1)                  # above grow_min: exactly one request
+    b = paddle_rt.raw_malloc(3 * MiB, d1)                   # target = reserved 10 -> 4 requests of 3 = 12
+    c = paddle_rt.raw_malloc(50 * MiB, d1)                  # above the cap (32): exactly its size
+    assert segments(d1) == [10 * MiB, 12 * MiB, 50 * MiB]
+    for p in (a, b, c):
+        paddle_rt.raw_free(p, d1)
+
+
+@pytest.mark.parametrize("mode,expect", [("nearest", 3 * 3 * MiB), ("down", 3 * 3 * MiB), ("off", 10 * MiB),
+                                         ("up", 4 * 3 * MiB)])
+def test_grow_round_modes(d1, mode, expect):
+    _grow_conf(d1, grow_round=mode)
+    a = paddle_rt.raw_malloc(10 * MiB, d1)
+    b = paddle_rt.raw_malloc(3 * MiB, d1)                   # target 10 MiB: 10/3 = 3.33 requests
+    assert segments(d1) == sorted([10 * MiB, expect])
+    for p in (a, b):
+        paddle_rt.raw_free(p, d1)
+
+
+def test_cap_grows_with_what_is_held(d1):
+    _grow_conf(d1, grow_step="8M", grow_fraction="1/4", grow_min="1M")
+    a = paddle_rt.raw_malloc(64 * MiB, d1)                  # one exact chunk
+    b = paddle_rt.raw_malloc(MiB, d1)                       # target min(64, max(8, 64/4 = 16)) = 16
+    assert segments(d1) == [16 * MiB, 64 * MiB]
+    paddle_rt.set_allocator_config(d1, grow_fraction=0)
+    c = paddle_rt.raw_malloc(17 * MiB, d1)                  # cap back to grow_step 8: exactly the request
+    assert segments(d1) == [16 * MiB, 17 * MiB, 64 * MiB]
+    for p in (a, b, c):
+        paddle_rt.raw_free(p, d1)
+
+
+def test_grow_ratio_scales_the_target(d1):
+    _grow_conf(d1, grow_ratio=0.5, grow_min="1M")
+    a = paddle_rt.raw_malloc(16 * MiB, d1)
+    b = paddle_rt.raw_malloc(MiB, d1)                       # target 0.5 * 16 = 8 requests of 1 MiB
+    assert segments(d1) == [8 * MiB, 16 * MiB]
+    for p in (a, b):
+        paddle_rt.raw_free(p, d1)
+
+
+@pytest.mark.parametrize("mode,reserved_after,frees", [("release", 6 + 12, 3), ("fold", 6 + 21, 3),
+                                                       ("off", 6 + 15 + 12, 0)])
+def test_consolidate_modes(d1, mode, reserved_after, frees):
+    """Three idle 5 MiB chunks and a miss of 6 MiB (reserved 21 MiB; grow_step 8 MiB: the rule's chunk is 8 MiB
+    rounded up to 2 requests, 12 MiB): release gives the idle chunks back and grows by the rule alone, fold grows by
+    at least request + released (6 + 15), off keeps them and grows by the rule."""
+    paddle_rt.set_allocator_config(d1, growth="exact")
+    keep = paddle_rt.raw_malloc(6 * MiB, d1)
+    xs = [paddle_rt.raw_malloc(5 * MiB, d1) for _ in range(3)]
+    for x in xs:
+        paddle_rt.raw_free(x, d1)
+    _grow_conf(d1, consolidate=mode, grow_step="8M", growth="adaptive")
+    before = paddle_rt.memory_stats(d1)
+    y = paddle_rt.raw_malloc(6 * MiB, d1)                   # fits none of the idle 5 MiB chunks
+    after = paddle_rt.memory_stats(d1)
+    assert after["num_device_free"] - before["num_device_free"] == frees
+    assert after["num_device_alloc"] - before["num_device_alloc"] == 1
+    assert after["reserved_bytes.all.current"] == reserved_after * MiB
+    for p in (keep, y):
+        paddle_rt.raw_free(p, d1)
+
+
+def test_small_requests_use_the_small_pool(d1):
+    _grow_conf(d1)
+    xs = [paddle_rt.raw_malloc(256 * KiB, d1) for _ in range(8)]   # 8 fit one 2 MiB small chunk
+    snap = paddle_rt.memory_snapshot(d1)
+    assert [(s["segment_type"], s["total_size"]) for s in snap] == [("small", 2 * MiB)]
+    y = paddle_rt.raw_malloc(256 * KiB + 1, d1)                     # above small_size: the large pool
+    assert sorted(s["segment_type"] for s in paddle_rt.memory_snapshot(d1)) == ["large", "small"]
+    for p in xs + [y]:
+        paddle_rt.raw_free(p, d1)
+
+
+# -- the goal on the real traces --------------------------------------------------------------------------------------
+@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
+def test_default_policy_meets_the_goal_on_every_real_trace(d1):
+    """Issue 15: with the default configuration, on each of the six traces, in one process (reset_allocator between
+    replays gives fresh-process figures): peak reserved <= 1.02 x Paddle's auto-growth model and device allocations
+    <= PyTorch's caching allocator model (the replay tool's models, which reproduce the traces README's anchors)."""
+    misses = []
+    for name in REAL:
+        trace = replay.load_trace(os.path.join(TRACES, f"{name}.csv.gz"))
+        paddle = replay.run_model(replay.PaddleAutoGrowthModel(256, 0), trace)
+        torch = replay.run_model(replay.TorchCachingModel(), trace)
+        paddle_rt.reset_allocator(d1)
+        r = replay.run_once(None, "rt_cpu:1", {}, trace)
+        if r["peak_reserved"] > 1.02 * paddle["peak_reserved"] or r["device_allocs"] > torch["device_allocs"]:
+            misses.append((name, r["peak_reserved"] / MiB, 1.02 * paddle["peak_reserved"] / MiB,
+                           r["device_allocs"], torch["device_allocs"]))
+    assert not misses
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
+def test_reset_allocator_gives_fresh_process_figures(d1, run_python):
+    """The in-process figures above are those of a fresh process (the replay command)."""
+    path = os.path.join(TRACES, "lstm_lm_train.csv.gz")
+    trace = replay.load_trace(path)
+    replay.run_once(None, "rt_cpu:1", {}, replay.load_trace(os.path.join(TRACES, "vit_infer_varbatch.csv.gz")))
+    paddle_rt.reset_allocator(d1)
+    r = replay.run_once(None, "rt_cpu:1", {}, trace)
+    child = run_python("from paddle_rt.tools import replay; "
+                       f"r = replay.run_once({path!r}, 'rt_cpu:1', {{}}); "
+                       "print(r['peak_reserved'], r['device_allocs'])")
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == [str(r["peak_reserved"]), str(r["device_allocs"])]
