@@ -89,3 +89,15 @@ def test_to_another_device():
     paddle_rt.synchronize()
     paddle_rt.default_mem_pool("rt_cpu:1").trim_to(0)
     paddle_rt.empty_cache("rt_cpu:1")
+
+
+def test_torch_from_dlpack_shares_the_memory():
+    torch = pytest.importorskip("torch")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = paddle_rt.tensor(a)
+    v = torch.from_dlpack(t[:, ::2])
+    assert tuple(v.shape) == (3, 2) and v.stride() == (4, 2)
+    np.testing.assert_array_equal(v.numpy(), a[:, ::2])
+    assert v.data_ptr() == t.data_ptr
+    b = torch.from_dlpack(paddle_rt.tensor(np.array([1.5, -2.0], np.float16)))
+    assert b.dtype == torch.float16 and b.tolist() == [1.5, -2.0]

@@ -44,7 +44,7 @@ cdef class OpDescriptor:
     # Enqueue one call on `s`; attrs (or NULL) replaces call.attrs for this call. Returns the stream position.
     cdef uint64_t launch(self, Tensor out, tuple ins, object workspace, Stream s, const double* attrs) except 0
     cdef int _pick_kernel(self, Device dev, int op, int32_t dtype) except -1
-    cdef int _check_operand(self, object t, TensorDesc want, str what, Device dev) except -1
+    cdef int _check_operand(self, object t, TensorDesc want, int index, Device dev) except -1   # index -1: out
     cdef uintptr_t _user_workspace(self, object workspace, Device dev, Stream s) except? 0
 
 

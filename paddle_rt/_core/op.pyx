@@ -342,7 +342,10 @@ cdef class OpDescriptor:
             + ("" if device_host_addressable(dev) else "; paddle_rt's host kernels serve host-addressable devices "
                "only"))
 
-    cdef int _check_operand(self, object t, TensorDesc want, str what, Device dev) except -1:
+    cdef int _check_operand(self, object t, TensorDesc want, int index, Device dev) except -1:
+        if isinstance(t, Tensor) and (<Tensor>t).storage.device is dev and want.same_layout(<Tensor>t):
+            return 0
+        what = "out" if index < 0 else f"input {index}"
         if not isinstance(t, Tensor):
             raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} must be a paddle_rt Tensor, not "
                                          f"{type(t).__name__}")
@@ -369,9 +372,9 @@ cdef class OpDescriptor:
         self.handle.check_open()
         if len(ins) != n:
             raise errors.InvalidArgument(f"{dev}: operator {self.name} takes {n} inputs after out, not {len(ins)}")
-        self._check_operand(out, self.out_desc, "out", dev)
+        self._check_operand(out, self.out_desc, -1, dev)
         for i in range(n):
-            self._check_operand(ins[i], self.in_descs[i], f"input {i}", dev)
+            self._check_operand(ins[i], self.in_descs[i], i, dev)
             t = ins[i]
             if _overlap(out, t) and not (t.data == out.data and out.same_layout(t)):
                 raise errors.InvalidArgument(f"{dev}: operator {self.name}: out overlaps input {i} without being "

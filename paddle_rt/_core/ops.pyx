@@ -4,7 +4,7 @@
 # op's stream when `out` is None, and enqueues the call there (OpDescriptor.launch).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memcmp
 
 from paddle_rt._core.device cimport Device
 from paddle_rt._core.stream cimport Stream
@@ -75,13 +75,11 @@ cdef bytes _key(Device dev, int op, tuple operands, const double* attrs, int nat
     return PyBytes_FromStringAndSize(<char*>buf, n * 8)
 
 
-cdef OpDescriptor _descriptor(bytes key, factory, tuple args):
-    d = _cache.get(key)
-    if d is None:
-        if len(_cache) >= CACHE_LIMIT:
-            _cache.clear()
-        d = factory(*args)
-        _cache[key] = d
+cdef OpDescriptor _create(bytes key, factory, tuple args):
+    if len(_cache) >= CACHE_LIMIT:
+        _cache.clear()
+    d = factory(*args)
+    _cache[key] = d
     return <OpDescriptor>d
 
 
@@ -128,10 +126,18 @@ cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
     cdef Tensor ta = _tensor(a, name, "a"), tb = _tensor(b, name, "b")
     cdef Device dev = _device(name, (ta, tb))
     cdef Stream s = op_stream(dev, stream)
-    cdef Tensor to = _out(out, dev, s, _broadcast_shape(name, ta, tb) if out is None else (), ta.dtype_code,
-                          name)
-    cdef OpDescriptor d = _descriptor(_key(dev, op, (to, ta, tb), NULL, 0), factory, (_handle(dev), to, ta, tb))
-    d.launch(to, (ta, tb), None, s, NULL)
+    cdef Tensor to
+    if out is not None:
+        to = _tensor(out, name, "out")
+    elif ta.ndim_ == tb.ndim_ and memcmp(ta.shape_, tb.shape_, ta.ndim_ * sizeof(int64_t)) == 0:
+        to = new_tensor(dev, s, ta.ndim_, ta.shape_, ta.dtype_code)      # the common case: no broadcast
+    else:
+        to = _out(None, dev, s, _broadcast_shape(name, ta, tb), ta.dtype_code, name)
+    cdef bytes k = _key(dev, op, (to, ta, tb), NULL, 0)
+    d = _cache.get(k)
+    if d is None:
+        d = _create(k, factory, (_handle(dev), to, ta, tb))
+    (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
     return to
 
 
@@ -139,11 +145,15 @@ cdef Tensor _unary(int op, str name, factory, x, out, stream, tuple extra=()):
     cdef Tensor tx = _tensor(x, name, "x")
     cdef Device dev = tx.storage.device
     cdef Stream s = op_stream(dev, stream)
-    cdef Tensor to = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, name)
+    cdef Tensor to = _tensor(out, name, "out") if out is not None else new_tensor(dev, s, tx.ndim_, tx.shape_,
+                                                                                 tx.dtype_code)
     cdef double attrs[1]
     attrs[0] = 1.0 if (extra and extra[0] == "tanh") else 0.0
-    cdef OpDescriptor d = _descriptor(_key(dev, op, (to, tx), attrs, 1), factory, (_handle(dev), to, tx) + extra)
-    d.launch(to, (tx,), None, s, NULL)
+    cdef bytes k = _key(dev, op, (to, tx), attrs, 1)
+    d = _cache.get(k)
+    if d is None:
+        d = _create(k, factory, (_handle(dev), to, tx) + extra)
+    (<OpDescriptor>d).launch(to, (tx,), None, s, NULL)
     return to
 
 
@@ -208,9 +218,11 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, stream=None):
         if beta != 0:
             raise errors.InvalidArgument(f"{dev}: operator gemm: beta = {beta} reads out, so out must be given")
     cdef Tensor to = _out(out, dev, s, shape if out is None else (), ta.dtype_code, "gemm")
-    cdef OpDescriptor d = _descriptor(_key(dev, PADDLE_RT_OP_GEMM, (to, ta, tb), attrs, 2), GemmDescriptor,
-                                      (_handle(dev), to, ta, tb, alpha, beta))
-    d.launch(to, (ta, tb), None, s, NULL)
+    cdef bytes k = _key(dev, PADDLE_RT_OP_GEMM, (to, ta, tb), attrs, 2)
+    d = _cache.get(k)
+    if d is None:
+        d = _create(k, GemmDescriptor, (_handle(dev), to, ta, tb, alpha, beta))
+    (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
     return to
 
 
@@ -222,8 +234,11 @@ cdef Tensor _norm(int op, str name, factory, tuple ins, double eps, out, stream)
     cdef Tensor to = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, name)
     cdef double attrs[1]
     attrs[0] = eps
-    cdef OpDescriptor d = _descriptor(_key(dev, op, (to,) + ts, attrs, 1), factory, (_handle(dev), to) + ts + (eps,))
-    d.launch(to, ts, None, s, NULL)
+    cdef bytes k = _key(dev, op, (to,) + ts, attrs, 1)
+    d = _cache.get(k)
+    if d is None:
+        d = _create(k, factory, (_handle(dev), to) + ts + (eps,))
+    (<OpDescriptor>d).launch(to, ts, None, s, NULL)
     return to
 
 
@@ -255,9 +270,11 @@ def rope(x, pos_ids, sin_table, cos_table, algo="gpt_neox", out=None, stream=Non
     cdef Tensor to = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, "rope")
     cdef double attrs[1]
     attrs[0] = 1 if algo == "gpt_neox" else 0
-    cdef OpDescriptor d = _descriptor(_key(dev, PADDLE_RT_OP_ROPE, (to,) + ts, attrs, 1), RoPEDescriptor,
-                                      (_handle(dev), to) + ts + (algo,))
-    d.launch(to, ts, None, s, NULL)
+    cdef bytes k = _key(dev, PADDLE_RT_OP_ROPE, (to,) + ts, attrs, 1)
+    d = _cache.get(k)
+    if d is None:
+        d = _create(k, RoPEDescriptor, (_handle(dev), to) + ts + (algo,))
+    (<OpDescriptor>d).launch(to, ts, None, s, NULL)
     return to
 
 
@@ -274,8 +291,10 @@ def random_sample(logits, *, random_val=None, seed=None, topp=1.0, topk=0, tempe
     if random_val is None:
         random_val = float(np.random.default_rng(seed).random())
     cdef Tensor to = _out(out, dev, s, (), dtype_code_of(dtype), "random_sample")
-    d = _descriptor(_key(dev, PADDLE_RT_OP_RANDOM_SAMPLE, (to, tl), NULL, 0), RandomSampleDescriptor,
-                    (_handle(dev), to, tl))
+    cdef bytes k = _key(dev, PADDLE_RT_OP_RANDOM_SAMPLE, (to, tl), NULL, 0)
+    d = _cache.get(k)
+    if d is None:
+        d = _create(k, RandomSampleDescriptor, (_handle(dev), to, tl))
     d(to, tl, random_val=random_val, topp=topp, topk=topk, temperature=temperature, stream=s)
     return to
 
@@ -288,7 +307,9 @@ def axpby(x, y, alpha=1.0, beta=1.0, stream=None):
     cdef double attrs[2]
     attrs[0] = alpha
     attrs[1] = beta
-    cdef OpDescriptor d = _descriptor(_key(dev, PADDLE_RT_OP_AXPBY, (ty, tx), attrs, 2), AxpbyDescriptor,
-                                      (_handle(dev), ty, tx, alpha, beta))
-    d.launch(ty, (tx,), None, s, NULL)
+    cdef bytes k = _key(dev, PADDLE_RT_OP_AXPBY, (ty, tx), attrs, 2)
+    d = _cache.get(k)
+    if d is None:
+        d = _create(k, AxpbyDescriptor, (_handle(dev), ty, tx, alpha, beta))
+    (<OpDescriptor>d).launch(ty, (tx,), None, s, NULL)
     return ty

@@ -22,7 +22,9 @@ cdef class TensorDesc:
 cdef class _Storage:
     cdef readonly object memory       # the Allocation (None for zero bytes)
     cdef readonly Device device
-    cdef dict writers                 # {Stream: position of the latest op writing this memory}
+    cdef Stream writer                # the stream of the latest op writing this memory (None: none pending)
+    cdef uint64_t writer_pos          # ... and its position there
+    cdef dict more_writers            # {Stream: position} of writers on further streams (None: none)
     cdef set recorded                 # streams other than its own that operators used it on (record_stream'd)
     cdef int note_writer(self, Stream s, uint64_t pos) except -1
     cdef int wait_writers(self) except -1

@@ -206,12 +206,16 @@ cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides,
 
 
 @cython.final
+@cython.no_gc          # holds no container a cycle could run through (memory, device, streams)
 cdef class _Storage:
-    def __cinit__(self):
-        self.writers = {}
-
     cdef int note_writer(self, Stream s, uint64_t pos) except -1:
-        self.writers[s] = pos
+        if self.writer is None or self.writer is s:
+            self.writer = s
+            self.writer_pos = pos
+        else:
+            if self.more_writers is None:
+                self.more_writers = {}
+            self.more_writers[s] = pos
         return 0
 
     cdef int used_on(self, Stream s) except -1:
@@ -227,13 +231,17 @@ cdef class _Storage:
 
     cdef int wait_writers(self) except -1:
         cdef Stream s
-        if not self.writers:
+        if self.writer is None:
             return 0
-        for s, pos in list(self.writers.items()):
+        pending = [(self.writer, self.writer_pos)]
+        if self.more_writers:
+            pending.extend(self.more_writers.items())
+        for s, pos in pending:
             if not s.closed:
                 s._wait_position(pos)
                 s.raise_errors(pos)
-        self.writers.clear()
+        self.writer = None
+        self.more_writers = None
         return 0
 
 
@@ -272,6 +280,7 @@ cdef Tensor _view(Tensor base, int ndim, const int64_t* shape, const int64_t* st
     return t
 
 
+@cython.no_gc          # holds only its storage
 cdef class Tensor(TensorDesc):
     """Device memory with a shape, strides (elements) and dtype. Create with :func:`paddle_rt.empty`,
     :func:`paddle_rt.zeros` or :func:`paddle_rt.tensor`; operators in :mod:`paddle_rt.ops` return new ones."""
