@@ -148,8 +148,10 @@ def test_plugin_kernels_from_its_export(build_plugin):
 def test_plugin_registration_failure_is_a_plugin_error(build_plugin):
     so = build_plugin("kernels", {"DEVICE_TYPE": '"kern_bad"', "REGISTER_FAILS": None})
     paddle_rt.load_plugin(so)
-    with pytest.raises(paddle_rt.PluginError, match="paddle_rt_ext_register_kernels"):
-        op.Handle("kern_bad:0")
+    for _ in range(2):          # refused again, not forgotten after the first time
+        with pytest.raises(paddle_rt.PluginError, match="paddle_rt_ext_register_kernels"):
+            op.Handle("kern_bad:0")
+    assert op.kernels("kern_bad") == {}
 
 
 KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
@@ -179,3 +181,28 @@ def test_register_kernel_takes_precedence_and_runs_on_the_stream():
         paddle_rt.op.register_kernel("conv", "rt_cpu", "float32", fake_add)
     with pytest.raises(paddle_rt.InvalidArgument, match="C function"):
         paddle_rt.op.register_kernel("add", "rt_cpu", "float32", "not a function")
+
+
+def test_host_kernels_serve_any_host_addressable_plugin(build_plugin):
+    """Without blas_axpby, axpby on a host-addressable device runs paddle_rt's host kernel (y is read as well as
+    written); the other operators too."""
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern_host"', "HOST_ADDRESSABLE": None, "NO_AXPBY": None})
+    paddle_rt.load_plugin(so)
+    dev = paddle_rt.device("kern_host:0")
+    x = paddle_rt.tensor(np.arange(6, dtype=np.float64), device=dev)
+    y = paddle_rt.tensor(np.ones(6), device=dev)
+    assert op.AxpbyDescriptor(op.Handle(dev), y, x).kernel_source == "host"
+    paddle_rt.ops.axpby(x, y, alpha=2.0, beta=-3.0)
+    np.testing.assert_array_equal(y.numpy(), 2 * np.arange(6) - 3)
+    np.testing.assert_array_equal(paddle_rt.ops.sub(x, x).numpy(), np.zeros(6))
+    np.testing.assert_array_equal(np.asarray(x), np.arange(6))       # host-addressable: zero-copy view
+
+
+def test_random_sample_ignores_nan_logits():
+    t = paddle_rt.tensor(np.array([np.nan, 1.0, 3.0, np.nan], np.float32))
+    for r in (0.0, 0.5, 0.99):
+        got = int(paddle_rt.ops.random_sample(t, random_val=r, temperature=1.0).numpy())
+        assert got in (1, 2)
+    assert int(paddle_rt.ops.random_sample(t, random_val=0.3, temperature=0.0).numpy()) == 2
+    inf = paddle_rt.tensor(np.array([0.0, np.inf, 1.0], np.float32))
+    assert int(paddle_rt.ops.random_sample(inf, random_val=0.3).numpy()) == 1

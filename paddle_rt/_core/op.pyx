@@ -126,6 +126,9 @@ cdef int _ask_plugin(Plugin p) except -1:
         return 0
     rc = fn(<void*>dtype, _register_from_plugin)
     if rc != 0:
+        _plugins_asked.discard(dtype)          # asked again (and refused again) at the next Handle
+        for key in [k for k in _from_plugins if k[0] == dtype]:
+            del _from_plugins[key]             # nothing half-registered stays
         raise errors.PluginError(p.device_type, "paddle_rt_ext_register_kernels", rc,
                                  "the plugin's kernel registration failed")
     return 0

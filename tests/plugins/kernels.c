@@ -5,7 +5,8 @@
  *   mul   float32: fails with C_ERROR (a kernel's failure reaches the stream's synchronize).
  * and the copy hooks and blas_axpby (float32, counted), so tensors can live on it and axpby goes through the hook.
  * Exported for tests: long kt_add_calls(void), long kt_bad_workspace(void), long kt_axpby_calls(void). -DREGISTER_FAILS makes the export
- * return -1. */
+ * return -1. -DHOST_ADDRESSABLE exports paddle_rt_ext_host_addressable (1) and -DNO_AXPBY leaves blas_axpby out, so
+ * paddle_rt's host kernels serve the device (axpby included). */
 #include "tp_common.h"
 
 #include "paddle_rt/extension.h"
@@ -75,6 +76,10 @@ TP_EXPORT int paddle_rt_ext_register_kernels(void* registry, paddle_rt_register_
 #endif
 }
 
+#ifdef HOST_ADDRESSABLE
+TP_EXPORT int paddle_rt_ext_host_addressable(void) { return 1; }
+#endif
+
 void InitPlugin(CustomRuntimeParams* params) {
   PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
   params->device_type = (char*)DEVICE_TYPE;
@@ -83,5 +88,9 @@ void InitPlugin(CustomRuntimeParams* params) {
   params->interface->memory_copy_h2d = kt_copy;
   params->interface->memory_copy_d2h = kt_copy;
   params->interface->memory_copy_d2d = kt_copy;
+#ifndef NO_AXPBY
   params->interface->blas_axpby = kt_axpby;
+#else
+  (void)kt_axpby;
+#endif
 }

@@ -186,7 +186,8 @@ Layout layout_of(const paddle_rt_op_call* c, int k) {
     L.k = k;
     for (int d = 0; d < L.nd; d++) L.shape[d] = c->out.shape[d];
     for (int j = 0; j < k; j++) {
-        const paddle_rt_tensor* t = j == 0 ? &c->out : &c->inputs[j - 1];
+        /* axpby: y = alpha * x + beta * y reads out (y) as its second operand */
+        const paddle_rt_tensor* t = j == 0 || (j == 2 && c->op == PADDLE_RT_OP_AXPBY) ? &c->out : &c->inputs[j - 1];
         L.base[j] = static_cast<char*>(t->data);
         L.esize[j] = prt_dtype_size(t->dtype);
         for (int d = 0; d < L.nd; d++) L.st[j][d] = t->strides[d];
@@ -626,10 +627,11 @@ C_Status random_sample_kernel(const paddle_rt_op_call* c) {
             for (int64_t j = 0; j < m; j++) p[j0 + j] = buf[j];
         }
     }
+    for (int64_t j = 0; j < v; j++) if (p[j] != p[j]) p[j] = -INFINITY;   /* NaN never wins nor breaks the sort */
     int64_t best = 0;
     for (int64_t j = 1; j < v; j++) if (p[j] > p[best]) best = j;
     int64_t pick = best;
-    if (temp > 0 && topk != 1) {
+    if (temp > 0 && topk != 1 && std::isfinite(p[best])) {
         const double mx = p[best];
         for (int64_t j = 0; j < v; j++) p[j] = exp((p[j] - mx) / temp);
         std::iota(idx, idx + v, (int64_t)0);
