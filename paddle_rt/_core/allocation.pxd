@@ -21,3 +21,6 @@ cdef class Allocation:
     cdef int _check_host(self) except -1
     # True when `stream` (a Stream) is the stream the memory belongs to (record_stream of it is a no-op).
     cdef bint _own_stream(self, object stream) except -1
+
+# The destructor of an unconsumed "dltensor" capsule: calls the managed tensor's deleter (for every DLPack export).
+cdef void dl_capsule_destructor(object capsule) noexcept

@@ -298,7 +298,7 @@ cdef class Allocation:
         Py_INCREF(self)
         self.exports += 1
         try:
-            return PyCapsule_New(<void*>m, "dltensor", _dl_capsule_destructor)
+            return PyCapsule_New(<void*>m, "dltensor", dl_capsule_destructor)
         except BaseException:
             _dl_deleter(m)
             raise
@@ -311,7 +311,7 @@ cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
     c_free(m)
 
 
-cdef void _dl_capsule_destructor(object capsule) noexcept:
+cdef void dl_capsule_destructor(object capsule) noexcept:
     cdef prt_DLManagedTensor* m
     if PyCapsule_IsValid(capsule, "dltensor"):     # never consumed: we still own it
         m = <prt_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")

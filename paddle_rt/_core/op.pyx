@@ -258,30 +258,29 @@ cdef Stream op_stream(Device dev, object stream):
     return <Stream>stream
 
 
+cdef inline bint _span(Tensor t, int64_t* lo, int64_t* hi) noexcept:
+    """The byte range [lo, hi) that t's elements cover; False when t has no elements."""
+    cdef int64_t l = 0, h = 0, e
+    cdef int i, es = prt_dtype_size(t.dtype_code)
+    for i in range(t.ndim_):
+        if t.shape_[i] == 0:
+            return False
+        e = (t.shape_[i] - 1) * t.strides_[i]
+        if e < 0:
+            l += e
+        else:
+            h += e
+    lo[0] = <int64_t>t.data + l * es
+    hi[0] = <int64_t>t.data + (h + 1) * es
+    return True
+
+
 cdef inline bint _overlap(Tensor a, Tensor b) noexcept:
     """Whether the bytes a and b span intersect."""
-    cdef int64_t alo = 0, ahi = 0, blo = 0, bhi = 0, e
-    cdef int i
-    for i in range(a.ndim_):
-        if a.shape_[i] == 0:
-            return False
-        e = (a.shape_[i] - 1) * a.strides_[i]
-        if e < 0:
-            alo += e
-        else:
-            ahi += e
-    for i in range(b.ndim_):
-        if b.shape_[i] == 0:
-            return False
-        e = (b.shape_[i] - 1) * b.strides_[i]
-        if e < 0:
-            blo += e
-        else:
-            bhi += e
-    return (<int64_t>a.data + alo * prt_dtype_size(a.dtype_code) <
-            <int64_t>b.data + (bhi + 1) * prt_dtype_size(b.dtype_code) and
-            <int64_t>b.data + blo * prt_dtype_size(b.dtype_code) <
-            <int64_t>a.data + (ahi + 1) * prt_dtype_size(a.dtype_code))
+    cdef int64_t alo, ahi, blo, bhi
+    if not _span(a, &alo, &ahi) or not _span(b, &blo, &bhi):
+        return False
+    return alo < bhi and blo < ahi
 
 
 cdef class OpDescriptor:

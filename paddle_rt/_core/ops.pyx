@@ -134,9 +134,7 @@ cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
     else:
         to = _out(None, dev, s, _broadcast_shape(name, ta, tb), ta.dtype_code, name)
     cdef bytes k = _key(dev, op, (to, ta, tb), NULL, 0)
-    d = _cache.get(k)
-    if d is None:
-        d = _create(k, factory, (_handle(dev), to, ta, tb))
+    d = _cache.get(k) or _create(k, factory, (_handle(dev), to, ta, tb))
     (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
     return to
 
@@ -150,9 +148,7 @@ cdef Tensor _unary(int op, str name, factory, x, out, stream, tuple extra=()):
     cdef double attrs[1]
     attrs[0] = 1.0 if (extra and extra[0] == "tanh") else 0.0
     cdef bytes k = _key(dev, op, (to, tx), attrs, 1)
-    d = _cache.get(k)
-    if d is None:
-        d = _create(k, factory, (_handle(dev), to, tx) + extra)
+    d = _cache.get(k) or _create(k, factory, (_handle(dev), to, tx) + extra)
     (<OpDescriptor>d).launch(to, (tx,), None, s, NULL)
     return to
 
@@ -219,9 +215,7 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, stream=None):
             raise errors.InvalidArgument(f"{dev}: operator gemm: beta = {beta} reads out, so out must be given")
     cdef Tensor to = _out(out, dev, s, shape if out is None else (), ta.dtype_code, "gemm")
     cdef bytes k = _key(dev, PADDLE_RT_OP_GEMM, (to, ta, tb), attrs, 2)
-    d = _cache.get(k)
-    if d is None:
-        d = _create(k, GemmDescriptor, (_handle(dev), to, ta, tb, alpha, beta))
+    d = _cache.get(k) or _create(k, GemmDescriptor, (_handle(dev), to, ta, tb, alpha, beta))
     (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
     return to
 
@@ -235,9 +229,7 @@ cdef Tensor _norm(int op, str name, factory, tuple ins, double eps, out, stream)
     cdef double attrs[1]
     attrs[0] = eps
     cdef bytes k = _key(dev, op, (to,) + ts, attrs, 1)
-    d = _cache.get(k)
-    if d is None:
-        d = _create(k, factory, (_handle(dev), to) + ts + (eps,))
+    d = _cache.get(k) or _create(k, factory, (_handle(dev), to) + ts + (eps,))
     (<OpDescriptor>d).launch(to, ts, None, s, NULL)
     return to
 
@@ -271,9 +263,7 @@ def rope(x, pos_ids, sin_table, cos_table, algo="gpt_neox", out=None, stream=Non
     cdef double attrs[1]
     attrs[0] = 1 if algo == "gpt_neox" else 0
     cdef bytes k = _key(dev, PADDLE_RT_OP_ROPE, (to,) + ts, attrs, 1)
-    d = _cache.get(k)
-    if d is None:
-        d = _create(k, RoPEDescriptor, (_handle(dev), to) + ts + (algo,))
+    d = _cache.get(k) or _create(k, RoPEDescriptor, (_handle(dev), to) + ts + (algo,))
     (<OpDescriptor>d).launch(to, ts, None, s, NULL)
     return to
 
@@ -292,9 +282,7 @@ def random_sample(logits, *, random_val=None, seed=None, topp=1.0, topk=0, tempe
         random_val = float(np.random.default_rng(seed).random())
     cdef Tensor to = _out(out, dev, s, (), dtype_code_of(dtype), "random_sample")
     cdef bytes k = _key(dev, PADDLE_RT_OP_RANDOM_SAMPLE, (to, tl), NULL, 0)
-    d = _cache.get(k)
-    if d is None:
-        d = _create(k, RandomSampleDescriptor, (_handle(dev), to, tl))
+    d = _cache.get(k) or _create(k, RandomSampleDescriptor, (_handle(dev), to, tl))
     d(to, tl, random_val=random_val, topp=topp, topk=topk, temperature=temperature, stream=s)
     return to
 
@@ -308,8 +296,6 @@ def axpby(x, y, alpha=1.0, beta=1.0, stream=None):
     attrs[0] = alpha
     attrs[1] = beta
     cdef bytes k = _key(dev, PADDLE_RT_OP_AXPBY, (ty, tx), attrs, 2)
-    d = _cache.get(k)
-    if d is None:
-        d = _create(k, AxpbyDescriptor, (_handle(dev), ty, tx, alpha, beta))
+    d = _cache.get(k) or _create(k, AxpbyDescriptor, (_handle(dev), ty, tx, alpha, beta))
     (<OpDescriptor>d).launch(ty, (tx,), None, s, NULL)
     return ty

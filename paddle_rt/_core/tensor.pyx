@@ -4,7 +4,7 @@
 # where the strides allow) share their base's storage. Operators (op.pyx) note on the storage which stream positions
 # write it; numpy(), __array_interface__ and __dlpack__ wait for those before the host reads.
 cimport cython
-from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc as c_malloc, free as c_free
@@ -13,6 +13,7 @@ from libc.string cimport memset, memcpy
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.stream cimport Stream, current_stream, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
+from paddle_rt._core.allocation cimport dl_capsule_destructor
 from paddle_rt._core.device_ext cimport (
     BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16,
 )
@@ -560,7 +561,7 @@ cdef object _dlpack_capsule(Tensor t):
     m.deleter = _dl_deleter
     Py_INCREF(t)
     try:
-        return PyCapsule_New(<void*>m, "dltensor", _dl_capsule_destructor)
+        return PyCapsule_New(<void*>m, "dltensor", dl_capsule_destructor)
     except BaseException:
         _dl_deleter(m)
         raise
@@ -569,14 +570,6 @@ cdef object _dlpack_capsule(Tensor t):
 cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
     Py_DECREF(<object>m.manager_ctx)
     c_free(m)
-
-
-cdef void _dl_capsule_destructor(object capsule) noexcept:
-    cdef prt_DLManagedTensor* m
-    if PyCapsule_IsValid(capsule, "dltensor"):     # never consumed: we still own it
-        m = <prt_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
-        if m != NULL and m.deleter != NULL:
-            m.deleter(m)
 
 
 # ---- factories -----------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ minute on two cores). Ratios are measured within one run, both sides interleaved
 import importlib
 import pkgutil
 
-__all__ = ["ORDER", "AreaSkipped", "area_names", "load_area", "result", "at_most", "at_least"]
+__all__ = ["ORDER", "AreaSkipped", "area_names", "load_area", "result", "at_most", "at_least", "format_rows"]
 
 ORDER = ("allocator", "streams", "pool", "ccl")     # the others follow, by name
 
@@ -54,3 +54,12 @@ def at_most(value, bound, unit):
 def at_least(value, bound, unit):
     """(target text, met) for a figure that must reach ``bound`` (in ``unit``)."""
     return f">= {_bound(bound, unit)}", value >= bound
+
+
+def format_rows(rows, width=62):
+    """A plain-text table of an area's rows: name, value, unit, the target and whether it was met, the note."""
+    out = []
+    for r in rows:
+        tgt = f"  target {r['target']}: {'met' if r['met'] else 'missed'}" if r["target"] else ""
+        out.append(f"  {r['name']:{width}s} {r['value']:10.2f} {r['unit']:3s}{tgt}  ({r['note']})")
+    return "\n".join(out)

@@ -19,7 +19,7 @@ import numpy as np
 
 import paddle_rt
 from paddle_rt import ops
-from paddle_rt.bench import result, at_least, at_most, AreaSkipped
+from paddle_rt.bench import result, at_least, at_most, AreaSkipped, format_rows as _format_rows
 
 AREA = "ops"
 
@@ -192,8 +192,4 @@ def measure(quick=False, reps=None):
 
 
 def format_rows(rows):
-    out = []
-    for r in rows:
-        tgt = f"  target {r['target']}: {'met' if r['met'] else 'missed'}" if r["target"] else ""
-        out.append(f"  {r['name']:78s} {r['value']:8.2f} {r['unit']:2s}{tgt}  ({r['note']})")
-    return "\n".join(out)
+    return _format_rows(rows, 78)

@@ -18,6 +18,7 @@ import time
 
 import paddle_rt
 from paddle_rt import MemPool
+from paddle_rt.bench import format_rows as _format_rows
 
 AREA = "pool"
 TARGET_PAIR_NS = 150.0
@@ -181,8 +182,4 @@ def measure(quick=False, reps=None, n=None):
 
 def format_rows(rows):
     """A plain-text table of measure()'s rows."""
-    out = []
-    for r in rows:
-        tgt = f"  target {r['target']}: {'met' if r['met'] else 'missed'}" if r["target"] else ""
-        out.append(f"  {r['name']:62s} {r['value']:10.1f} {r['unit']:3s}{tgt}  ({r['note']})")
-    return "\n".join(out)
+    return _format_rows(rows, 62)
