@@ -206,3 +206,25 @@ def test_random_sample_ignores_nan_logits():
     assert int(paddle_rt.ops.random_sample(t, random_val=0.3, temperature=0.0).numpy()) == 2
     inf = paddle_rt.tensor(np.array([0.0, np.inf, 1.0], np.float32))
     assert int(paddle_rt.ops.random_sample(inf, random_val=0.3).numpy()) == 1
+
+
+def test_an_operation_outlives_its_descriptor(build_plugin):
+    """The stream's record of a failed kernel names the op even when the descriptor is gone by then."""
+    import gc
+    import threading
+
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern"'})
+    paddle_rt.load_plugin(so)
+    dev = paddle_rt.device("kern:0")
+    s = paddle_rt.Stream(dev)
+    a = paddle_rt.tensor(np.ones(4, np.float32), device=dev, stream=s)
+    gate = threading.Event()
+    s.add_callback(gate.wait, 10)
+    d = op.MulDescriptor(op.Handle(dev), a, a, a)
+    d(a, a, a, stream=s)
+    del d
+    gc.collect()
+    gate.set()
+    with pytest.raises(paddle_rt.StreamError, match="mul kernel failed"):
+        s.synchronize()
+    s.close()

@@ -35,7 +35,7 @@ cdef class OpDescriptor:
     cdef readonly size_t workspace_size
     cdef readonly str kernel_source      # "registered", "plugin", "hook", "host"
     cdef readonly bint destroyed
-    cdef bytes _cname                    # the op's name for error records (nogil)
+    cdef bytes _cname                    # the op's name for error records (nogil; module-lifetime bytes)
 
     # Fill call.op/dtype/n_inputs and the layouts (`out`, `ins`: what calls must pass; `layouts`, `out_layout`
     # (default: out): what the kernel sees, e.g. broadcast to out's dimensions), pick the kernel and compute the workspace. Raises NotSupportedError when no kernel serves (op, dtype, device type).

@@ -39,6 +39,9 @@ OP_IDS = {
     "silu": PADDLE_RT_OP_SILU, "random_sample": PADDLE_RT_OP_RANDOM_SAMPLE, "axpby": PADDLE_RT_OP_AXPBY,
 }
 OP_NAMES = {v: k for k, v in OP_IDS.items()}
+# The names as C strings for the records the worker makes (alive as long as the module: an operation may outlive its
+# descriptor).
+cdef dict _C_NAMES = {k: v.encode() for k, v in OP_NAMES.items()}
 
 # What a host kernel's failure at run time means (everything else was checked at descriptor creation).
 _HOST_FAILURES = {
@@ -299,7 +302,7 @@ cdef class OpDescriptor:
         h.check_open()
         self.handle = h
         self.name = OP_NAMES[op]
-        self._cname = self.name.encode()
+        self._cname = _C_NAMES[op]
         self.out_desc = out
         self.in_descs = ins
         self.call.struct_size = sizeof(paddle_rt_op_call)
