@@ -183,6 +183,14 @@ def test_within_keeps_the_chunk_under_the_cap(d1):
         f(p, d1)
 
 
+def test_absurd_sizes_do_not_overflow(d1):
+    """grow_min near SIZE_MAX: the plugin cannot give that; the ladder's retry with exactly the request serves."""
+    _grow_conf(d1, grow_min=(1 << 64) - 1, grow_step=(1 << 64) - 1)
+    a = m(3 * MiB, d1)
+    assert segments(d1) == [3 * MiB]
+    f(a, d1)
+
+
 def test_cap_grows_with_what_is_held(d1):
     _grow_conf(d1, grow_step="8M", grow_fraction="1/4", grow_min="1M")
     a = m(64 * MiB, d1)                  # one exact chunk

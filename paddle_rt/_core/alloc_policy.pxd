@@ -63,6 +63,8 @@ cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t ca
     or the next one up but no more than fit in `cap`; at least one), so that the chunk's tail is not a useless
     remainder for the next request of the same size."""
     cdef size_t k, m
+    if want > SIZE_MAX - size:
+        return want                  # absurd settings (grow_min near SIZE_MAX): no rounding rather than overflow
     if cfg.grow_round == ROUND_NEAREST:
         k = (want + size // 2) // size
     elif cfg.grow_round == ROUND_UP:
