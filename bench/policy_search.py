@@ -10,9 +10,11 @@ takes milliseconds (the nogil loop of ``paddle_rt replay``); ``paddle_rt.reset_a
 figures of a fresh process.
 
     python bench/policy_search.py table [--conf K:V,...]     # the figures of one configuration (default: defaults)
-    python bench/policy_search.py search [--top N]           # the grid below on every trace, best first
-    python bench/policy_search.py loo                        # leave-one-out over the six real traces
+    python bench/policy_search.py search [--top N] [--grid fine]   # the grid below on every trace, best first
+    python bench/policy_search.py loo [--synthetic]          # leave-one-out over the six real traces (chosen on
+                                                             # five, with --synthetic ties broken by them too)
     python bench/policy_search.py sensitivity                # each parameter of the default at x0.5 and x2
+                                                             # (grow_round, consolidate: their other values)
 
 ``--traces DIR`` (default /work/shared/traces) names the real traces; ``--synthetic`` adds the workloads of
 bench/synthetic_traces.py (generated in memory) as generalisation checks. A configuration ranks by (real traces
@@ -46,10 +48,21 @@ GRID = {
     "grow_step": ["16M", "24M", "32M", "48M", "64M"],
     "grow_fraction": ["0", "1/32", "1/16"],
     "grow_ratio": ["0.5", "1", "2"],
-    "grow_round": ["nearest", "up", "down"],
+    "grow_round": ["nearest", "up", "down", "within"],
     "consolidate": ["fold", "release", "off"],
     "small_size": ["64K", "256K", "1M"],
     "small_chunk": ["2M", "4M"],
+}
+# A finer grid around the default (`search --grid fine`): the scalars between the coarse grid's points.
+FINE_GRID = {
+    "grow_min": ["3M", "4M", "5M", "6M"],
+    "grow_step": ["28M", "32M", "36M", "40M", "44M", "48M"],
+    "grow_fraction": ["1/32"],
+    "grow_ratio": ["0.75", "1", "1.25", "1.5"],
+    "grow_round": ["up", "within"],
+    "consolidate": ["release"],
+    "small_size": ["128K", "192K", "256K", "384K"],
+    "small_chunk": ["2M", "3M"],
 }
 # The parameters `sensitivity` scales (x0.5, x2), with their unit for the conf string.
 SCALED = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "small_size", "small_chunk")
@@ -171,6 +184,8 @@ def main(argv=None):
     ap.add_argument("--synthetic", action="store_true", help="also the synthetic workloads (bench/synthetic_traces.py)")
     ap.add_argument("--conf", default="", help="table: key:value,... over the defaults")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--grid", choices=("coarse", "fine"), default="coarse",
+                    help="search: GRID (default) or FINE_GRID (around the default)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = ap.parse_args(argv)
     traces = load_traces(args.traces, args.synthetic)
@@ -186,7 +201,7 @@ def main(argv=None):
         return 0
 
     if args.what == "search":
-        rows = search(traces, REAL, log=log)
+        rows = search(traces, REAL, grid=FINE_GRID if args.grid == "fine" else GRID, log=log)
         feasible = sum(1 for r in rows if r[0][0] == 0)
         every = sum(1 for r in rows if r[0][0] == 0 and r[0][1] == 0)
         print(f"{len(rows)} configurations: {feasible} meet the goal on the six real traces, {every} on every trace")
@@ -198,6 +213,22 @@ def main(argv=None):
             print(f"{i + 1} | {sc[0]} {sc[1]} {sc[2]:.3f} {sc[3]:.3f} | {cells} | {conf_text(conf)}")
         if args.json:
             json.dump([(sc, conf, res) for sc, conf, res in rows], open(args.json, "w"))
+        # the default's neighbours in the grid: one key changed
+        base = default_conf()
+        from paddle_rt._core import alloc_config as ac
+
+        def same(k, a, b):
+            if k in ("grow_fraction", "grow_ratio"):
+                return abs(ac._parse_fraction(k, a, "", 4.0) - ac._parse_fraction(k, b, "", 4.0)) < 1e-12
+            if k in ("grow_round", "consolidate"):
+                return a == b
+            return ac.parse_size(k, a) == ac.parse_size(k, b)
+        print("\nthe default's neighbours in this grid (one key changed) and the traces where the goal then fails:")
+        for sc, conf, res in rows:
+            diff = [k for k in base if not same(k, conf[k], base[k])]
+            if len(diff) <= 1:
+                miss = [n for n in res if res[n]["badness"] > 1]
+                print(f"  {diff[0] + '=' + conf[diff[0]] if diff else '(the default)'}: {', '.join(miss) or 'none'}")
         return 0
 
     if args.what == "loo":
@@ -206,7 +237,8 @@ def main(argv=None):
         print("|---|---|---:|---:|---:|---:|---|")
         for held in REAL:
             others = [n for n in REAL if n != held]
-            sc, conf, res = min(rows, key=lambda r: score({n: r[2][n] for n in others}, others))
+            seen = [n for n in traces if n != held]       # the five, and with --synthetic the synthetic workloads
+            sc, conf, res = min(rows, key=lambda r: score({n: r[2][n] for n in seen}, others))
             r = res[held]
             verdict = "holds" if r["peak_ok"] and r["allocs_ok"] else "MISSES"
             print(f"| {held} | {conf_text(conf)} | {r['peak'] / MiB:.1f} | {r['limit'] / MiB:.1f} | {r['allocs']} | "
@@ -233,6 +265,18 @@ def main(argv=None):
                     mark = "" if res[n]["peak_ok"] and res[n]["allocs_ok"] else " (miss)"
                     cells.append(f"{dp:+.1f} / {da:+d}{mark}")
                 print(f"| {key} | x{factor:g} = {conf[key]} | " + " | ".join(cells) + " |")
+        for key, names_ in (("grow_round", ("nearest", "down", "within", "off")), ("consolidate", ("fold", "off"))):
+            for value in names_:
+                conf = dict(base)
+                conf[key] = value
+                res = evaluate(conf, traces)
+                cells = []
+                for n in names:
+                    dp = (res[n]["peak"] - ref[n]["peak"]) / MiB
+                    da = res[n]["allocs"] - ref[n]["allocs"]
+                    mark = "" if res[n]["peak_ok"] and res[n]["allocs_ok"] else " (miss)"
+                    cells.append(f"{dp:+.1f} / {da:+d}{mark}")
+                print(f"| {key} | {value} | " + " | ".join(cells) + " |")
         return 0
 
 

@@ -23,6 +23,21 @@ def _clear(a):
     a.configure(**{k: None for k in ALL_KEYS})
 
 
+_live = []
+
+
+def m(n, d):
+    """raw_malloc, remembered so that a failing test does not leave memory held for the next one."""
+    p = paddle_rt.raw_malloc(n, d)
+    _live.append(p)
+    return p
+
+
+def f(p, d):
+    _live.remove(p)
+    paddle_rt.raw_free(p, d)
+
+
 @pytest.fixture
 def d1():
     """rt_cpu:1 with a fresh allocator (nothing held, default configuration, counters zero) before and after."""
@@ -32,6 +47,8 @@ def d1():
     _clear(a)
     paddle_rt.reset_allocator(d)
     yield d
+    while _live:
+        paddle_rt.raw_free(_live.pop(), d)
     gc.collect()
     _clear(a)
     paddle_rt.reset_allocator(d)
@@ -110,68 +127,89 @@ def _grow_conf(d, **kw):
 
 def test_first_miss_is_grow_min_in_whole_requests(d1):
     _grow_conf(d1)
-    x = paddle_rt.raw_malloc(3 * MiB, d1)                   # target 4 MiB, rounded up to 2 requests of 3 MiB
+    x = m(3 * MiB, d1)                   # target 4 MiB, rounded up to 2 requests of 3 MiB
     assert segments(d1) == [6 * MiB]
-    y = paddle_rt.raw_malloc(3 * MiB, d1)                   # the second request of the chunk: no growth
+    y = m(3 * MiB, d1)                   # the second request of the chunk: no growth
     assert paddle_rt.memory_stats(d1)["num_device_alloc"] == 1
     for p in (x, y):
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
 
 
 def test_pool_doubles_then_steps(d1):
     _grow_conf(d1)
-    ps = [paddle_rt.raw_malloc(4 * MiB, d1)]                # 4 (grow_min)
-    ps.append(paddle_rt.raw_malloc(4 * MiB, d1))            # reserved 4 -> a chunk of 4
-    ps += [paddle_rt.raw_malloc(4 * MiB, d1) for _ in range(2)]  # reserved 8 -> 8 (two requests)
-    ps.append(paddle_rt.raw_malloc(4 * MiB, d1))            # reserved 16 -> 16
+    ps = [m(4 * MiB, d1)]                # 4 (grow_min)
+    ps.append(m(4 * MiB, d1))            # reserved 4 -> a chunk of 4
+    ps += [m(4 * MiB, d1) for _ in range(2)]  # reserved 8 -> 8 (two requests)
+    ps.append(m(4 * MiB, d1))            # reserved 16 -> 16
     for _ in range(3):
-        ps.append(paddle_rt.raw_malloc(4 * MiB, d1))
-    ps.append(paddle_rt.raw_malloc(4 * MiB, d1))            # reserved 32 -> capped at grow_step 32
+        ps.append(m(4 * MiB, d1))
+    ps.append(m(4 * MiB, d1))            # reserved 32 -> capped at grow_step 32
     assert segments(d1) == sorted([4 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB])
     for p in ps:
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
 
 
 def test_target_rounds_up_to_whole_requests_and_large_requests_get_their_size(d1):
     _grow_conf(d1)
-    a = paddle_rt.raw_malloc(10 * MiB, d1)                  # above grow_min: exactly one request
-    b = paddle_rt.raw_malloc(3 * MiB, d1)                   # target = reserved 10 -> 4 requests of 3 = 12
-    c = paddle_rt.raw_malloc(50 * MiB, d1)                  # above the cap (32): exactly its size
+    a = m(10 * MiB, d1)                  # above grow_min: exactly one request
+    b = m(3 * MiB, d1)                   # target = reserved 10 -> 4 requests of 3 = 12
+    c = m(50 * MiB, d1)                  # above the cap (32): exactly its size
     assert segments(d1) == [10 * MiB, 12 * MiB, 50 * MiB]
     for p in (a, b, c):
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
 
 
 @pytest.mark.parametrize("mode,expect", [("nearest", 3 * 3 * MiB), ("down", 3 * 3 * MiB), ("off", 10 * MiB),
-                                         ("up", 4 * 3 * MiB)])
+                                         ("up", 4 * 3 * MiB), ("within", 4 * 3 * MiB)])
 def test_grow_round_modes(d1, mode, expect):
     _grow_conf(d1, grow_round=mode)
-    a = paddle_rt.raw_malloc(10 * MiB, d1)
-    b = paddle_rt.raw_malloc(3 * MiB, d1)                   # target 10 MiB: 10/3 = 3.33 requests
+    a = m(10 * MiB, d1)
+    b = m(3 * MiB, d1)                   # target 10 MiB: 10/3 = 3.33 requests
     assert segments(d1) == sorted([10 * MiB, expect])
     for p in (a, b):
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
+
+
+def test_within_keeps_the_chunk_under_the_cap(d1):
+    _grow_conf(d1, grow_round="within")
+    a = m(40 * MiB, d1)                  # above the cap: exactly its size
+    b = m(20 * MiB, d1)                  # target 32 (the cap): up would be 2 x 20 = 40, within 1
+    c = m(7 * MiB, d1)                   # target 32: up would be 5 x 7 = 35, within 4 x 7 = 28
+    assert segments(d1) == [20 * MiB, 28 * MiB, 40 * MiB]
+    paddle_rt.set_allocator_config(d1, grow_round="up")
+    d = m(22 * MiB, d1)                  # the same kind of miss under up: two requests
+    assert segments(d1) == [20 * MiB, 28 * MiB, 40 * MiB, 44 * MiB]
+    for p in (a, b, c, d):
+        f(p, d1)
+
+
+def test_absurd_sizes_do_not_overflow(d1):
+    """grow_min near SIZE_MAX: the plugin cannot give that; the ladder's retry with exactly the request serves."""
+    _grow_conf(d1, grow_min=(1 << 64) - 1, grow_step=(1 << 64) - 1)
+    a = m(3 * MiB, d1)
+    assert segments(d1) == [3 * MiB]
+    f(a, d1)
 
 
 def test_cap_grows_with_what_is_held(d1):
     _grow_conf(d1, grow_step="8M", grow_fraction="1/4", grow_min="1M")
-    a = paddle_rt.raw_malloc(64 * MiB, d1)                  # one exact chunk
-    b = paddle_rt.raw_malloc(MiB, d1)                       # target min(64, max(8, 64/4 = 16)) = 16
+    a = m(64 * MiB, d1)                  # one exact chunk
+    b = m(MiB, d1)                       # target min(64, max(8, 64/4 = 16)) = 16
     assert segments(d1) == [16 * MiB, 64 * MiB]
     paddle_rt.set_allocator_config(d1, grow_fraction=0)
-    c = paddle_rt.raw_malloc(17 * MiB, d1)                  # cap back to grow_step 8: exactly the request
+    c = m(17 * MiB, d1)                  # cap back to grow_step 8: exactly the request
     assert segments(d1) == [16 * MiB, 17 * MiB, 64 * MiB]
     for p in (a, b, c):
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
 
 
 def test_grow_ratio_scales_the_target(d1):
     _grow_conf(d1, grow_ratio=0.5, grow_min="1M")
-    a = paddle_rt.raw_malloc(16 * MiB, d1)
-    b = paddle_rt.raw_malloc(MiB, d1)                       # target 0.5 * 16 = 8 requests of 1 MiB
+    a = m(16 * MiB, d1)
+    b = m(MiB, d1)                       # target 0.5 * 16 = 8 requests of 1 MiB
     assert segments(d1) == [8 * MiB, 16 * MiB]
     for p in (a, b):
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
 
 
 @pytest.mark.parametrize("mode,reserved_after,frees", [("release", 6 + 12, 3), ("fold", 6 + 21, 3),
@@ -181,30 +219,30 @@ def test_consolidate_modes(d1, mode, reserved_after, frees):
     rounded up to 2 requests, 12 MiB): release gives the idle chunks back and grows by the rule alone, fold grows by
     at least request + released (6 + 15), off keeps them and grows by the rule."""
     paddle_rt.set_allocator_config(d1, growth="exact")
-    keep = paddle_rt.raw_malloc(6 * MiB, d1)
-    xs = [paddle_rt.raw_malloc(5 * MiB, d1) for _ in range(3)]
+    keep = m(6 * MiB, d1)
+    xs = [m(5 * MiB, d1) for _ in range(3)]
     for x in xs:
-        paddle_rt.raw_free(x, d1)
+        f(x, d1)
     _grow_conf(d1, consolidate=mode, grow_step="8M", growth="adaptive")
     before = paddle_rt.memory_stats(d1)
-    y = paddle_rt.raw_malloc(6 * MiB, d1)                   # fits none of the idle 5 MiB chunks
+    y = m(6 * MiB, d1)                   # fits none of the idle 5 MiB chunks
     after = paddle_rt.memory_stats(d1)
     assert after["num_device_free"] - before["num_device_free"] == frees
     assert after["num_device_alloc"] - before["num_device_alloc"] == 1
     assert after["reserved_bytes.all.current"] == reserved_after * MiB
     for p in (keep, y):
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
 
 
 def test_small_requests_use_the_small_pool(d1):
     _grow_conf(d1)
-    xs = [paddle_rt.raw_malloc(256 * KiB, d1) for _ in range(8)]   # 8 fit one 2 MiB small chunk
+    xs = [m(256 * KiB, d1) for _ in range(8)]   # 8 fit one 2 MiB small chunk
     snap = paddle_rt.memory_snapshot(d1)
     assert [(s["segment_type"], s["total_size"]) for s in snap] == [("small", 2 * MiB)]
-    y = paddle_rt.raw_malloc(256 * KiB + 1, d1)                     # above small_size: the large pool
+    y = m(256 * KiB + 1, d1)                     # above small_size: the large pool
     assert sorted(s["segment_type"] for s in paddle_rt.memory_snapshot(d1)) == ["large", "small"]
     for p in xs + [y]:
-        paddle_rt.raw_free(p, d1)
+        f(p, d1)
 
 
 # -- the goal on the real traces --------------------------------------------------------------------------------------

@@ -63,9 +63,11 @@ def test_minimal_passes_what_applies_and_names_missing_hooks(capsys, build_plugi
         assert by_name[name]["result"] == "pass", by_name[name]
     assert "0/" in by_name["required_hooks"]["detail"]            # no optional hook
     assert "NULL stream" in by_name["events"]["detail"]
-    # its blocks sit 16 bytes past malloc's alignment: a hazard below the 256 bytes assumed without a min chunk size
+    # its blocks sit 16 bytes past the address malloc returned: at least 16-byte aligned, and 32-, 64- or 128-byte
+    # aligned when that address happens to be (it depends on the heap's history in this process), but always below
+    # the 256 bytes assumed without a min chunk size: a hazard
     assert by_name["block_alignment"]["result"] == "warn"
-    assert "16-byte aligned" in by_name["block_alignment"]["detail"]
+    assert re.search(r"is (16|32|64|128)-byte aligned", by_name["block_alignment"]["detail"])
     skipped = [r for r in results if r["result"] == "skip"]
     assert {r["name"] for r in skipped} == set(CHECK_NAMES) - passing - {"block_alignment"}
     for r in skipped:

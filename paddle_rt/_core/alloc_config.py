@@ -36,7 +36,9 @@ chunks. The defaults and the reason for each: bench/RESULTS.md (issue 15), found
 ``grow_ratio``     a number 0..4, the target as a multiple of what is held (1: the pool doubles while it is small).
                    Default 1.
 ``grow_round``     ``up`` (default: the smallest whole number of requests of the missing size at or above the
-                   target), ``nearest``, ``down`` (at least one request) or ``off`` (the target as it is).
+                   target), ``nearest``, ``down`` (at least one request), ``within`` (as ``up``, but no more requests
+                   than fit in the cap ``max(grow_step, grow_fraction * reserved)``, at least one) or ``off`` (the
+                   target as it is).
 ``consolidate``    ``release`` (default): the pool's idle chunks go back to the plugin and the new chunk is sized by
                    the rule alone; ``fold``: they go back and the new chunk is at least the request plus what went
                    back; ``off``: they stay cached.
@@ -54,7 +56,7 @@ GROWTH_NAMES = ("adaptive", "exact", "fixed")
 #: Names of the release modes, indexed by the allocator's RELEASE_* constants (allocator.pxd).
 RELEASE_NAMES = ("empty_cache", "free")
 #: Names of the whole-request rounding of adaptive growth, indexed by the ROUND_* constants (allocator.pxd).
-ROUND_NAMES = ("nearest", "up", "down", "off")
+ROUND_NAMES = ("nearest", "up", "down", "off", "within")
 #: Names of what adaptive growth does with idle chunks before it grows, indexed by CONSOLIDATE_* (allocator.pxd).
 CONSOLIDATE_NAMES = ("fold", "release", "off")
 

@@ -5,7 +5,7 @@ from libc.stdint cimport SIZE_MAX, uint64_t
 
 from paddle_rt._core.allocator cimport (
     AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
-    ROUND_NEAREST, ROUND_UP, ROUND_DOWN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF,
+    ROUND_NEAREST, ROUND_UP, ROUND_DOWN, ROUND_WITHIN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF,
 )
 
 cdef inline int pool_for(const AllocConfig* cfg, size_t size) noexcept nogil:
@@ -43,28 +43,39 @@ cdef inline bint consolidates_before_growth(const AllocConfig* cfg, int pool) no
     return cfg.growth == GROWTH_ADAPTIVE and pool == POOL_LARGE and cfg.consolidate != CONSOLIDATE_OFF
 
 
-cdef inline size_t grow_target(const AllocConfig* cfg, size_t reserved) noexcept nogil:
-    """The chunk adaptive growth aims at, from what the allocator holds: grow_ratio * reserved, at least grow_min,
-    at most max(grow_step, grow_fraction * reserved)."""
-    cdef size_t want = <size_t>(<double>reserved * cfg.grow_ratio)
+cdef inline size_t grow_cap(const AllocConfig* cfg, size_t reserved) noexcept nogil:
+    """The most adaptive growth aims at: max(grow_step, grow_fraction * reserved)."""
     cdef size_t cap = <size_t>(<double>reserved * cfg.grow_fraction)
-    if cap < cfg.grow_step:
-        cap = cfg.grow_step
+    return cap if cap > cfg.grow_step else cfg.grow_step
+
+
+cdef inline size_t grow_target(const AllocConfig* cfg, size_t reserved, size_t cap) noexcept nogil:
+    """The chunk adaptive growth aims at, from what the allocator holds: grow_ratio * reserved, at least grow_min,
+    at most `cap` (grow_cap)."""
+    cdef size_t want = <size_t>(<double>reserved * cfg.grow_ratio)
     if want < cfg.grow_min:
         want = cfg.grow_min
     return want if want < cap else cap
 
 
-cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t size) noexcept nogil:
-    """`want` made a whole number of requests of `size` (grow_round: the nearest, the next one up, the one below;
-    at least one), so that the chunk's tail is not a useless remainder for the next request of the same size."""
-    cdef size_t k
+cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t cap, size_t size) noexcept nogil:
+    """`want` made a whole number of requests of `size` (grow_round: the nearest, the next one up, the one below,
+    or the next one up but no more than fit in `cap`; at least one), so that the chunk's tail is not a useless
+    remainder for the next request of the same size."""
+    cdef size_t k, m
+    if want > SIZE_MAX - size:
+        return want                  # absurd settings (grow_min near SIZE_MAX): no rounding rather than overflow
     if cfg.grow_round == ROUND_NEAREST:
         k = (want + size // 2) // size
     elif cfg.grow_round == ROUND_UP:
         k = (want + size - 1) // size
     elif cfg.grow_round == ROUND_DOWN:
         k = want // size
+    elif cfg.grow_round == ROUND_WITHIN:
+        k = (want + size - 1) // size
+        m = cap // size
+        if k > m:
+            k = m
     else:
         return want
     return size * (k if k > 0 else 1)
@@ -74,16 +85,17 @@ cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size,
                                   size_t released) noexcept nogil:
     """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: what the
     allocator held before the miss; `released`: what consolidation just gave back."""
-    cdef size_t want
+    cdef size_t want, cap
     if cfg.growth == GROWTH_FIXED:
         return size if size >= cfg.chunk_size else cfg.chunk_size
     if cfg.growth == GROWTH_EXACT:
         return size
     if pool == POOL_SMALL:
         return size if size > cfg.small_chunk else cfg.small_chunk
-    want = grow_target(cfg, reserved)
+    cap = grow_cap(cfg, reserved)
+    want = grow_target(cfg, reserved, cap)
     if want > size:
-        want = whole_requests(cfg, want, size)
+        want = whole_requests(cfg, want, cap, size)
     if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:
         want = size + released
     return want if want > size else size

@@ -40,6 +40,7 @@ cdef enum:
     ROUND_UP = 1          # ... the next whole number of requests at or above the target
     ROUND_DOWN = 2        # ... the whole number of requests at or below the target (at least one)
     ROUND_OFF = 3         # ... the target itself
+    ROUND_WITHIN = 4      # ... the next whole number at or above the target, but no more than fit in the cap
 
 cdef enum:
     CONSOLIDATE_FOLD = 0      # a large-pool miss gives idle chunks back; the new chunk is at least request + released
