@@ -175,6 +175,22 @@ def test_gemm_transposes_batches_alpha_beta(rng):
     np.testing.assert_array_equal(e.numpy(), np.full((2, 3), 3.0))
 
 
+def test_gemm_blas_numpy_and_scipy(rng):
+    """The host gemm calls numpy's own OpenBLAS (ILP64) when numpy bundles one, else SciPy's (LP64): same results."""
+    from paddle_rt._core import op as op_core
+    a, b = rand((33, 17), "float64", rng), rand((17, 9), "float64", rng)
+    ta, tb = paddle_rt.tensor(a), paddle_rt.tensor(b)
+    try:
+        for source in ("scipy", "numpy"):
+            info = op_core._reselect_blas(source)
+            assert info["library"] and ("LP64" in info["interface"])
+            check(ops.gemm(ta, tb).numpy(), a @ b, "float64")
+            check(ops.gemm(ta.T, ta).numpy(), a.T @ a, "float64")
+    finally:
+        op_core._reselect_blas("numpy")
+    assert paddle_rt.op.blas_info() is not None
+
+
 def test_gemm_shape_errors(rng):
     a, b = paddle_rt.empty((2, 3)), paddle_rt.empty((4, 5))
     with pytest.raises(paddle_rt.InvalidArgument, match=r"gemm: a \(2, 3\) @ b \(4, 5\)"):

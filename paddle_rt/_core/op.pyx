@@ -20,14 +20,17 @@ from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_
 from paddle_rt._core.includes.op_support cimport (
     paddle_rt_op_call, paddle_rt_kernel_fn, paddle_rt_workspace_fn, paddle_rt_register_kernel_cb,
     paddle_rt_ext_register_kernels_fn, prt_host_kernel, prt_host_workspace, prt_set_blas, prt_have_blas,
-    prt_sgemm_fn, prt_dgemm_fn, prt_dtype_size,
+    prt_dtype_size,
     PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
     PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_COUNT,
 )
 
-from posix.dlfcn cimport dlsym
+from posix.dlfcn cimport dlsym, dlopen, RTLD_NOW
+
+cdef extern from "<dlfcn.h>" nogil:
+    int RTLD_NOLOAD
 
 from paddle_rt._core import errors
 
@@ -188,22 +191,66 @@ def kernels(device_type=None):
     return out
 
 
-cdef int _ensure_blas() except -1:
-    """SciPy's BLAS (scipy.linalg.cython_blas) for the host gemm, found once."""
+cdef object _blas = None     # {"library", "interface"} of the BLAS the host gemm calls, once found
+
+
+cdef int _ensure_blas(bint numpy_first=True) except -1:
+    """The BLAS for the host gemm, found once: numpy's own OpenBLAS (the numpy wheel's numpy.libs/libscipy_openblas64_,
+    already loaded by numpy: the same library and thread pool numpy.matmul uses, so the two do not fight over the
+    cores), else SciPy's (scipy.linalg.cython_blas)."""
+    global _blas
+    cdef void* h
     cdef void* s
     cdef void* d
-    if prt_have_blas():
+    if _blas is not None:
         return 0
+    if not numpy_first:
+        return _scipy_blas()
+    import glob
+    import os
+    import numpy
+    libs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(numpy.__file__))), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(libs, "libscipy_openblas64_*.so"))):
+        h = dlopen(os.fsencode(path), RTLD_NOW | RTLD_NOLOAD)     # only the copy numpy loaded
+        if h == NULL:
+            continue
+        s = dlsym(h, b"scipy_sgemm_64_")
+        d = dlsym(h, b"scipy_dgemm_64_")
+        if s != NULL and d != NULL:
+            prt_set_blas(s, d, 1)
+            _blas = {"library": path, "interface": "ILP64 (numpy's OpenBLAS)"}
+            return 0
+    return _scipy_blas()
+
+
+cdef int _scipy_blas() except -1:
+    global _blas
+    cdef void* s
+    cdef void* d
     try:
         from scipy.linalg import cython_blas
     except ImportError:
-        raise errors.NotSupportedError("gemm on host-addressable devices calls SciPy's BLAS: pip install scipy") \
-            from None
+        raise errors.NotSupportedError("gemm on host-addressable devices needs a BLAS: numpy's bundled OpenBLAS was "
+                                       "not found and SciPy is not installed (pip install scipy)") from None
     caps = cython_blas.__pyx_capi__
     s = PyCapsule_GetPointer(caps["sgemm"], PyCapsule_GetName(caps["sgemm"]))
     d = PyCapsule_GetPointer(caps["dgemm"], PyCapsule_GetName(caps["dgemm"]))
-    prt_set_blas(<prt_sgemm_fn>s, <prt_dgemm_fn>d)
+    prt_set_blas(s, d, 0)
+    _blas = {"library": cython_blas.__file__, "interface": "LP64 (scipy.linalg.cython_blas)"}
     return 0
+
+
+def _reselect_blas(source):
+    """For tests: use ``"numpy"``'s OpenBLAS (when found) or ``"scipy"``'s for the host gemms from now on."""
+    global _blas
+    _blas = None
+    _ensure_blas(source == "numpy")
+    return blas_info()
+
+
+def blas_info():
+    """{"library", "interface"} of the BLAS the host gemm calls (found at the first gemm descriptor; None before)."""
+    return None if _blas is None else dict(_blas)
 
 
 # ---- running a call on the stream's worker -------------------------------------------------------------------------

@@ -25,8 +25,13 @@ namespace {
 
 constexpr int kBlock = 512;           /* elements per block of the widened (float) paths: 2 KiB, stays in L1 */
 
-std::atomic<prt_sgemm_fn> g_sgemm{nullptr};
-std::atomic<prt_dgemm_fn> g_dgemm{nullptr};
+/* BLAS gemm with integer arguments of type I (int: LP64, int64_t: ILP64) */
+template <typename T, typename I>
+using gemm_fn = void (*)(const char* ta, const char* tb, const I* m, const I* n, const I* k, const T* alpha,
+                         const T* a, const I* lda, const T* b, const I* ldb, const T* beta, T* c, const I* ldc);
+std::atomic<void*> g_sgemm{nullptr};
+std::atomic<void*> g_dgemm{nullptr};
+std::atomic<int> g_ilp64{0};
 
 /* ---- conversions ------------------------------------------------------------------------------------------------ */
 inline float bf16_to_f32(uint16_t h) {
@@ -550,12 +555,19 @@ void copy_out(char* p, int dt, int64_t r, int64_t cols, int64_t rs, int64_t cs, 
     for (int64_t i = 0; i < r; i++) store_row(p + i * rs * es, dt, cs, cols, src + i * cols);
 }
 
+template <typename C, typename I>
+void blas_gemm_as(char ta, char tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a, int64_t lda, const C* b,
+                  int64_t ldb, C beta, C* c, int64_t ldc) {
+    const I im = (I)m, in = (I)n, ik = (I)k, ila = (I)lda, ilb = (I)ldb, ilc = (I)ldc;
+    auto fn = reinterpret_cast<gemm_fn<C, I>>(sizeof(C) == 4 ? g_sgemm.load() : g_dgemm.load());
+    fn(&ta, &tb, &im, &in, &ik, &alpha, a, &ila, b, &ilb, &beta, c, &ilc);
+}
+
 template <typename C>
 void blas_gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a, int64_t lda, const C* b,
                int64_t ldb, C beta, C* c, int64_t ldc) {
-    const int im = (int)m, in = (int)n, ik = (int)k, ila = (int)lda, ilb = (int)ldb, ilc = (int)ldc;
-    if constexpr (sizeof(C) == 4) g_sgemm.load()(&ta, &tb, &im, &in, &ik, &alpha, a, &ila, b, &ilb, &beta, c, &ilc);
-    else g_dgemm.load()(&ta, &tb, &im, &in, &ik, &alpha, a, &ila, b, &ilb, &beta, c, &ilc);
+    if (g_ilp64.load()) blas_gemm_as<C, int64_t>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else blas_gemm_as<C, int>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <typename C>
@@ -713,7 +725,8 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
     }
 }
 
-void prt_set_blas(prt_sgemm_fn sgemm, prt_dgemm_fn dgemm) {
+void prt_set_blas(void* sgemm, void* dgemm, int ilp64) {
+    g_ilp64.store(ilp64);
     g_sgemm.store(sgemm);
     g_dgemm.store(dgemm);
 }

@@ -16,14 +16,9 @@
 paddle_rt_kernel_fn prt_host_kernel(int op, int dtype);
 /* Bytes of workspace the host kernel needs for this call (data pointers unused). */
 size_t prt_host_workspace(const paddle_rt_op_call* call);
-/* Fortran BLAS sgemm/dgemm entry points (LP64: 32-bit int dimensions), found once at the first gemm. */
-typedef void (*prt_sgemm_fn)(const char* ta, const char* tb, const int* m, const int* n, const int* k,
-                             const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                             const float* beta, float* c, const int* ldc);
-typedef void (*prt_dgemm_fn)(const char* ta, const char* tb, const int* m, const int* n, const int* k,
-                             const double* alpha, const double* a, const int* lda, const double* b, const int* ldb,
-                             const double* beta, double* c, const int* ldc);
-void prt_set_blas(prt_sgemm_fn sgemm, prt_dgemm_fn dgemm);
+/* Fortran BLAS sgemm/dgemm entry points, found once at the first gemm (op.pyx _ensure_blas): numpy's own OpenBLAS
+   (ILP64: 64-bit integer arguments) or SciPy's (LP64: 32-bit). */
+void prt_set_blas(void* sgemm, void* dgemm, int ilp64);
 int prt_have_blas(void);
 /* The size in bytes of one element of a C_DataType (0 for an unknown one). Stateless, so inline in every module. */
 static inline int prt_dtype_size(int dtype) {

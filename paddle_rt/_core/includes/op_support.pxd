@@ -53,14 +53,8 @@ cdef extern from "paddle_rt/extension.h" nogil:
                                                       paddle_rt_register_kernel_cb register_kernel) noexcept nogil
 
 cdef extern from "engine/op_kernels.h" nogil:
-    ctypedef void (*prt_sgemm_fn)(const char*, const char*, const int*, const int*, const int*, const float*,
-                                  const float*, const int*, const float*, const int*, const float*, float*,
-                                  const int*) noexcept
-    ctypedef void (*prt_dgemm_fn)(const char*, const char*, const int*, const int*, const int*, const double*,
-                                  const double*, const int*, const double*, const int*, const double*, double*,
-                                  const int*) noexcept
     paddle_rt_kernel_fn prt_host_kernel(int op, int dtype)
     size_t prt_host_workspace(const paddle_rt_op_call* call)
-    void prt_set_blas(prt_sgemm_fn sgemm, prt_dgemm_fn dgemm)
+    void prt_set_blas(void* sgemm, void* dgemm, int ilp64)
     int prt_have_blas()
     int prt_dtype_size(int dtype)
