@@ -253,30 +253,27 @@ def main(argv=None):
         print("|---|---|" + "---:|" * len(names))
         print("| (default) | | " + " | ".join(f"{ref[n]['peak'] / MiB:.1f} / {ref[n]['allocs']}" for n in names)
               + " |")
+        def deltas(conf):
+            """Per trace: peak MiB / allocations against the default, marked where the goal is missed."""
+            res = evaluate(conf, traces)
+            cells = []
+            for n in names:
+                dp = (res[n]["peak"] - ref[n]["peak"]) / MiB
+                da = res[n]["allocs"] - ref[n]["allocs"]
+                mark = "" if res[n]["peak_ok"] and res[n]["allocs_ok"] else " (miss)"
+                cells.append(f"{dp:+.1f} / {da:+d}{mark}")
+            return cells
+
         for key in SCALED:
             for factor in (0.5, 2.0):
                 conf = dict(base)
                 conf[key] = scale(key, base[key], factor)
-                res = evaluate(conf, traces)
-                cells = []
-                for n in names:
-                    dp = (res[n]["peak"] - ref[n]["peak"]) / MiB
-                    da = res[n]["allocs"] - ref[n]["allocs"]
-                    mark = "" if res[n]["peak_ok"] and res[n]["allocs_ok"] else " (miss)"
-                    cells.append(f"{dp:+.1f} / {da:+d}{mark}")
-                print(f"| {key} | x{factor:g} = {conf[key]} | " + " | ".join(cells) + " |")
+                print(f"| {key} | x{factor:g} = {conf[key]} | " + " | ".join(deltas(conf)) + " |")
         for key, names_ in (("grow_round", ("nearest", "down", "within", "off")), ("consolidate", ("fold", "off"))):
             for value in names_:
                 conf = dict(base)
                 conf[key] = value
-                res = evaluate(conf, traces)
-                cells = []
-                for n in names:
-                    dp = (res[n]["peak"] - ref[n]["peak"]) / MiB
-                    da = res[n]["allocs"] - ref[n]["allocs"]
-                    mark = "" if res[n]["peak_ok"] and res[n]["allocs_ok"] else " (miss)"
-                    cells.append(f"{dp:+.1f} / {da:+d}{mark}")
-                print(f"| {key} | {value} | " + " | ".join(cells) + " |")
+                print(f"| {key} | {value} | " + " | ".join(deltas(conf)) + " |")
         return 0
 
 

@@ -2,6 +2,7 @@
 cimport cython
 from libc.stdint cimport uintptr_t
 from paddle_rt._core.allocator cimport AllocatorCore
+from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor
 
 @cython.no_gc          # (also in allocation.pyx) no reference cycles through it; subclasses inherit this
 cdef class Allocation:
@@ -22,5 +23,7 @@ cdef class Allocation:
     # True when `stream` (a Stream) is the stream the memory belongs to (record_stream of it is a no-op).
     cdef bint _own_stream(self, object stream) except -1
 
-# The destructor of an unconsumed "dltensor" capsule: calls the managed tensor's deleter (for every DLPack export).
+# DLPack exports: the "dltensor" capsule of a filled managed tensor (its deleter runs if the capsule cannot be made,
+# and when the capsule dies unconsumed).
+cdef object dl_capsule(prt_DLManagedTensor* m)
 cdef void dl_capsule_destructor(object capsule) noexcept

@@ -297,11 +297,7 @@ cdef class Allocation:
         m.deleter = _dl_deleter
         Py_INCREF(self)
         self.exports += 1
-        try:
-            return PyCapsule_New(<void*>m, "dltensor", dl_capsule_destructor)
-        except BaseException:
-            _dl_deleter(m)
-            raise
+        return dl_capsule(m)
 
 
 cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
@@ -309,6 +305,14 @@ cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
     a.exports -= 1
     Py_DECREF(a)
     c_free(m)
+
+
+cdef object dl_capsule(prt_DLManagedTensor* m):
+    try:
+        return PyCapsule_New(<void*>m, "dltensor", dl_capsule_destructor)
+    except BaseException:
+        m.deleter(m)
+        raise
 
 
 cdef void dl_capsule_destructor(object capsule) noexcept:

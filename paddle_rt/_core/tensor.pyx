@@ -4,7 +4,6 @@
 # where the strides allow) share their base's storage. Operators (op.pyx) note on the storage which stream positions
 # write it; numpy(), __array_interface__ and __dlpack__ wait for those before the host reads.
 cimport cython
-from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc as c_malloc, free as c_free
@@ -13,7 +12,7 @@ from libc.string cimport memset, memcpy
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.stream cimport Stream, current_stream, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
-from paddle_rt._core.allocation cimport dl_capsule_destructor
+from paddle_rt._core.allocation cimport dl_capsule
 from paddle_rt._core.device_ext cimport (
     BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16,
 )
@@ -560,11 +559,7 @@ cdef object _dlpack_capsule(Tensor t):
     m.manager_ctx = <void*>t
     m.deleter = _dl_deleter
     Py_INCREF(t)
-    try:
-        return PyCapsule_New(<void*>m, "dltensor", dl_capsule_destructor)
-    except BaseException:
-        _dl_deleter(m)
-        raise
+    return dl_capsule(m)
 
 
 cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
