@@ -19,7 +19,7 @@ from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
 from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind
 from paddle_rt._core.includes.op_support cimport (
     paddle_rt_op_call, paddle_rt_kernel_fn, paddle_rt_workspace_fn, paddle_rt_register_kernel_cb,
-    paddle_rt_ext_register_kernels_fn, prt_host_kernel, prt_host_workspace, prt_set_blas, prt_have_blas,
+    paddle_rt_ext_register_kernels_fn, prt_host_kernel, prt_host_workspace, prt_set_blas,
     prt_dtype_size,
     PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,

@@ -731,4 +731,3 @@ void prt_set_blas(void* sgemm, void* dgemm, int ilp64) {
     g_dgemm.store(dgemm);
 }
 
-int prt_have_blas(void) { return g_sgemm.load() != nullptr && g_dgemm.load() != nullptr; }
