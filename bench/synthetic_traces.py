@@ -310,31 +310,14 @@ def write(events, path):
 
 def as_trace(events):
     """The replay tool's in-memory form (paddle_rt.tools.replay.load_trace) of ``events``, without a file."""
-    import numpy as np
-    slot_of, free_slots, nslots = {}, [], 0
-    acts, sizes, slots = [], [], []
-    live = peak = 0
-    size_of = {}
+    from paddle_rt.tools.replay import TraceBuilder
+    trace = TraceBuilder()
     for is_alloc, size, i in events:
         if is_alloc:
-            s = free_slots.pop() if free_slots else None
-            if s is None:
-                s, nslots = nslots, nslots + 1
-            slot_of[i] = s
-            size_of[i] = size
-            live += size
-            peak = max(peak, live)
-            acts.append(1)
-            sizes.append(size)
+            trace.allocate(i, size)
         else:
-            s = slot_of.pop(i)
-            live -= size_of.pop(i)
-            free_slots.append(s)
-            acts.append(0)
-            sizes.append(0)
-        slots.append(s)
-    return (np.array(acts, dtype=np.int8), np.array(sizes, dtype=np.int64), np.array(slots, dtype=np.int64),
-            max(nslots, 1), peak)
+            trace.free(i)
+    return trace.result()
 
 
 if __name__ == "__main__":

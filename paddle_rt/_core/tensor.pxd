@@ -42,7 +42,6 @@ cdef class Tensor(TensorDesc):
 # dtype helpers (numpy dtypes, names and C_DataType codes)
 cdef int32_t dtype_code_of(object dtype) except -1
 cdef str dtype_name(int32_t code)
-cdef int dtype_size(int32_t code) noexcept nogil
 # A new contiguous tensor allocated on stream `s` (its device).
 cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype)
 cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype)

@@ -10,7 +10,7 @@ from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
 
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
-from paddle_rt._core.stream cimport Stream, current_stream, stream_of_device
+from paddle_rt._core.stream cimport Stream, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
 from paddle_rt._core.allocation cimport dl_capsule
 from paddle_rt._core.device_ext cimport (
@@ -65,10 +65,6 @@ cdef int32_t dtype_code_of(object dtype) except -1:
 
 cdef str dtype_name(int32_t code):
     return _DTYPES[code][0]
-
-
-cdef int dtype_size(int32_t code) noexcept nogil:
-    return prt_dtype_size(code)
 
 
 def numpy_dtype(code):
@@ -194,14 +190,22 @@ cdef class TensorDesc:
         return f"TensorDesc(shape={self.shape}, dtype={self.dtype!r}, strides={self.strides})"
 
 
-cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype):
-    cdef TensorDesc d = TensorDesc.__new__(TensorDesc)
+cdef void _set_layout(TensorDesc d, int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype) noexcept:
+    """Fill d's layout (strides NULL: C-contiguous)."""
     d.ndim_ = ndim
     d.dtype_code = dtype
     memset(d.shape_, 0, sizeof(d.shape_))
     memset(d.strides_, 0, sizeof(d.strides_))
     memcpy(d.shape_, shape, sizeof(int64_t) * ndim)
-    memcpy(d.strides_, strides, sizeof(int64_t) * ndim)
+    if strides == NULL:
+        _contiguous_strides(ndim, shape, d.strides_)
+    else:
+        memcpy(d.strides_, strides, sizeof(int64_t) * ndim)
+
+
+cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype):
+    cdef TensorDesc d = TensorDesc.__new__(TensorDesc)
+    _set_layout(d, ndim, shape, strides, dtype)
     return d
 
 
@@ -249,12 +253,7 @@ cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int
     cdef Tensor t = Tensor.__new__(Tensor)
     cdef int64_t n = 1
     cdef int i
-    t.ndim_ = ndim
-    t.dtype_code = dtype
-    memset(t.shape_, 0, sizeof(t.shape_))
-    memset(t.strides_, 0, sizeof(t.strides_))
-    memcpy(t.shape_, shape, sizeof(int64_t) * ndim)
-    _contiguous_strides(ndim, shape, t.strides_)
+    _set_layout(t, ndim, shape, NULL, dtype)
     for i in range(ndim):
         n *= shape[i]
     cdef _Storage st = _Storage.__new__(_Storage)
@@ -269,12 +268,7 @@ cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int
 
 cdef Tensor _view(Tensor base, int ndim, const int64_t* shape, const int64_t* strides, uintptr_t data):
     cdef Tensor t = Tensor.__new__(Tensor)
-    t.ndim_ = ndim
-    t.dtype_code = base.dtype_code
-    memset(t.shape_, 0, sizeof(t.shape_))
-    memset(t.strides_, 0, sizeof(t.strides_))
-    memcpy(t.shape_, shape, sizeof(int64_t) * ndim)
-    memcpy(t.strides_, strides, sizeof(int64_t) * ndim)
+    _set_layout(t, ndim, shape, strides, base.dtype_code)
     t.storage = base.storage
     t.data = data
     return t

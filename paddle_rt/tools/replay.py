@@ -72,8 +72,6 @@ def _open_text(raw):
 def load_trace(path, progress=None):
     """(is_alloc int8 array, sizes int64, slots int64, number of slots, peak live requested bytes)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # idle BLAS threads would disturb the timing
-    import numpy as np
-
     if not os.path.exists(path):
         raise TraceFormatError(f"replay: {path}: no such file")
     raw = open(path, "rb")
@@ -90,11 +88,7 @@ def load_trace(path, progress=None):
             if missing:
                 raise TraceFormatError(f"replay: {path} is not an RMM allocation log (missing columns: "
                                        f"{sorted(missing)})")
-            actions, sizes, slots = [], [], []
-            slot_of, free_slots = {}, []
-            nslots = 0
-            live = peak = 0
-            size_of = {}
+            trace = TraceBuilder()
             for lineno, row in enumerate(reader, 2):
                 if bar is not None and not lineno & 0x1fff:
                     pos = raw.tell()
@@ -110,28 +104,11 @@ def load_trace(path, progress=None):
                                                f"integer") from None
                     if n < 0:
                         raise TraceFormatError(f"replay: {path}:{lineno}: negative size {n}")
-                    if ptr in slot_of:
+                    if not trace.allocate(ptr, n):
                         raise TraceFormatError(f"replay: {path}:{lineno}: {ptr} allocated twice without a free")
-                    s = free_slots.pop() if free_slots else None
-                    if s is None:
-                        s = nslots
-                        nslots += 1
-                    slot_of[ptr] = s
-                    size_of[ptr] = n
-                    live += n
-                    peak = max(peak, live)
-                    actions.append(1)
-                    sizes.append(n)
-                    slots.append(s)
                 elif act == "free":
-                    if ptr not in slot_of:
+                    if not trace.free(ptr):
                         raise TraceFormatError(f"replay: {path}:{lineno}: free of {ptr} which is not live")
-                    s = slot_of.pop(ptr)
-                    live -= size_of.pop(ptr)
-                    free_slots.append(s)
-                    actions.append(0)
-                    sizes.append(0)
-                    slots.append(s)
                 else:
                     raise TraceFormatError(f"replay: {path}:{lineno}: unknown action {act!r}")
     except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
@@ -141,8 +118,52 @@ def load_trace(path, progress=None):
             bar.update(max(0, os.path.getsize(path) - done_bytes))
             bar.close()
         raw.close()
-    return (np.array(actions, dtype=np.int8), np.array(sizes, dtype=np.int64), np.array(slots, dtype=np.int64),
-            max(nslots, 1), peak)
+    return trace.result()
+
+
+class TraceBuilder:
+    """Builds load_trace's form of a trace event by event: each live allocation gets a slot (a freed slot is reused
+    first), and the peak of live requested bytes is kept."""
+
+    def __init__(self):
+        self.actions, self.sizes, self.slots = [], [], []
+        self.slot_of, self.size_of, self.free_slots = {}, {}, []
+        self.nslots = self.live = self.peak = 0
+
+    def allocate(self, key, size):
+        """Record an allocation of ``size`` bytes under ``key``; False (nothing recorded) when ``key`` is live."""
+        if key in self.slot_of:
+            return False
+        if self.free_slots:
+            s = self.free_slots.pop()
+        else:
+            s, self.nslots = self.nslots, self.nslots + 1
+        self.slot_of[key] = s
+        self.size_of[key] = size
+        self.live += size
+        self.peak = max(self.peak, self.live)
+        self.actions.append(1)
+        self.sizes.append(size)
+        self.slots.append(s)
+        return True
+
+    def free(self, key):
+        """Record the free of ``key``; False (nothing recorded) when it is not live."""
+        if key not in self.slot_of:
+            return False
+        s = self.slot_of.pop(key)
+        self.live -= self.size_of.pop(key)
+        self.free_slots.append(s)
+        self.actions.append(0)
+        self.sizes.append(0)
+        self.slots.append(s)
+        return True
+
+    def result(self):
+        """(is_alloc int8 array, sizes int64, slots int64, number of slots, peak live requested bytes)."""
+        import numpy as np
+        return (np.array(self.actions, dtype=np.int8), np.array(self.sizes, dtype=np.int64),
+                np.array(self.slots, dtype=np.int64), max(self.nslots, 1), self.peak)
 
 
 def live_requested(is_alloc, sizes, slots):
