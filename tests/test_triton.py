@@ -464,3 +464,20 @@ def test_ninetoothed_matmul(ntk, rng):
     s.synchronize()
     np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
     s.close()
+
+
+def test_readme_triton_example_runs(run_python, tmp_path):
+    """The README's Triton example (a `py` block, since the extra is optional) runs as written, from a file (Triton
+    reads a kernel's source), and prints its result."""
+    import os
+    import re
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+    with open(readme, encoding="utf-8") as f:
+        blocks = [b for b in re.findall(r"```py\n(.*?)```", f.read(), re.S) if "paddle_rt.triton" in b]
+    assert len(blocks) == 1
+    script = tmp_path / "example.py"
+    script.write_text(blocks[0], encoding="utf-8")
+    res = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
+                     env={"PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    assert "[ 0.  4. 16. 36.]" in res.stdout
