@@ -334,10 +334,11 @@ def launch(kernel, grid, *args, stream=None, **meta):
             backend(kernel, grid, values, s)
     else:
         layouts = {name: _layout(t) for name, t in tensors}
+        plain = {name: v for name, v in values.items() if name not in layouts}   # no Tensor kept by the closure
 
         def run():
             views = {name: _torch_view(*layouts[name], f"kernel {k.name}: argument {name!r}") for name in layouts}
-            k.run(grid, {**values, **views})
+            k.run(grid, {**plain, **views})
     return _enqueue(s, _Run(f"Triton kernel {k.name}", run), [t for _, t in tensors], k.name)
 
 
@@ -470,10 +471,11 @@ class NineToothedKernel:
                                            f"@triton.jit kernels only; launch the generated kernel "
                                            f"(NineToothedKernel.kernel) with its arguments")
         layouts = [_layout(a) if isinstance(a, Tensor) else None for a in args]
+        plain = [None if isinstance(a, Tensor) else a for a in args]              # no Tensor kept by the closure
 
         def run():
             views = [a if lay is None else _torch_view(*lay, f"kernel {self.name}: argument {n!r}")
-                     for n, a, lay in zip(params, args, layouts)]
+                     for n, a, lay in zip(params, plain, layouts)]
             with _INTERPRETER:
                 self._launcher(*views)
         return _enqueue(s, _Run(f"NineToothed kernel {self.name}", run), [t for _, t in tensors], self.name)
