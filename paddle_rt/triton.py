@@ -71,14 +71,12 @@ _op_kernels = []          # the ctypes kernels of register_op (live as long as t
 def interpreted(kernel):
     """The interpreter's version of ``kernel`` (a ``@triton.jit`` function): an ``InterpretedFunction`` of its Python
     function, made once per kernel. With ``TRITON_INTERPRET=1`` set before the decorator ran it is the kernel itself."""
-    if isinstance(kernel, InterpretedFunction):
-        return kernel
-    if not isinstance(kernel, JITFunction):
+    if not isinstance(kernel, (JITFunction, InterpretedFunction)):
         raise errors.InvalidArgument(f"paddle_rt.triton: kernel must be a @triton.jit function, not "
                                      f"{type(kernel).__name__}")
     entry = _interpreted.get(id(kernel))
     if entry is None or entry[0] is not kernel:
-        fn = InterpretedFunction(kernel.fn)
+        fn = kernel if isinstance(kernel, InterpretedFunction) else InterpretedFunction(kernel.fn)
         _constexpr_annotations(fn.rewrite())
         entry = _interpreted[id(kernel)] = (kernel, fn)
     return entry[1]

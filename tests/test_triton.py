@@ -481,3 +481,30 @@ def test_readme_triton_example_runs(run_python, tmp_path):
                      env={"PADDLE_RT_DEFAULT_DEVICE": None})
     assert res.returncode == 0, res.stderr
     assert "[ 0.  4. 16. 36.]" in res.stdout
+
+
+def test_heuristics_give_meta_parameters(rng):
+    heur = triton.heuristics(values={"BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n_elements"])})(add_kernel)
+    x = rng.standard_normal(100).astype(np.float32)
+    tx, out = paddle_rt.tensor(x), paddle_rt.empty((100,), "float32")
+    prt.launch(heur, (1,), tx, tx, out, 100)               # one program of 128: covers all 100 only if it was used
+    np.testing.assert_array_equal(out.numpy(), 2 * x)
+
+
+def test_kernels_decorated_under_triton_interpret_run_too(run_python, tmp_path):
+    script = tmp_path / "interp.py"
+    script.write_text(
+        "import numpy as np, paddle_rt, triton, triton.language as tl\n"
+        "import paddle_rt.triton as prt\n"
+        "@triton.jit\n"
+        "def k(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    tl.store(out_ptr + offs, tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0), mask=offs < n)\n"
+        "assert type(k).__name__ == 'InterpretedFunction'\n"
+        "x = paddle_rt.tensor(np.arange(5, dtype=np.float32)); out = paddle_rt.empty((5,), 'float32')\n"
+        "prt.launch(k, (1,), x, out, 5, BLOCK=8)\n"
+        "print(out.numpy().tolist())\n", encoding="utf-8")
+    res = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
+                     env={"TRITON_INTERPRET": "1", "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    assert "[10.0, 10.0, 10.0, 10.0, 10.0]" in res.stdout
