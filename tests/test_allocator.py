@@ -1058,13 +1058,16 @@ def test_refused_reset_allocator_changes_nothing(d1):
     back: reserved 3 MiB -> 1 MiB, num_device_free 0 -> 1), the counters, the peaks and the snapshot."""
     paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
     live = paddle_rt.malloc(MiB, device=d1)
-    paddle_rt.malloc(2 * MiB, device=d1).free()
-    before = _allocator_state(d1)
-    assert before[0] == 3 * MiB and before[1]["num_device_free"] == 0
-    with pytest.raises(paddle_rt.InvalidArgument, match=r"reset of the device allocator: 1048576 bytes are still held"):
-        paddle_rt.reset_allocator(d1)
-    assert _allocator_state(d1) == before
-    live.free()
+    try:
+        paddle_rt.malloc(2 * MiB, device=d1).free()
+        before = _allocator_state(d1)
+        assert before[0] == 3 * MiB and before[1]["num_device_free"] == 0
+        with pytest.raises(paddle_rt.InvalidArgument,
+                           match=r"reset of the device allocator: 1048576 bytes are still held"):
+            paddle_rt.reset_allocator(d1)
+        assert _allocator_state(d1) == before
+    finally:
+        live.free()
     paddle_rt.reset_allocator(d1)
     assert paddle_rt.memory_reserved(d1) == 0 and plugins.rt_cpu_live_bytes(1) == 0
 
