@@ -387,8 +387,8 @@ def register_op(op_name, device_type, dtype, kernel, grid_fn):
     of the operands in the layouts the descriptor gives the kernel (e.g. inputs broadcast to out's shape: stride 0)
     and ``attrs`` the operator's attributes (a tuple of floats, e.g. layer_norm's eps first). It takes precedence
     like ``paddle_rt.op.register_kernel`` (over the plugin's and paddle_rt's host kernels; existing descriptors, ops'
-    cached ones included, pick it at their next call); ``paddle_rt.op.unregister_kernel`` removes it. An exception in grid_fn or the kernel is re-raised as
-    StreamError by the stream's next synchronize."""
+    cached ones included, pick it at their next call); ``paddle_rt.op.unregister_kernel`` removes it. An exception in
+    grid_fn or the kernel is re-raised as StreamError by the stream's next synchronize."""
     k = _Kernel(kernel)
     if not callable(grid_fn):
         raise errors.InvalidArgument(f"register_triton({op_name!r}): grid_fn must be callable as "

@@ -11,10 +11,18 @@ import paddle_rt
 from paddle_rt import op, ops
 
 pytestmark = pytest.mark.triton
-torch = pytest.importorskip("torch", reason="needs the triton extra (pip install torch==2.13.0+cpu, then '.[triton]')")
-triton = pytest.importorskip("triton", reason="needs the triton extra")
-tl = pytest.importorskip("triton.language")
-prt = pytest.importorskip("paddle_rt.triton")
+# Bound by _triton_extra when the tests run: collecting this file imports neither torch nor triton.
+torch = triton = prt = kernels = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _triton_extra():
+    global torch, triton, prt, kernels
+    torch = pytest.importorskip("torch", reason="needs the triton extra (pip install torch==2.13.0+cpu, then "
+                                                "'.[triton]')")
+    triton = pytest.importorskip("triton", reason="needs the triton extra")
+    prt = pytest.importorskip("paddle_rt.triton")
+    import triton_kernels as kernels
 
 
 @pytest.fixture
@@ -22,98 +30,7 @@ def rng():
     return np.random.default_rng(0)
 
 
-# -- Triton's tutorial kernels ------------------------------------------------------------------------------------------
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = tl.load(y_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, x + y, mask=mask)
-
-
-@triton.jit
-def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
-    num = tl.exp(x)
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def layer_norm_fwd_kernel(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)
-    X += row * stride
-    Y += row * stride
-    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    for off in range(0, N, BLOCK_SIZE):
-        cols = off + tl.arange(0, BLOCK_SIZE)
-        acc += tl.load(X + cols, mask=cols < N, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / N
-    acc = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
-    for off in range(0, N, BLOCK_SIZE):
-        cols = off + tl.arange(0, BLOCK_SIZE)
-        x = tl.load(X + cols, mask=cols < N, other=0.0).to(tl.float32)
-        x = tl.where(cols < N, x - mean, 0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    tl.store(Mean + row, mean)
-    tl.store(Rstd + row, rstd)
-    for off in range(0, N, BLOCK_SIZE):
-        cols = off + tl.arange(0, BLOCK_SIZE)
-        mask = cols < N
-        w = tl.load(W + cols, mask=mask)
-        b = tl.load(B + cols, mask=mask)
-        x = tl.load(X + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(Y + cols, (x - mean) * rstd * w + b, mask=mask)
-
-
-@triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, acc, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
-
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n, factor, BLOCK_SIZE: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
-
-
-@triton.jit
-def broken_kernel(x_ptr, BLOCK_SIZE: tl.constexpr):
-    offs = tl.arange(0, BLOCK_SIZE)          # raises in the interpreter for a size that is not a power of 2
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs))
-
-
+# -- Triton's tutorial kernels (tests/triton_kernels.py) ---------------------------------------------------------------
 def grid_1d(n, block):
     return (triton.cdiv(n, block),)
 
@@ -123,7 +40,7 @@ def test_vector_add(rng, dtype):
     n = 1000                                              # not a multiple of the block: the mask matters
     x, y = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
     tx, ty, out = paddle_rt.tensor(x), paddle_rt.tensor(y), paddle_rt.empty((n,), dtype)
-    pos = prt.launch(add_kernel, grid_1d(n, 256), tx, ty, out, n, BLOCK_SIZE=256)
+    pos = prt.launch(kernels.add_kernel, grid_1d(n, 256), tx, ty, out, n, BLOCK_SIZE=256)
     assert isinstance(pos, int) and pos > 0
     np.testing.assert_array_equal(out.numpy(), x + y)      # numpy() waits for the kernel (recorded as a writer)
 
@@ -131,7 +48,8 @@ def test_vector_add(rng, dtype):
 def test_grid_as_a_function_of_the_meta_parameters(rng):
     x = rng.standard_normal(300).astype(np.float32)
     tx, out = paddle_rt.tensor(x), paddle_rt.empty((300,), "float32")
-    prt.launch(add_kernel, lambda meta: (triton.cdiv(300, meta["BLOCK_SIZE"]),), tx, tx, out, 300, BLOCK_SIZE=64,
+    prt.launch(kernels.add_kernel, lambda meta: (triton.cdiv(300, meta["BLOCK_SIZE"]),), tx, tx, out, 300,
+               BLOCK_SIZE=64,
                num_warps=4, num_stages=2)                 # Triton's launch options are accepted
     np.testing.assert_array_equal(out.numpy(), 2 * x)
 
@@ -141,7 +59,7 @@ def test_fused_softmax_on_strided_rows(rng):
     tx = paddle_rt.tensor(np.pad(x, ((0, 0), (0, 28))))[:, :100]     # rows with a stride of 128 elements
     out = paddle_rt.empty((7, 100), "float32")
     assert tx.strides == (128, 1)
-    prt.launch(softmax_kernel, (7,), out, tx, tx.strides[0], out.strides[0], 100,
+    prt.launch(kernels.softmax_kernel, (7,), out, tx, tx.strides[0], out.strides[0], 100,
                BLOCK_SIZE=triton.next_power_of_2(100))
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out.numpy(), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
@@ -153,7 +71,7 @@ def test_layer_norm_forward(rng):
     w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     tx, tw, tb = paddle_rt.tensor(x), paddle_rt.tensor(w), paddle_rt.tensor(b)
     y, mean, rstd = paddle_rt.empty((m, n), "float32"), paddle_rt.empty((m,), "float32"), paddle_rt.empty((m,))
-    prt.launch(layer_norm_fwd_kernel, (m,), tx, y, tw, tb, mean, rstd, n, n, eps, BLOCK_SIZE=128)
+    prt.launch(kernels.layer_norm_fwd_kernel, (m,), tx, y, tw, tb, mean, rstd, n, n, eps, BLOCK_SIZE=128)
     mu = x.mean(axis=1)
     r = 1 / np.sqrt(x.var(axis=1) + eps)
     np.testing.assert_allclose(mean.numpy(), mu, rtol=1e-5, atol=1e-6)
@@ -169,14 +87,14 @@ def test_matmul(rng):
     b = rng.standard_normal((K, N)).astype(np.float16)
     ta, tb, c = paddle_rt.tensor(a), paddle_rt.tensor(b), paddle_rt.empty((M, N), "float32")
     bm, bn = 32, 16
-    prt.launch(matmul_kernel, (triton.cdiv(M, bm) * triton.cdiv(N, bn),), ta, tb, c, M, N, K, *ta.strides,
+    prt.launch(kernels.matmul_kernel, (triton.cdiv(M, bm) * triton.cdiv(N, bn),), ta, tb, c, M, N, K, *ta.strides,
                *tb.strides, *c.strides, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=16, GROUP_M=2)
     np.testing.assert_allclose(c.numpy(), a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4, atol=1e-4)
 
 
 def test_autotuned_kernel_runs_the_config_with_fewest_programs(rng):
     configs = [triton.Config({"BLOCK_SIZE": 32}), triton.Config({"BLOCK_SIZE": 512})]
-    tuned = triton.autotune(configs=configs, key=["n_elements"])(add_kernel)
+    tuned = triton.autotune(configs=configs, key=["n_elements"])(kernels.add_kernel)
     seen = []
 
     def grid(meta):
@@ -189,7 +107,7 @@ def test_autotuned_kernel_runs_the_config_with_fewest_programs(rng):
     assert seen[-1] == 512
 
 
-# -- stream order -------------------------------------------------------------------------------------------------------
+# -- stream order ------------------------------------------------------------------------------------------------------
 def test_kernel_between_two_copies_on_one_stream(rng):
     dev = paddle_rt.get_device()
     s = paddle_rt.Stream(dev)
@@ -199,7 +117,7 @@ def test_kernel_between_two_copies_on_one_stream(rng):
     tx, out = paddle_rt.empty((4096,), "float32", stream=s), paddle_rt.empty((4096,), "float32", stream=s)
     s.add_callback(gate.wait, 10)                       # nothing below runs before the host has queued it all
     paddle_rt.memcpy_async(tx.data_ptr, x, x.nbytes, stream=s, kind="H2D")
-    prt.launch(scale_kernel, grid_1d(4096, 1024), tx, out, 4096, 3.0, stream=s, BLOCK_SIZE=1024)
+    prt.launch(kernels.scale_kernel, grid_1d(4096, 1024), tx, out, 4096, 3.0, stream=s, BLOCK_SIZE=1024)
     paddle_rt.memcpy_async(host, out.data_ptr, host.nbytes, stream=s, kind="D2H")
     assert not host.any()
     gate.set()
@@ -217,11 +135,11 @@ def test_kernel_across_two_streams_with_an_event(rng):
     mid, out = paddle_rt.empty((2048,), "float32", stream=s1), paddle_rt.empty((2048,), "float32", stream=s1)
     s1.synchronize()
     s1.add_callback(gate.wait, 10)                      # s1's kernel waits for the gate
-    prt.launch(scale_kernel, grid_1d(2048, 1024), tx, mid, 2048, 2.0, stream=s1, BLOCK_SIZE=1024)
+    prt.launch(kernels.scale_kernel, grid_1d(2048, 1024), tx, mid, 2048, 2.0, stream=s1, BLOCK_SIZE=1024)
     ev = paddle_rt.Event()
     ev.record(s1)
     ev.wait(s2)
-    prt.launch(add_kernel, grid_1d(2048, 1024), mid, tx, out, 2048, stream=s2, BLOCK_SIZE=1024)
+    prt.launch(kernels.add_kernel, grid_1d(2048, 1024), mid, tx, out, 2048, stream=s2, BLOCK_SIZE=1024)
     gate.set()
     s2.synchronize()
     np.testing.assert_array_equal(out.numpy(), 3 * x)  # s2's kernel read what s1's wrote
@@ -239,7 +157,7 @@ def test_operand_memory_is_not_reused_before_the_kernel_ran():
     x = paddle_rt.tensor(np.full(1024, 3.0, np.float32), stream=s1)
     out = paddle_rt.empty((1024,), "float32", stream=s1)
     s1.synchronize()
-    prt.launch(scale_kernel, grid_1d(1024, 1024), x, out, 1024, 2.0, stream=s2, BLOCK_SIZE=1024)
+    prt.launch(kernels.scale_kernel, grid_1d(1024, 1024), x, out, 1024, 2.0, stream=s2, BLOCK_SIZE=1024)
     del x                                                # freed on s1 while s2 has not run the kernel yet
     junk = [paddle_rt.tensor(np.zeros(1024, np.float32), stream=s1) for _ in range(4)]
     s1.synchronize()
@@ -254,11 +172,11 @@ def test_operand_memory_is_not_reused_before_the_kernel_ran():
 def test_default_stream_is_the_current_stream_of_the_tensors_device(rng):
     dev = paddle_rt.get_device()
     s = paddle_rt.Stream(dev)
-    x = paddle_rt.tensor(np.ones(64, np.float32))
-    out = paddle_rt.empty((64,), "float32")
     with paddle_rt.stream(s):
+        x = paddle_rt.tensor(np.ones(64, np.float32))   # copied in order on s, the current stream
+        out = paddle_rt.empty((64,), "float32")
         before = s.position
-        prt.launch(scale_kernel, (1,), x, out, 64, 5.0, BLOCK_SIZE=64)
+        prt.launch(kernels.scale_kernel, (1,), x, out, 64, 5.0, BLOCK_SIZE=64)
         assert s.position == before + 1
     np.testing.assert_array_equal(out.numpy(), np.full(64, 5.0))
     s.close()
@@ -268,33 +186,34 @@ def test_kernel_error_is_a_stream_error_at_the_next_synchronize_and_the_stream_g
     dev = paddle_rt.get_device()
     s = paddle_rt.Stream(dev)
     x = paddle_rt.tensor(np.ones(4, np.float32), stream=s)
-    prt.launch(broken_kernel, (1,), x, stream=s, BLOCK_SIZE=3)        # returns: the error is on the stream
+    prt.launch(kernels.broken_kernel, (1,), x, stream=s, BLOCK_SIZE=3)        # returns: the error is on the stream
     with pytest.raises(paddle_rt.StreamError, match="broken_kernel") as e:
         s.synchronize()
     assert "power of 2" in str(e.value)
     s.synchronize()                                      # reported once
     out = paddle_rt.empty((4,), "float32", stream=s)
-    prt.launch(scale_kernel, (1,), x, out, 4, 2.0, stream=s, BLOCK_SIZE=4)
+    prt.launch(kernels.scale_kernel, (1,), x, out, 4, 2.0, stream=s, BLOCK_SIZE=4)
     s.synchronize()
     np.testing.assert_array_equal(out.numpy(), np.full(4, 2.0))
     s.close()
 
 
-# -- arguments of the wrong kind ----------------------------------------------------------------------------------------
+# -- arguments of the wrong kind ---------------------------------------------------------------------------------------
 def test_wrong_arguments_are_typed_errors_naming_the_argument():
     x = paddle_rt.tensor(np.ones(8, np.float32))
     out = paddle_rt.empty((8,), "float32")
     before = paddle_rt.current_stream().position
+    add = kernels.add_kernel
     cases = [
-        ((add_kernel, (1,), np.ones(8, np.float32), x, out, 8), {"BLOCK_SIZE": 8}, "'x_ptr' is a numpy.ndarray"),
-        ((add_kernel, (1,), x, torch.ones(8), out, 8), {"BLOCK_SIZE": 8}, "'y_ptr' is a torch.Tensor"),
-        ((add_kernel, (1,), x, x, out, "8"), {"BLOCK_SIZE": 8}, "'n_elements' is a builtins.str"),
-        ((add_kernel, (1,), x, x, out, 8), {"BLOCK_SIZE": x}, "'BLOCK_SIZE' is a tl.constexpr parameter"),
-        ((add_kernel, (1,), x, x, out), {"BLOCK_SIZE": 8}, "missing argument(s) 'n_elements'"),
-        ((add_kernel, (1,), x, x, out, 8), {"BLOCK_SIZE": 8, "BLOCK": 2}, "unexpected keyword argument 'BLOCK'"),
-        ((add_kernel, (1, 2, 3, 4), x, x, out, 8), {"BLOCK_SIZE": 8}, "grid must be a tuple of 1 to 3 ints"),
-        ((add_kernel, (1,), x, x, out, 8), {"BLOCK_SIZE": 8, "stream": "s"}, "stream must be a paddle_rt Stream"),
-        ((add_kernel.fn, (1,), x, x, out, 8), {"BLOCK_SIZE": 8}, "kernel must be a @triton.jit function"),
+        ((add, (1,), np.ones(8, np.float32), x, out, 8), {"BLOCK_SIZE": 8}, "'x_ptr' is a numpy.ndarray"),
+        ((add, (1,), x, torch.ones(8), out, 8), {"BLOCK_SIZE": 8}, "'y_ptr' is a torch.Tensor"),
+        ((add, (1,), x, x, out, "8"), {"BLOCK_SIZE": 8}, "'n_elements' is a builtins.str"),
+        ((add, (1,), x, x, out, 8), {"BLOCK_SIZE": x}, "'BLOCK_SIZE' is a tl.constexpr parameter"),
+        ((add, (1,), x, x, out), {"BLOCK_SIZE": 8}, "missing argument(s) 'n_elements'"),
+        ((add, (1,), x, x, out, 8), {"BLOCK_SIZE": 8, "BLOCK": 2}, "unexpected keyword argument 'BLOCK'"),
+        ((add, (1, 2, 3, 4), x, x, out, 8), {"BLOCK_SIZE": 8}, "grid must be a tuple of 1 to 3 ints"),
+        ((add, (1,), x, x, out, 8), {"BLOCK_SIZE": 8, "stream": "s"}, "stream must be a paddle_rt Stream"),
+        ((add.fn, (1,), x, x, out, 8), {"BLOCK_SIZE": 8}, "kernel must be a @triton.jit function"),
     ]
     for args, kwargs, msg in cases:
         with pytest.raises(paddle_rt.InvalidArgument) as e:
@@ -304,31 +223,33 @@ def test_wrong_arguments_are_typed_errors_naming_the_argument():
     if paddle_rt.device_count() > 1:
         other = paddle_rt.tensor(np.ones(8, np.float32), device="rt_cpu:1")
         with pytest.raises(paddle_rt.InvalidArgument, match="tensors on several devices"):
-            prt.launch(add_kernel, (1,), x, other, out, 8, BLOCK_SIZE=8)
+            prt.launch(kernels.add_kernel, (1,), x, other, out, 8, BLOCK_SIZE=8)
         with pytest.raises(paddle_rt.InvalidArgument, match="is on rt_cpu:1"):
-            prt.launch(add_kernel, (1,), x, x, out, 8, BLOCK_SIZE=8, stream=paddle_rt.current_stream("rt_cpu:1"))
+            prt.launch(kernels.add_kernel, (1,), x, x, out, 8, BLOCK_SIZE=8,
+                       stream=paddle_rt.current_stream("rt_cpu:1"))
 
 
 def test_negative_strides_are_refused_when_the_kernel_runs():
     x = paddle_rt.tensor(np.arange(8, dtype=np.float32))
     out = paddle_rt.empty((8,), "float32")
-    prt.launch(add_kernel, (1,), x[::-1], x, out, 8, BLOCK_SIZE=8)
+    prt.launch(kernels.add_kernel, (1,), x[::-1], x, out, 8, BLOCK_SIZE=8)
     with pytest.raises(paddle_rt.StreamError, match="negative strides"):
         paddle_rt.current_stream().synchronize()
 
 
-# -- devices that are not host-addressable ------------------------------------------------------------------------------
+# -- devices that are not host-addressable -----------------------------------------------------------------------------
 def test_not_host_addressable_needs_a_backend(build_plugin):
     so = build_plugin("kernels", {"DEVICE_TYPE": '"tri_nh"'})
     paddle_rt.load_plugin(so)
     dev = paddle_rt.device("tri_nh:0")
     x = paddle_rt.tensor(np.ones(8, np.float32), device=dev)
     with pytest.raises(paddle_rt.NotSupportedError) as e:
-        prt.launch(add_kernel, (1,), x, x, x, 8, BLOCK_SIZE=8)
+        prt.launch(kernels.add_kernel, (1,), x, x, x, 8, BLOCK_SIZE=8)
     for part in ("tri_nh:0", "not host-addressable", "add_kernel", "register_backend('tri_nh'"):
         assert part in str(e.value)
     with pytest.raises(paddle_rt.NotSupportedError, match="not host-addressable"):
-        op.register_triton("add", "tri_nh", "float32", add_kernel, lambda out, a, b, attrs: ((1,), (a, b, out, 8)))
+        op.register_triton("add", "tri_nh", "float32", kernels.add_kernel,
+                           lambda out, a, b, attrs: ((1,), (a, b, out, 8)))
     with pytest.raises(paddle_rt.InvalidArgument, match="backend must be callable"):
         prt.register_backend("tri_nh", "not a backend")
     assert "tri_nh" not in prt.backends()
@@ -351,24 +272,24 @@ def test_a_registered_backend_is_called_in_stream_order_on_the_worker(build_plug
     prt.register_backend("tri_be", backend)
     try:
         s.add_callback(order.append, "before")
-        pos = prt.launch(add_kernel, (1,), x, x, x, 8, stream=s, BLOCK_SIZE=8)
+        pos = prt.launch(kernels.add_kernel, (1,), x, x, x, 8, stream=s, BLOCK_SIZE=8)
         s.add_callback(order.append, "after")
         s.synchronize()
         (kernel, grid, args, stream, tid), = calls
-        assert kernel is add_kernel and grid == (1,) and stream is s and tid != threading.get_ident()
+        assert kernel is kernels.add_kernel and grid == (1,) and stream is s and tid != threading.get_ident()
         assert args["x_ptr"] is x and args["BLOCK_SIZE"] == 8 and order == ["before", "after"]
         assert s.position == pos + 1
-        prt.launch(add_kernel, (1,), x, x, x, -1, stream=s, BLOCK_SIZE=8)
+        prt.launch(kernels.add_kernel, (1,), x, x, x, -1, stream=s, BLOCK_SIZE=8)
         with pytest.raises(paddle_rt.StreamError, match="the backend refused"):
             s.synchronize()
     finally:
         prt.unregister_backend("tri_be")
     with pytest.raises(paddle_rt.NotSupportedError):
-        prt.launch(add_kernel, (1,), x, x, x, 8, stream=s, BLOCK_SIZE=8)
+        prt.launch(kernels.add_kernel, (1,), x, x, x, 8, stream=s, BLOCK_SIZE=8)
     s.close()
 
 
-# -- operators from Triton kernels --------------------------------------------------------------------------------------
+# -- operators from Triton kernels -------------------------------------------------------------------------------------
 def _add_grid(out, a, b, attrs):
     n = out.numel()
     return (triton.cdiv(n, 128),), (a.contiguous() if a.stride() != out.stride() else a,
@@ -385,7 +306,7 @@ def test_register_triton_makes_the_kernel_the_operators_kernel(rng):
         ran.append(out.shape)
         return _add_grid(out, x, y, attrs)
     np.testing.assert_array_equal(ops.add(ta, tb).numpy(), a + b)          # a cached descriptor, host kernel
-    op.register_triton("add", "rt_cpu", "float32", add_kernel, grid_fn)
+    op.register_triton("add", "rt_cpu", "float32", kernels.add_kernel, grid_fn)
     try:
         assert op.kernels("rt_cpu")[("rt_cpu", "add", "float32")] == "triton"
         assert op.AddDescriptor(op.Handle(), ta, ta, tb).kernel_source == "triton"
@@ -409,7 +330,7 @@ def test_register_triton_makes_the_kernel_the_operators_kernel(rng):
 def test_register_triton_errors_surface_at_synchronize():
     def bad_grid(out, a, b, attrs):
         raise ValueError("no grid for this shape")
-    op.register_triton("sub", "rt_cpu", "float32", add_kernel, bad_grid)
+    op.register_triton("sub", "rt_cpu", "float32", kernels.add_kernel, bad_grid)
     try:
         x = paddle_rt.tensor(np.ones(8, np.float32))
         y = ops.sub(x, x)
@@ -421,15 +342,15 @@ def test_register_triton_errors_surface_at_synchronize():
     finally:
         op.unregister_kernel("sub", "rt_cpu", "float32")
     with pytest.raises(paddle_rt.InvalidArgument, match="grid_fn must be callable"):
-        op.register_triton("add", "rt_cpu", "float32", add_kernel, None)
+        op.register_triton("add", "rt_cpu", "float32", kernels.add_kernel, None)
     with pytest.raises(paddle_rt.InvalidArgument, match="kernel must be a @triton.jit"):
         op.register_triton("add", "rt_cpu", "float32", print, _add_grid)
     with pytest.raises(paddle_rt.InvalidArgument, match="unknown operator 'conv'"):
-        op.register_triton("conv", "rt_cpu", "float32", add_kernel, _add_grid)
+        op.register_triton("conv", "rt_cpu", "float32", kernels.add_kernel, _add_grid)
     assert ("rt_cpu", "add", "float32") not in op.kernels("rt_cpu")
 
 
-# -- NineToothed ----------------------------------------------------------------------------------------------------
+# -- NineToothed -------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ntk():
     pytest.importorskip("ninetoothed", reason="needs the triton extra")
@@ -455,8 +376,9 @@ def test_ninetoothed_matmul(ntk, rng):
                               kernel_name="nt_mm")
     a = rng.standard_normal((48, 40)).astype(np.float32)
     b = rng.standard_normal((40, 24)).astype(np.float32)
-    ta, tb, c = paddle_rt.tensor(a), paddle_rt.tensor(b), paddle_rt.empty((48, 24), "float32")
     s = paddle_rt.Stream(paddle_rt.get_device())
+    ta, tb = paddle_rt.tensor(a, stream=s), paddle_rt.tensor(b, stream=s)
+    c = paddle_rt.empty((48, 24), "float32", stream=s)
     prt.launch(mm, None, ta, tb, c, stream=s)
     s.synchronize()
     np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
@@ -481,7 +403,8 @@ def test_readme_triton_example_runs(run_python, tmp_path):
 
 
 def test_heuristics_give_meta_parameters(rng):
-    heur = triton.heuristics(values={"BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n_elements"])})(add_kernel)
+    heur = triton.heuristics(values={"BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n_elements"])})(
+        kernels.add_kernel)
     x = rng.standard_normal(100).astype(np.float32)
     tx, out = paddle_rt.tensor(x), paddle_rt.empty((100,), "float32")
     prt.launch(heur, (1,), tx, tx, out, 100)               # one program of 128: covers all 100 only if it was used
