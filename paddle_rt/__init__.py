@@ -41,6 +41,13 @@ def get_include():
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
 
 
+def get_include_dirs():
+    """Every folder a C++ extension that cimports paddle_rt's ``.pxd`` files needs on its include path: the folder of
+    ``get_include()`` and the package's ``_core`` folder (the ``engine/`` headers the ``.pxd`` files include)."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    return [get_include(), _os.path.join(here, "_core")]
+
+
 def get_cython_include():
     """The folder to put on Cython's include path to ``cimport paddle_rt._core...``."""
     return _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
@@ -64,6 +71,6 @@ __all__ = [
     "CollectiveError", "CollectiveTimeout", "ProfilerError",
     "Plugin", "load_plugin", "list_plugins", "device_types", "REQUIRED_HOOKS", "ALL_HOOKS",
     "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
-    "reinitialize_after_fork", "get_include", "get_cython_include", "ccl", "profiler",
+    "reinitialize_after_fork", "get_include", "get_include_dirs", "get_cython_include", "ccl", "profiler",
     "Tensor", "empty", "zeros", "tensor", "op", "ops",
 ] + list(_memory.__all__) + list(_streams.__all__) + list(_pool.__all__)

@@ -7,13 +7,13 @@ machine's load: run it on a quiet machine. ``--quick`` takes fewer repetitions a
 on two cores). The exit status is 0 when every area ran (targets missed or not), 1 when an area failed to run, 2 for
 bad arguments.
 """
-import argparse
 import json
 import os
 import platform
 import sys
 import time
 import traceback
+from paddle_rt.tools.cli import command_parser
 
 __all__ = ["run_suite", "format_table", "main"]
 
@@ -111,8 +111,8 @@ def _machine():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(
-        prog="python -m paddle_rt bench",
+    ap = command_parser(
+        "bench",
         description="Run the benchmark suite (every module of paddle_rt.bench that defines measure) and "
                     "print one table: each figure, its target and whether this run met it. Exit status 1 when an "
                     "area failed to run (missed targets do not change it).")
