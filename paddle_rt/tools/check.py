@@ -1160,7 +1160,7 @@ def main(argv=None):
                         description="Conformance checks for a custom-device plugin (each in a child process).")
     ap.add_argument("plugin", nargs="?", help="path of the plugin shared library")
     ap.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    ap.add_argument("--timeout", type=float, default=20.0, help="seconds allowed per check (default 20)")
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds allowed per check")
     ap.add_argument("--only", default=None, help="comma-separated check names (handshake always runs)")
     ap.add_argument("--list", action="store_true", help="list the checks with their rules and exit")
     ap.add_argument("--strict", action="store_true", help="warnings fail too (exit status 1), for a vendor's CI")
