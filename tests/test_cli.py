@@ -151,6 +151,10 @@ def test_trace_that_does_not_fit_is_a_result_line(tmp_path):
     assert " B free" in line
     res = run_cli(["replay", "huge.csv", "--json"], tmp_path)
     assert res.returncode == 3 and json.loads(res.stdout)["line"] == 3
+    # the line is the file's, blank lines counted
+    (tmp_path / "gaps.csv").write_text((tmp_path / "huge.csv").read_text().replace("\n0,", "\n\n0,"))
+    res = run_cli(["replay", "gaps.csv"], tmp_path)
+    assert res.returncode == 3 and ": does not fit: line 5 asks for 4611686018427387904 B" in res.stdout
 
 
 def test_replay_on_a_file_that_is_not_a_log(tmp_path):

@@ -553,11 +553,24 @@ def plot_data(res, source):
         "segments": res["segments"]}], "replay": {k: v for k, v in res.items() if k not in ("timeline", "segments")}}
 
 
-def does_not_fit_line(exc):
-    """The result line of a replay that stopped at an allocation the device could not serve (``exc``: the
-    OutOfMemoryError that :func:`run_once` raised). The log's first event is on line 2, after the header."""
-    line = getattr(exc, "event", None)
-    where = f"line {line + 2}" if line is not None else "an allocation"
+def event_line(path, event):
+    """The line of ``path`` (1 = the header) holding event number ``event`` (0-based) of the log, as load_trace
+    counts them (csv skips blank lines), or None."""
+    with open(path, "rb") as raw, _open_text(raw) as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        for i, _ in enumerate(row for row in reader if row):
+            if i == event:
+                return reader.line_num
+    return None
+
+
+def does_not_fit_line(exc, path=None):
+    """The result line of a replay of ``path`` that stopped at an allocation the device could not serve (``exc``:
+    the OutOfMemoryError that :func:`run_once` raised, with the event's index)."""
+    event = getattr(exc, "event", None)
+    line = event_line(path, event) if path is not None and event is not None else None
+    where = f"line {line}" if line is not None else "an allocation"
     free = f"{exc.free} B free" if exc.free is not None else "the free memory unknown"
     cap = f" (capacity {exc.capacity} B)" if exc.capacity is not None else ""
     return f"does not fit: {where} asks for {exc.requested} B with {free}{cap}"
@@ -565,10 +578,10 @@ def does_not_fit_line(exc):
 
 def _does_not_fit(args, exc):
     """Report a replay that ran out of device memory: one result line (or JSON), exit status 3."""
-    text = does_not_fit_line(exc)
+    line = event_line(args.trace, exc.event) if getattr(exc, "event", None) is not None else None
+    text = does_not_fit_line(exc, args.trace)
     if args.json:
-        print(json.dumps({"trace": args.trace, "device": exc.device, "fits": False, "result": text,
-                          "line": exc.event + 2 if getattr(exc, "event", None) is not None else None,
+        print(json.dumps({"trace": args.trace, "device": exc.device, "fits": False, "result": text, "line": line,
                           "requested": exc.requested, "free": exc.free, "capacity": exc.capacity}, indent=1))
     else:
         print(f"{os.path.basename(args.trace)} on {exc.device}: {text}")
