@@ -69,3 +69,35 @@ def test_user_extension_builds_from_the_readme_and_runs(tmp_path):
     assert int(ptr, 16) != 0
     count, submitted = eval(counted)          # "(1000, N)": the C function ran 1000 times, in order
     assert count == 1000 and submitted >= 1000
+
+
+@pytest.mark.slow
+def test_a_second_build_compiles_nothing(tmp_path):
+    """README, set-up: the second command does not compile again. A copy of the checkout's tracked files built twice
+    (one extension with an engine source, `trace`): the second build compiles nothing and keeps the library."""
+    from conftest import REPO_ROOT
+
+    if not os.path.exists(os.path.join(REPO_ROOT, ".git")) or shutil.which("git") is None:
+        pytest.skip("needs the checkout's git metadata")
+    pytest.importorskip("Cython")
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        if os.path.isfile(os.path.join(REPO_ROOT, rel)):
+            os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
+            shutil.copy2(os.path.join(REPO_ROOT, rel), tmp_path / rel)
+    env = dict(os.environ, PADDLE_RT_ONLY="trace")
+    env.pop("PADDLE_RT_SANITIZE", None)
+
+    def build():
+        res = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        return res.stdout + res.stderr
+
+    first = build()
+    assert "trace_state.cpp" in first
+    (lib,) = (tmp_path / "paddle_rt" / "_core").glob("trace.*.so")
+    before = lib.stat().st_mtime_ns
+    second = build()
+    assert "trace_state.cpp" not in second and "trace.cpp" not in second and "Cythonizing" not in second
+    assert lib.stat().st_mtime_ns == before
