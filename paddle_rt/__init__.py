@@ -35,9 +35,9 @@ __version__ = "0.1.0"
 
 
 def get_include():
-    """The folder holding ``paddle_rt/device_ext.h`` (add it to an extension's include path). The Cython ``.pxd``
-    files are installed with the package, so ``cimport paddle_rt._core.allocator`` works with the package's parent on
-    Cython's include path (``paddle_rt.get_cython_include()``)."""
+    """The folder holding ``paddle_rt/device_ext.h`` (add it to a plugin's or a C extension's include path). A C++
+    extension that cimports paddle_rt's ``.pxd`` files needs every folder of :func:`get_include_dirs` (this one
+    included) and the package's parent on Cython's include path (:func:`get_cython_include`)."""
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
 
 
