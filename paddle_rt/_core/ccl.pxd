@@ -91,6 +91,7 @@ cdef class Work:
     cdef object peer
     cdef object args                     # (count, dtype name, op, root) for mismatch reports
     cdef object _keep                    # buffers kept alive until the call ran
+    cdef object _recorder                # callable(stream, position) recording its tensors there, or None
     cdef object _exc
     cdef bint _finished
     cdef int _wait_done(self, object timeout) except -1

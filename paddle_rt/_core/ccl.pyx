@@ -264,9 +264,17 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
 
 
 def mpi_comm_handle(comm):
-    """The C handle (MPI_Comm) of an mpi4py communicator, as an int."""
+    """The C handle (MPI_Comm) of an mpi4py communicator as the signed int64 the extension takes. mpi4py's
+    ``MPI._handleof`` gives the handle widened to an unsigned pointer-sized int: MPICH's ``int`` handles of
+    communicators made by Split/Dup/Create_group have the top bit set (0x84000002), so they arrive sign-extended
+    (0xffffffff84000002). The handle is ``MPI._sizeof(comm)`` bytes wide: keep those bits and read them as a signed
+    C integer of that width (an ``int`` for MPICH, a pointer for ABIs with pointer handles)."""
     from mpi4py import MPI
-    return int(MPI._handleof(comm))
+    bits = 8 * int(MPI._sizeof(comm))
+    h = int(MPI._handleof(comm)) & ((1 << bits) - 1)
+    if h >> (bits - 1):
+        h -= 1 << bits
+    return h
 
 
 def comm_from_unique_id_mpi(nranks, unique_id, rank, device, mpi_comm):
@@ -822,6 +830,10 @@ cdef object _enqueue(Stream s, list items, bint grouped):
     for w in works:
         w.position = pos
         w.comm._last[s] = w
+        rec = (<Work>w)._recorder
+        if rec is not None:
+            (<Work>w)._recorder = None
+            rec(s, pos)
     return pos
 
 

@@ -488,6 +488,32 @@ static const char* op_name(int kind) {
   return (kind >= 0 && kind <= K_ALL_TO_ALL) ? names[kind] : "?";
 }
 
+static const char* dtype_name(int64_t t) {
+  static const char* names[] = {"undefined", "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
+                                "int32", "int64", "float16", "float32", "float64", "bfloat16", "complex64",
+                                "complex128"};
+  return (t >= 0 && t <= COMPLEX128) ? names[t] : "an unknown dtype";
+}
+
+static const char* reduce_op_name(int64_t op) {
+  static const char* names[] = {"sum", "avg", "max", "min", "prod"};
+  return (op >= SUM && op <= PRODUCT) ? names[op] : "none";
+}
+
+/* A header field's value as a user reads it: collectives, dtypes and ops by name, counts and ranks as numbers. */
+static void field_text(int field, int64_t v, char* out, size_t n) {
+  if (field == 0)
+    snprintf(out, n, "%s", (v >= 0 && v <= K_ALL_TO_ALL) ? op_name((int)v) : "?");
+  else if (field == 2)
+    snprintf(out, n, "%s", dtype_name(v));
+  else if (field == 3)
+    snprintf(out, n, "%s", reduce_op_name(v));
+  else if (field == 4 && v < 0)
+    snprintf(out, n, "none");
+  else
+    snprintf(out, n, "%lld", (long long)v);
+}
+
 static int overlaps(const void* a, size_t na, const void* b, size_t nb) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
   return na && nb && x < y + nb && y < x + na;
@@ -659,18 +685,24 @@ int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f
     op_state* s = &st[i];
     if (o->kind == K_RECV) {
       if (s->p2p_got[0] != (int64_t)o->count || s->p2p_got[1] != (int64_t)o->dtype) {
-        fail(f, "recv #%llu from rank %zu: the ranks' arguments differ (rank %zu sends count=%lld dtype=%lld, this "
-             "rank receives count=%zu dtype=%d)", (unsigned long long)o->seq, o->peer, o->peer,
-             (long long)s->p2p_got[0], (long long)s->p2p_got[1], o->count, (int)o->dtype);
+        fail(f, "recv #%llu from rank %zu: the ranks' arguments differ (rank %zu sends count=%lld %s, this "
+             "rank receives count=%zu %s)", (unsigned long long)o->seq, o->peer, o->peer,
+             (long long)s->p2p_got[0], dtype_name(s->p2p_got[1]), o->count, dtype_name(o->dtype));
         result = -1;
       }
     } else if (o->kind != K_SEND) {
       static const char* field[HDR] = {"collective", "count", "dtype", "op", "root", "sequence number"};
       for (int k = 0; k < HDR; k++)
         if (s->h.hdr[k] != -s->h.hdr[HDR + k]) {
-          fail(f, "%s #%llu: the ranks' arguments differ (%s ranges from %lld to %lld across ranks)",
-               op_name(o->kind), (unsigned long long)o->seq, field[k], (long long)-s->h.hdr[HDR + k],
-               (long long)s->h.hdr[k]);
+          char lo[32], hi[32];
+          field_text(k, -s->h.hdr[HDR + k], lo, sizeof(lo));
+          field_text(k, s->h.hdr[k], hi, sizeof(hi));
+          if (k == 1 || k == 5)
+            fail(f, "%s #%llu: the ranks' arguments differ (%s ranges from %s to %s across ranks)",
+                 op_name(o->kind), (unsigned long long)o->seq, field[k], lo, hi);
+          else
+            fail(f, "%s #%llu: the ranks' arguments differ (%s: %s on some ranks, %s on others)",
+                 op_name(o->kind), (unsigned long long)o->seq, field[k], lo, hi);
           result = -1;
           break;
         }
