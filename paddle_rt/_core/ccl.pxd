@@ -74,6 +74,8 @@ cdef class Communicator:
     cdef bint _host_calls                # made by paddle_rt_ext_ccl_comm_init_rank_mpi: see CclBatch.host_calls
     cdef object _order_stream            # host calls: the stream of the latest collective (_order_after_other_streams)
     cdef object _error          # the first asynchronous failure (the communicator is then in error)
+    cdef bint _gave_up          # a Work.wait(timeout) on it expired: destroy aborts what is still running
+    cdef bint _aborted          # abort() ran
     cdef uint64_t _seq          # collectives issued
     cdef dict _last             # Stream -> last Work issued on it
     cdef object __weakref__

@@ -62,6 +62,7 @@ from paddle_rt._core.includes.ccl_support cimport (
 )
 from paddle_rt._core.includes.ccl_ext cimport (
     PaddleRtCclError, paddle_rt_ext_ccl_comm_failure_fn, paddle_rt_ext_ccl_comm_init_rank_mpi_fn,
+    paddle_rt_ext_ccl_comm_abort_fn, paddle_rt_ext_ccl_comm_find_missing_fn,
 )
 from paddle_rt._core.includes.dl cimport dlsym
 
@@ -354,8 +355,35 @@ cdef class Communicator:
         for w in list(self._last.values()):
             w.wait(timeout)
 
+    def abort(self):
+        """Give up the collectives still running on this communicator, as ``ncclCommAbort``: with a plugin that
+        exports ``paddle_rt_ext_ccl_comm_abort`` (rt_cpu does), the ranks of this process waiting in them fail at once
+        (their Works raise CollectiveError "aborted") instead of waiting for the plugin's time limit; the
+        communicator is then in error (only ``destroy`` is left). Returns True when the plugin aborted, False when it
+        cannot (the collectives then end at its own time limit)."""
+        if self.destroyed or self.handle == NULL:
+            return False
+        if self._error is None:
+            self._error = errors.CollectiveError(
+                f"{self.device!r}: the communicator (rank {self.rank} of {self.nranks}) was aborted", "abort",
+                repr(self.device), self.rank, self.nranks)
+        return self._abort_running()
+
+    def _abort_running(self):
+        cdef paddle_rt_ext_ccl_comm_abort_fn fn = <paddle_rt_ext_ccl_comm_abort_fn>_plugin_ext(
+            self.device, b"paddle_rt_ext_ccl_comm_abort")
+        cdef C_Status st = C_SUCCESS
+        if fn == NULL or self.handle == NULL or not self.device.alive():
+            return False
+        self._aborted = True
+        with nogil:
+            st = fn(self.handle)
+        return st == C_SUCCESS
+
     def destroy(self):
-        """Wait for the collectives issued on it, then ``xccl_destroy_comm``. Later calls raise; destroying twice
+        """Wait for the collectives issued on it, then ``xccl_destroy_comm``. After a failed collective or an
+        expired ``Work.wait(timeout)``, what still runs is aborted first (:meth:`abort`), so that destroy (and
+        exit) return promptly instead of waiting for the plugin's time limit. Later calls raise; destroying twice
         does nothing."""
         cdef C_Status st = C_SUCCESS
         cdef C_CCLComm h = self.handle
@@ -363,8 +391,12 @@ cdef class Communicator:
             return
         pending = list(self._last.values())
         self._last.clear()
+        if (self._error is not None or self._gave_up) and any(not (<Work>w).done() for w in pending):
+            self._abort_running()
         for w in pending:
             (<Work>w)._wait_done(None)
+            if self._aborted:
+                (<Work>w)._forget_error()     # the abort's own consequence: not an error left to report
         _drain()
         self.destroyed = True
         self.handle = NULL
@@ -485,18 +517,21 @@ cdef class Work:
             raise errors.InvalidArgument(f"ccl.Work.wait: timeout must be a number of seconds, not {timeout!r}")
         self._wait_done(timeout)
         if self._exc is not None:
-            s = self.stream
-            if s.ctx != NULL:
-                errs = <list>s.ctx.errors
-                errs[:] = [e for e in errs if e[1] is not self._exc]
+            self._forget_error()
             raise self._exc
+
+    def _forget_error(self):
+        """Take this Work's failure off its stream's pending errors (it is reported another way)."""
+        cdef Stream s = self.stream
+        if self._exc is not None and s.ctx != NULL:
+            errs = <list>s.ctx.errors
+            errs[:] = [e for e in errs if e[1] is not self._exc]
 
     def _missing_text(self):
         """(missing ranks, text)"""
         cdef Clique q = self.comm.clique
         if self.comm.across_processes:
-            return [], ("the other ranks are in other processes; the plugin reports the missing ranks when its "
-                        "time limit expires")
+            return self._missing_across_processes()
         if self.kind in (K_SEND, K_RECV):
             other = K_RECV if self.kind == K_SEND else K_SEND
             src, dst = (self.comm.rank, self.peer) if self.kind == K_SEND else (self.peer, self.comm.rank)
@@ -513,7 +548,35 @@ cdef class Work:
             parts.append(f"rank(s) {behind} called it but their streams had not reached it")
         return never + behind, "; ".join(parts)
 
+    def _missing_across_processes(self):
+        """(missing ranks, text) of a collective whose other ranks are in other processes: this rank's own stream
+        has not reached it, or the peers asked through the plugin (paddle_rt_ext_ccl_comm_find_missing)."""
+        cdef Communicator c = self.comm
+        cdef Clique q = c.clique
+        cdef paddle_rt_ext_ccl_comm_find_missing_fn fn
+        cdef PaddleRtCclError why
+        cdef int e
+        cdef size_t i
+        if self.kind in (K_SEND, K_RECV):
+            other = "recv" if self.kind == K_SEND else "send"
+            return [self.peer], (f"rank {self.peer} has not completed the matching {other} (message #{self.seq})")
+        if prt_ccl_load_u64(&q.started[c.rank]) <= self.seq:
+            return [c.rank], (f"this rank's stream {self.stream.name} had not reached it (the work before it on "
+                              f"that stream is still running)")
+        fn = <paddle_rt_ext_ccl_comm_find_missing_fn>_plugin_ext(c.device, b"paddle_rt_ext_ccl_comm_find_missing")
+        if fn == NULL or c.handle == NULL:
+            return None, "the other ranks are in other processes and the plugin cannot ask them"
+        memset(&why, 0, sizeof(why))
+        with nogil:
+            e = fn(c.handle, &why)
+        why.text[sizeof(why.text) - 1] = 0
+        if e != 1:
+            return None, "the plugin runs no collective of this communicator now"
+        missing = [why.missing[i] for i in range(min(why.n_missing, 64))]
+        return missing, (<bytes>why.text).decode(errors="replace")
+
     def _timeout_error(self, timeout):
+        self.comm._gave_up = True
         missing, text = self._missing_text()
         dev = repr(self.comm.device)
         msg = (f"{dev}: ccl.{self.collective} #{self.seq} (rank {self.comm.rank} of {self.comm.nranks}) did not "
@@ -527,6 +590,9 @@ cdef class Work:
         dev = repr(c.device)
         head = f"{dev}: ccl.{self.collective} #{self.seq} (rank {c.rank} of {c.nranks}) failed"
         missing = None
+        if c._aborted:
+            why = "the communicator was aborted (comm.abort(), or destroy after a failure) before it completed"
+            return errors.CollectiveError(f"{head}: {why}", self.collective, dev, c.rank, c.nranks, self.seq, None)
         plugin = _plugin_failure(c) if c.across_processes else None
         if plugin is not None and (comm_error or (status != C_SUCCESS and status != C_WARNING)):
             why, missing = plugin

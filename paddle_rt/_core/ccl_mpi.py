@@ -1,7 +1,9 @@
 """Bootstrap of a communicator whose ranks are MPI processes (``ccl.Communicator.from_mpi``).
 
 Launch one process per device (``mpiexec -n 4 python train.py``); every process calls ``from_mpi()``. Rank 0 of the
-MPI communicator asks the plugin for a unique id, MPI broadcasts it, and every rank joins with it: through the
+MPI communicator asks the plugin for a unique id; every rank tells rank 0 it arrived, rank 0 sends the id to each
+(or, when a rank has not arrived within PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT, the missing ranks, which every rank then
+raises as a CollectiveTimeout), and every rank joins with it: through the
 plugin's ``paddle_rt_xccl_comm_init_rank_mpi`` extension when it exports one (the plugin then uses MPI as its
 transport: rt_cpu), else through ``xccl_comm_init_rank`` (plugins whose collective library connects processes
 itself, as NCCL does). mpi4py comes with ``pip install "paddle_rt[mpi]"`` (with the ``mpich`` wheel).
@@ -33,37 +35,69 @@ def default_device(rank, where):
     return devs[rank % len(devs)]
 
 
-def broadcast_id(MPI, comm, data, timeout, where):
-    """Rank 0's unique id bytes on every rank: a nonblocking broadcast polled until ``timeout`` seconds (a rank that
-    never joins raises instead of hanging)."""
-    size = [len(data) if data is not None else 0]
-    n = bytearray(8)
-    if comm.Get_rank() == 0:
-        n[:] = size[0].to_bytes(8, "little")
-    _poll(comm.Ibcast(n, root=0), timeout, where, "the size of the unique id")
-    buf = bytearray(data) if comm.Get_rank() == 0 else bytearray(int.from_bytes(n, "little"))
-    _poll(comm.Ibcast(buf, root=0), timeout, where, "the unique id")
-    return bytes(buf)
+# Point-to-point tags of the bootstrap on the user's communicator (below 32767, the least MPI_TAG_UB MPI allows)
+TAG_ARRIVE = 32760
+TAG_VERDICT = 32761
 
 
-def _poll(req, timeout, where, what):
+def _verdict_grace(timeout):
+    """How much longer than rank 0 the other ranks wait for its verdict before naming rank 0 itself."""
+    return min(max(1.0, timeout * 0.1), 10.0)
+
+
+def meet(MPI, comm, data, timeout, where, device):
+    """The bootstrap's meeting: every rank tells rank 0 it arrived; rank 0 waits until all did (or ``timeout``
+    seconds passed), then sends each rank that arrived its verdict: the unique id bytes (``data``), or the ranks that
+    never arrived. Point-to-point only, so one missing rank holds up nobody but rank 0's wait and is named on every
+    rank that arrived. Returns the id bytes (b"" when rank 0 could not make one); raises CollectiveTimeout naming the
+    missing ranks (rank 0 itself when its verdict does not come)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
     deadline = time.monotonic() + timeout
-    while not req.Test():
-        if time.monotonic() >= deadline:
-            raise errors.CollectiveTimeout(f"{where}: broadcasting {what} from rank 0 did not complete within "
-                                           f"{timeout:g} s: a rank of the MPI communicator did not call from_mpi",
-                                           "from_mpi", where, None, None, None, None)
-        time.sleep(_BCAST_POLL_S)
+
+    def timed_out(missing, why):
+        return errors.CollectiveTimeout(
+            f"{where}: rank {rank} of {size}: {why} within {timeout:g} s (PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT): "
+            f"rank(s) {missing} did not call from_mpi", "from_mpi", repr(device), rank, size, None, missing)
+
+    if rank != 0:
+        req = comm.isend(rank, dest=0, tag=TAG_ARRIVE)
+        late = deadline + _verdict_grace(timeout)
+        while not comm.Iprobe(source=0, tag=TAG_VERDICT):
+            if time.monotonic() >= late:
+                raise timed_out([0], "rank 0 did not answer (it never called from_mpi, or gave up waiting)")
+            time.sleep(_BCAST_POLL_S)
+        verdict = comm.recv(source=0, tag=TAG_VERDICT)
+        req.wait()
+    else:
+        arrived = {0}
+        while len(arrived) < size:
+            while comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ARRIVE):
+                arrived.add(int(comm.recv(source=MPI.ANY_SOURCE, tag=TAG_ARRIVE)))
+            if len(arrived) == size or time.monotonic() >= deadline:
+                break
+            time.sleep(_BCAST_POLL_S)
+        missing = sorted(set(range(size)) - arrived)
+        verdict = ("missing", missing) if missing else ("id", data)
+        reqs = [comm.isend(verdict, dest=r, tag=TAG_VERDICT) for r in sorted(arrived) if r != 0]
+        for q in reqs:
+            q.wait()
+    if verdict[0] == "missing":
+        raise timed_out(verdict[1], "not every rank arrived")
+    return verdict[1]
 
 
 def bootstrap_timeout():
-    """Seconds the bootstrap's broadcast waits for the other processes: PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT, else 30."""
+    """Seconds from_mpi waits for every process of the MPI communicator to call it: PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT,
+    else 30."""
     import os
     v = os.environ.get("PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT", "")
     try:
-        return float(v) if v else 30.0
+        t = float(v) if v else 30.0
     except ValueError:
         raise errors.InvalidArgument(f"PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT={v!r} is not a number of seconds") from None
+    if not t > 0:
+        raise errors.InvalidArgument(f"PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT={v!r} must be a positive number of seconds")
+    return t
 
 
 def communicator_from_mpi(device=None, comm=None):
@@ -82,14 +116,15 @@ def communicator_from_mpi(device=None, comm=None):
                                        f"(mpi4py's default)")
     rank, size = comm.Get_rank(), comm.Get_size()
     dev = default_device(rank, where) if device is None else _device_mod.resolve_device(device)
-    # rank 0 makes the id; a failure there must not leave the others waiting for it: broadcast an empty id instead
+    timeout = bootstrap_timeout()
+    # rank 0 makes the id; a failure there must not leave the others waiting for it: send an empty id instead
     data, err = None, None
     if rank == 0:
         try:
             data = ccl.get_unique_id(dev).data
         except errors.PaddleRTError as exc:
             err, data = exc, b""
-    data = broadcast_id(MPI, comm, data, bootstrap_timeout(), where)
+    data = meet(MPI, comm, data, timeout, where, dev)
     if err is not None:
         raise err
     if not data:
