@@ -71,6 +71,7 @@ cdef class Communicator:
     cdef readonly bint destroyed
     cdef readonly bint across_processes  # made by from_mpi: the other ranks are in other processes
     cdef readonly object mpi_comm        # from_mpi: the mpi4py communicator it was made over
+    cdef object _mpi_peers               # from_mpi: {rank: (host name, pid)} of its processes
     cdef bint _host_calls                # made by paddle_rt_ext_ccl_comm_init_rank_mpi: see CclBatch.host_calls
     cdef object _order_stream            # host calls: the stream of the latest collective (_order_after_other_streams)
     cdef object _error          # the first asynchronous failure (the communicator is then in error)

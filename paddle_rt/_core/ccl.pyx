@@ -355,6 +355,16 @@ cdef class Communicator:
         for w in list(self._last.values()):
             w.wait(timeout)
 
+    def _set_mpi_peers(self, peers):
+        self._mpi_peers = dict(peers)
+
+    def _peers_missing(self, missing):
+        """Collectives across processes: ranks named missing; when one is a dead process, leave MPI alone at exit
+        (ccl_mpi.note_missing)."""
+        if self.across_processes and missing and self._mpi_peers:
+            from paddle_rt._core import ccl_mpi
+            ccl_mpi.note_missing(self._mpi_peers, missing)
+
     def abort(self):
         """Give up the collectives still running on this communicator, as ``ncclCommAbort``: with a plugin that
         exports ``paddle_rt_ext_ccl_comm_abort`` (rt_cpu does), the ranks of this process waiting in them fail at once
@@ -578,6 +588,7 @@ cdef class Work:
     def _timeout_error(self, timeout):
         self.comm._gave_up = True
         missing, text = self._missing_text()
+        self.comm._peers_missing(missing)
         dev = repr(self.comm.device)
         msg = (f"{dev}: ccl.{self.collective} #{self.seq} (rank {self.comm.rank} of {self.comm.nranks}) did not "
                f"complete within {timeout:g} s: {text or 'every rank started it; the plugin has not finished'}")
@@ -596,6 +607,7 @@ cdef class Work:
         plugin = _plugin_failure(c) if c.across_processes else None
         if plugin is not None and (comm_error or (status != C_SUCCESS and status != C_WARNING)):
             why, missing = plugin
+            c._peers_missing(missing)
             if missing:
                 why += f" (missing rank(s): {missing})"
             why += "; the communicator is now in error"

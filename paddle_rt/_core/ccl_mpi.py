@@ -8,6 +8,8 @@ plugin's ``paddle_rt_xccl_comm_init_rank_mpi`` extension when it exports one (th
 transport: rt_cpu), else through ``xccl_comm_init_rank`` (plugins whose collective library connects processes
 itself, as NCCL does). mpi4py comes with ``pip install "paddle_rt[mpi]"`` (with the ``mpich`` wheel).
 """
+import os
+import socket
 import time
 
 from paddle_rt._core import errors
@@ -53,14 +55,16 @@ def meet(MPI, comm, data, timeout, where, device):
     missing ranks (rank 0 itself when its verdict does not come)."""
     rank, size = comm.Get_rank(), comm.Get_size()
     deadline = time.monotonic() + timeout
+    me = (rank, socket.gethostname(), os.getpid())
 
-    def timed_out(missing, why):
+    def timed_out(missing, why, peers=None):
+        note_missing(peers, missing)
         return errors.CollectiveTimeout(
             f"{where}: rank {rank} of {size}: {why} within {timeout:g} s (PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT): "
             f"rank(s) {missing} did not call from_mpi", "from_mpi", repr(device), rank, size, None, missing)
 
     if rank != 0:
-        req = comm.isend(rank, dest=0, tag=TAG_ARRIVE)
+        req = comm.isend(me, dest=0, tag=TAG_ARRIVE)
         late = deadline + _verdict_grace(timeout)
         while not comm.Iprobe(source=0, tag=TAG_VERDICT):
             if time.monotonic() >= late:
@@ -69,27 +73,110 @@ def meet(MPI, comm, data, timeout, where, device):
         verdict = comm.recv(source=0, tag=TAG_VERDICT)
         req.wait()
     else:
-        arrived = {0}
-        while len(arrived) < size:
+        peers = {0: me[1:]}
+        while len(peers) < size:
             while comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_ARRIVE):
-                arrived.add(int(comm.recv(source=MPI.ANY_SOURCE, tag=TAG_ARRIVE)))
-            if len(arrived) == size or time.monotonic() >= deadline:
+                r, host, pid = comm.recv(source=MPI.ANY_SOURCE, tag=TAG_ARRIVE)
+                peers[int(r)] = (host, pid)
+            if len(peers) == size or time.monotonic() >= deadline:
                 break
             time.sleep(_BCAST_POLL_S)
-        missing = sorted(set(range(size)) - arrived)
-        verdict = ("missing", missing) if missing else ("id", data)
-        reqs = [comm.isend(verdict, dest=r, tag=TAG_VERDICT) for r in sorted(arrived) if r != 0]
+        missing = sorted(set(range(size)) - set(peers))
+        verdict = ("missing", missing, peers) if missing else ("id", data, peers)
+        reqs = [comm.isend(verdict, dest=r, tag=TAG_VERDICT) for r in sorted(peers) if r != 0]
         for q in reqs:
             q.wait()
     if verdict[0] == "missing":
-        raise timed_out(verdict[1], "not every rank arrived")
-    return verdict[1]
+        raise timed_out(verdict[1], "not every rank arrived", verdict[2])
+    return verdict[1], verdict[2]
+
+
+# -- leaving a job whose peers are gone -------------------------------------------------------------------------------
+_finalize_alone = False
+
+
+def _process_gone(pid):
+    """True when process `pid` of this machine has exited (or is a zombie waiting for its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def dead_peers(peers, ranks):
+    """The ranks among ``ranks`` known to be dead: processes of this machine that have exited. Peers on other
+    machines cannot be checked from here (they count as alive)."""
+    host = socket.gethostname()
+    return [r for r in ranks if r in peers and peers[r][0] == host and _process_gone(peers[r][1])]
+
+
+def note_missing(peers, ranks):
+    """A collective (or the bootstrap) named ``ranks`` as missing. When one of them is dead, the MPI job is broken:
+    MPICH's MPI_Finalize (mpi4py calls it at exit) would wait for ever for the dead process in its collective step,
+    so this process asks MPICH to skip that step (the control variable MPIR_CVAR_NO_COLLECTIVE_FINALIZE, through
+    the MPI tool interface) and exits normally, with its own exit status. Only for dead peers: a live peer still
+    runs the collective finalize and would then wait for this process instead. Returns True when it applied."""
+    global _finalize_alone
+    if not ranks or not peers or _finalize_alone or not dead_peers(peers, ranks):
+        return False
+    _finalize_alone = _write_cvar_int(b"MPIR_CVAR_NO_COLLECTIVE_FINALIZE", 1)
+    return _finalize_alone
+
+
+def finalizes_alone():
+    """True once note_missing made this process skip MPI_Finalize's collective step."""
+    return _finalize_alone
+
+
+def _mpi_library():
+    """The MPI library mpi4py loaded (ctypes), or None."""
+    import ctypes
+    names = [os.environ.get("PADDLE_RT_MPI_LIBRARY", "")] + ["libmpi.so.12", "libmpich.so.12", "libmpi.so"]
+    for name in names:
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:
+            continue
+    return None
+
+
+def _write_cvar_int(name, value):
+    """Set an integer control variable of the MPI library through MPI_T (MPI 3.0's tool interface). False when
+    the library has no such variable or refuses."""
+    import ctypes
+    lib = _mpi_library()
+    if lib is None or not hasattr(lib, "MPI_T_init_thread") or not hasattr(lib, "MPI_T_cvar_get_index"):
+        return False
+    provided, index, count = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    handle = ctypes.c_void_p()
+    v = ctypes.c_int(value)
+    if lib.MPI_T_init_thread(3, ctypes.byref(provided)) != 0:       # 3: MPI_THREAD_MULTIPLE (MPICH ABI)
+        return False
+    try:
+        if lib.MPI_T_cvar_get_index(ctypes.c_char_p(name), ctypes.byref(index)) != 0:
+            return False
+        if lib.MPI_T_cvar_handle_alloc(index, None, ctypes.byref(handle), ctypes.byref(count)) != 0:
+            return False
+        try:
+            return lib.MPI_T_cvar_write(handle, ctypes.byref(v)) == 0
+        finally:
+            lib.MPI_T_cvar_handle_free(ctypes.byref(handle))
+    finally:
+        lib.MPI_T_finalize()
 
 
 def bootstrap_timeout():
     """Seconds from_mpi waits for every process of the MPI communicator to call it: PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT,
     else 30."""
-    import os
     v = os.environ.get("PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT", "")
     try:
         t = float(v) if v else 30.0
@@ -124,10 +211,12 @@ def communicator_from_mpi(device=None, comm=None):
             data = ccl.get_unique_id(dev).data
         except errors.PaddleRTError as exc:
             err, data = exc, b""
-    data = meet(MPI, comm, data, timeout, where, dev)
+    data, peers = meet(MPI, comm, data, timeout, where, dev)
     if err is not None:
         raise err
     if not data:
         raise errors.CollectiveError(f"{where}: rank 0 could not get a unique id from its plugin (see its error)",
                                      "from_mpi", repr(dev), rank, size)
-    return ccl.comm_from_unique_id_mpi(size, ccl.UniqueId(data), rank, dev, comm)
+    c = ccl.comm_from_unique_id_mpi(size, ccl.UniqueId(data), rank, dev, comm)
+    c._set_mpi_peers(peers)
+    return c
