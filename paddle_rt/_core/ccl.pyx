@@ -11,7 +11,8 @@ Across processes. ``Communicator.from_mpi()`` (ccl_mpi.py) makes a communicator 
 MPI communicator (``mpiexec``). With a plugin that exports ``paddle_rt_ext_ccl_comm_init_rank_mpi`` (MPI as its
 transport: rt_cpu), the worker calls the hooks with the NULL stream once the stream's earlier work is done, and the
 plugin runs the collective to completion in that call; failures carry the plugin's reason and missing ranks
-(``paddle_rt_ext_ccl_comm_failure``), since the other ranks' progress is not visible in this process.
+(``paddle_rt_ext_ccl_comm_failure``), since the other ranks' progress is not visible in this process; an expired
+``Work.wait(timeout)`` asks the peers through the plugin (``paddle_rt_ext_ccl_comm_find_missing``).
 
 Groups. ``with group():`` collects the calls made by this thread and, at the end of the block, gives each stream one
 operation whose worker makes that stream's calls between ``xccl_group_start`` and ``xccl_group_end``. The ABI's
@@ -244,9 +245,9 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
     if st != C_SUCCESS and st != C_WARNING:
         if init_mpi != NULL:
             raise errors.PluginError(repr(dev), "paddle_rt_ext_ccl_comm_init_rank_mpi", st,
-                                     f"rank {rank} of {nranks}: the plugin could not join the MPI processes (its "
-                                     f"reason is on stderr: MPI not initialized with MPI_THREAD_MULTIPLE, another "
-                                     f"MPI ABI, or a rank did not join in time)")
+                                     f"rank {rank} of {nranks}: every rank arrived, but the plugin could not join "
+                                     f"the MPI processes (its reason is on stderr: MPI not initialized with "
+                                     f"MPI_THREAD_MULTIPLE, another MPI ABI, or a rank failed in the plugin)")
         raise errors.PluginError(repr(dev), "xccl_comm_init_rank", st,
                                  f"rank {rank} of {nranks}: the id is not from this process, the rank is "
                                  f"already taken, or another rank gave a different nranks")
@@ -304,8 +305,10 @@ cdef class Communicator:
     def from_mpi(cls, device=None, comm=None):
         """Rank ``comm.Get_rank()`` of a communicator over the processes of the mpi4py communicator ``comm``
         (default ``MPI.COMM_WORLD``), on ``device`` (default: device ``rank % device_count`` of the current
-        device's plugin). Rank 0 asks the plugin for a unique id (``xccl_get_unique_id``), MPI broadcasts it, every
-        rank calls ``xccl_comm_init_rank`` (InfiniCCL's ``infinicclCommInitRank``), or the plugin's
+        device's plugin); ``comm`` may be any intracommunicator (Split, Dup, Create_group). Rank 0 asks the plugin
+        for a unique id (``xccl_get_unique_id``) and sends it to every rank once all arrived (else every rank that
+        did raises CollectiveTimeout naming the missing ones after PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT seconds, default
+        30); every rank calls ``xccl_comm_init_rank`` (InfiniCCL's ``infinicclCommInitRank``), or the plugin's
         ``paddle_rt_ext_ccl_comm_init_rank_mpi`` extension when it exports one (rt_cpu: MPI is then its transport).
         Collective over ``comm``: every process calls it. Needs ``pip install "paddle_rt[mpi]"``."""
         from paddle_rt._core import ccl_mpi
