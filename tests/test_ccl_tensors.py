@@ -7,14 +7,7 @@ import pytest
 
 import paddle_rt
 from paddle_rt import ccl
-
-
-@pytest.fixture(scope="module")
-def comms():
-    cs = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
-    yield cs
-    for c in cs:
-        c.destroy()
+from test_ccl import comms  # noqa: F401  (the two-device communicators fixture)
 
 
 def on(c, arr):
