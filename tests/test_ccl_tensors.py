@@ -69,6 +69,7 @@ def test_every_collective_takes_tensors_with_their_dtype_and_count(comms, dtype)
                                   np.minimum(*[s.numpy().astype(np.float64) for s in send]))
 
 
+@pytest.mark.smoke
 def test_tensor_written_by_a_collective_is_waited_for_by_numpy(comms):
     """The collective is recorded as the tensor's writer, as operators are: numpy() waits for it (no Work.wait)."""
     ts = [on(c, np.full(1000, r + 1, np.float32)) for r, c in enumerate(comms)]
@@ -138,6 +139,7 @@ def test_destroy_after_a_timed_out_wait_aborts_instead_of_waiting_for_the_plugin
     cs[1].destroy()
 
 
+@pytest.mark.smoke
 def test_abort_fails_the_waiting_collective_and_puts_the_comm_in_error():
     cs = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
     b = paddle_rt.malloc(16, device=cs[0].device)
