@@ -141,6 +141,27 @@ def test_exit_after_a_dead_peer_does_not_hang():
     assert took < 60, (took, out)
 
 
+def test_without_disable_auto_cleanup_mpich_ends_the_job_when_a_rank_exits():
+    t0 = time.monotonic()
+    rc, out = run_ranks(3, "exit_after_dead_peer", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"}, timeout=120)
+    took = time.monotonic() - t0
+    assert rc in (3, 9), out          # the leaving rank's code, or the SIGKILL that ended the others
+    assert ok_ranks(out, "exit_after_dead_peer") == [] and "raised" not in out, out
+    assert took < 15, (took, out)
+
+
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_a_rank_killed_by_a_signal_ends_the_job(keep_going):
+    """What the README says MPICH does: a rank killed with SIGKILL makes MPICH's process manager end the others
+    (with or without -disable-auto-cleanup) before any exception; the job ends at once with the signal's code."""
+    t0 = time.monotonic()
+    rc, out = run_ranks(3, "killed", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"}, keep_going=keep_going, timeout=120)
+    took = time.monotonic() - t0
+    assert rc == 9, out
+    assert ok_ranks(out, "killed") == [] and "raised" not in out, out
+    assert took < 15, (took, out)     # far below the 20 s collective limit: the survivors were ended, not failed
+
+
 def test_exit_after_a_timed_out_wait_is_prompt():
     """Work.wait(1) times out while the plugin's own limit is 60 s: exit aborts the collective instead of waiting for
     that limit (issue 27, item 5), and the absent rank's normal exit meets the others in MPI_Finalize."""

@@ -307,6 +307,22 @@ def scenario_exit_after_dead_peer(comm):
     assert ccl_mpi.finalizes_alone()
 
 
+def scenario_killed(comm):
+    """The last rank is killed by SIGKILL: MPICH's process manager ends the survivors too (no exception to catch)."""
+    import signal
+    k = Rank(comm)
+    r, n = k.r, k.n
+    b = k.buf(np.ones(4, np.float32))
+    ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait()
+    if r == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)
+    try:
+        ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait()
+    except ccl.CollectiveError as exc:
+        print(f"RANK {r} raised: {exc}", flush=True)
+
+
 def scenario_exit_after_timeout(comm):
     """Work.wait(1) times out while the last rank stays away (alive) and then leaves; the others exit at once: the
     collective still waiting in the plugin (RT_CPU_CCL_TIMEOUT_MS is long here) is aborted at exit."""
