@@ -174,3 +174,16 @@ def test_exit_after_a_timed_out_collective_is_prompt_and_quiet(run_python):
     assert "TIMEOUT [1]" in res.stdout
     assert took < 30, took
     assert "at exit" not in res.stderr, res.stderr
+
+
+def test_variable_count_collectives_take_tensors(comms):
+    counts = [2, 3]
+    parts = [on(c, np.arange(counts[r], dtype=np.float64) + 10 * r) for r, c in enumerate(comms)]
+    outs = [paddle_rt.empty(sum(counts), dtype="float64", device=c.device) for c in comms]
+    run(comms, lambda r, c: ccl.all_gather_v(parts[r], outs[r], counts, comm=c))
+    for o in outs:
+        assert o.numpy().tolist() == [0.0, 1.0, 10.0, 11.0, 12.0]
+    full = [on(c, np.arange(5, dtype=np.int32) * (r + 1)) for r, c in enumerate(comms)]
+    mine = [paddle_rt.empty(counts[r], dtype="int32", device=c.device) for r, c in enumerate(comms)]
+    run(comms, lambda r, c: ccl.reduce_scatter_v(full[r], mine[r], counts, "sum", comm=c))
+    assert mine[0].numpy().tolist() == [0, 3] and mine[1].numpy().tolist() == [6, 9, 12]
