@@ -147,8 +147,9 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
 
 
 # The event recorder (trace.pyx): one allocator event with the counters after it; called only while memory is traced.
-cdef void _trace_mem(AllocatorCore* c, int ev, uintptr_t addr, uint64_t size, uintptr_t stream) noexcept nogil:
-    trace_memory_event(c.device, c.kind, ev, addr, size, stream, c.stats[0][ST_ALLOCATED_BYTES].current,
+cdef void _trace_mem(AllocatorCore* c, int ev, uintptr_t addr, uint64_t size, uintptr_t stream,
+                     uint64_t requested=0) noexcept nogil:
+    trace_memory_event(c.device, c.kind, ev, addr, size, stream, requested, c.stats[0][ST_ALLOCATED_BYTES].current,
                        c.stats[0][ST_RESERVED_BYTES].current)
 
 
@@ -161,7 +162,7 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
     stat_add(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
     stat_add(c, pool, ST_ALLOCATION, 1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-        _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream)
+        _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream, requested)
 
 
 cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
@@ -295,7 +296,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     stat_add(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
     stat_add(c, pool, ST_ALLOCATION, -1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-        _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream)
+        _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream, b.requested)
     b.requested = 0
     if c.quick and pool == POOL_SMALL and _q_push(c, b):
         return 0
