@@ -505,7 +505,10 @@ def _mib(n):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m paddle_rt replay", description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace", help="RMM-format CSV log (.csv or .csv.gz)")
+    ap.add_argument("trace", nargs="?", help="RMM-format CSV log (.csv or .csv.gz)")
+    ap.add_argument("--corpus", nargs="+", metavar="DIR", default=None,
+                    help="instead of one TRACE: every log of these folders, each replayed in a fresh process, in one "
+                         "table with both anchors and the allocator's targets (paddle_rt/tools/corpus.py)")
     ap.add_argument("--device", default=None, help="device to replay on (default: the current device)")
     ap.add_argument("--conf", default="", help="allocator config key:value,... (as PADDLE_RT_ALLOC_CONF)")
     ap.add_argument("--baselines", action="store_true",
@@ -520,8 +523,14 @@ def main(argv=None):
     bar.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if (args.trace is None) == (args.corpus is None):
+        ap.error("give one TRACE or --corpus DIR [DIR...]")
 
     try:
+        if args.corpus is not None:
+            from paddle_rt.tools import corpus
+            return corpus.main(args.corpus, args.conf, args.device, args.json,
+                               progress_factory(args.progress))
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
         print(f"paddle_rt {exc}" if str(exc).startswith("replay:") else f"paddle_rt replay: {exc}", file=sys.stderr)
