@@ -1,6 +1,7 @@
 """The default allocator policy (issue 15): the growth parameters as configuration keys (parsing, validation, the
 effective configuration), the growth rule of alloc_policy.chunk_for_miss on small sequences of requests, and the
-goal on the six real traces (peak reserved <= 1.02 x Paddle's auto-growth, device allocations <= PyTorch's)."""
+targets on the corpus of bench/traces and ../shared/traces (issue 22: device allocations <= PyTorch's, peak reserved
+<= 1.15 x Paddle's auto-growth, the full goal of 1.02 x on most)."""
 import gc
 import os
 
@@ -63,8 +64,8 @@ def segments(d):
 def test_defaults_are_the_documented_ones(d1):
     c = paddle_rt.allocator_config(d1)
     assert (c["grow_min"], c["grow_step"], c["grow_ratio"], c["grow_round"], c["consolidate"]) == \
-        (4 * MiB, 32 * MiB, 1.0, "up", "release")
-    assert c["grow_fraction"] == pytest.approx(1 / 32)
+        (8 * MiB, 16 * MiB, 0.75, "up", "fold")
+    assert c["grow_fraction"] == pytest.approx(1 / 8)
     assert (c["small_size"], c["small_chunk"]) == (256 * KiB, 2 * MiB)
     assert c["growth"] == "adaptive"
 
@@ -245,23 +246,39 @@ def test_small_requests_use_the_small_pool(d1):
         f(p, d1)
 
 
-# -- the goal on the real traces --------------------------------------------------------------------------------------
-@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
-def test_default_policy_meets_the_goal_on_every_real_trace(d1):
-    """Issue 15: with the default configuration, on each of the six traces, in one process (reset_allocator between
-    replays gives fresh-process figures): peak reserved <= 1.02 x Paddle's auto-growth model and device allocations
-    <= PyTorch's caching allocator model (the replay tool's models, which reproduce the traces README's anchors)."""
-    misses = []
-    for name in REAL:
-        trace = replay.load_trace(os.path.join(TRACES, f"{name}.csv.gz"))
+# -- the targets on the corpus ------------------------------------------------------------------------------------------
+CORPUS = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "traces"), TRACES)
+# The traces where the default misses a target (bench/RESULTS.md, issue 22; the README states them): peak reserved over
+# 1.15 x Paddle's, or device allocations over PyTorch's.
+KNOWN_MISSES = {"detect_varboxes", "rl_rollout_ppo", "llama_generate_static", "lstm_lm_train"}
+GOAL_AT_LEAST = 16       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 26
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(os.path.isdir(d) for d in CORPUS), reason="bench/traces or ../shared/traces missing")
+def test_default_policy_on_the_corpus(d1):
+    """Issue 22: with the default configuration, on each log of bench/traces and ../shared/traces (reset_allocator
+    between replays gives fresh-process figures, see below): device allocations <= PyTorch's caching allocator model
+    and peak reserved <= 1.15 x Paddle's auto-growth model everywhere but the known misses, and the full goal
+    (<= 1.02 x) on at least GOAL_AT_LEAST traces."""
+    from paddle_rt.tools import corpus
+    beyond, goal, names = [], 0, []
+    for path in corpus.corpus_files(CORPUS):
+        name = corpus.trace_name(path)
+        names.append(name)
+        trace = replay.load_trace(path)
         paddle = replay.run_model(replay.PaddleAutoGrowthModel(256, 0), trace)
         torch = replay.run_model(replay.TorchCachingModel(), trace)
         paddle_rt.reset_allocator(d1)
         r = replay.run_once(None, "rt_cpu:1", {}, trace)
-        if r["peak_reserved"] > 1.02 * paddle["peak_reserved"] or r["device_allocs"] > torch["device_allocs"]:
-            misses.append((name, r["peak_reserved"] / MiB, 1.02 * paddle["peak_reserved"] / MiB,
-                           r["device_allocs"], torch["device_allocs"]))
-    assert not misses
+        ratio, allocs_ok, verdict = corpus.verdict(r["peak_reserved"], r["device_allocs"], paddle["peak_reserved"],
+                                                   torch["device_allocs"])
+        goal += verdict == "goal"
+        if verdict == "MISS":
+            beyond.append((name, round(ratio, 3), r["device_allocs"], torch["device_allocs"]))
+    assert len(names) >= 25
+    assert {b[0] for b in beyond} <= KNOWN_MISSES, beyond
+    assert goal >= GOAL_AT_LEAST
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
