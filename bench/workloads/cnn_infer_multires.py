@@ -1,5 +1,5 @@
-"""CNN inference at varying resolution: a ResNet-style classifier (4 stages, 32-256 channels, BatchNorm folded in
-eval), batch 4, 12 requests with the image side drawn from 96..288 (multiples of 32)."""
+"""CNN inference at varying resolution: a ResNet-style classifier (4 stages, 32-256 channels, BatchNorm in eval
+mode), batch 4, 12 requests with the image side drawn from 96..288 (multiples of 32)."""
 import torch
 from torch import nn
 
