@@ -82,13 +82,13 @@ FINE_GRID = {
 # The grid of `heldout` (issue 22, the corpus of bench/traces and ../shared/traces): smaller growth steps and caps
 # next to the earlier default's, whole-request rounding on or off.
 CORPUS_GRID = {
-    "grow_min": ["4M", "6M", "8M"],
-    "grow_step": ["12M", "16M", "32M"],
-    "grow_fraction": ["1/32", "1/8"],
-    "grow_ratio": ["0.5", "0.75", "1"],
-    "grow_round": ["up", "within", "off"],
-    "consolidate": ["release", "fold"],
-    "small_size": ["256K"],
+    "grow_min": ["2M", "4M", "6M"],
+    "grow_step": ["10M", "12M", "14M"],
+    "grow_fraction": ["1/6", "1/4", "1/3"],
+    "grow_ratio": ["0.375", "0.5", "0.625"],
+    "grow_round": ["nearest", "up"],
+    "consolidate": ["fold"],
+    "small_size": ["64K", "128K"],
     "small_chunk": ["2M"],
 }
 # The parameters `sensitivity` scales (x0.5, x2), with their unit for the conf string.

@@ -110,6 +110,15 @@ def is_recording_history():
     return h is not None and h.stop_ns is None
 
 
+def _recorded_entries():
+    """The recorded events so far (what the recorder still holds is delivered first)."""
+    with _lock:
+        h = _history
+        if h is not None and h.stop_ns is None:
+            _trace.flush()
+        return list(h.entries) if h is not None else []
+
+
 def history():
     """The recorded history and the current state of every allocator, as the dict :func:`dump_snapshot` writes::
 
@@ -122,11 +131,7 @@ def history():
     ``frames`` are ``{"filename", "line", "name"}``, innermost first. Pinned host memory appears as a device named
     ``"<device>/pinned"``."""
     from paddle_rt._core import allocator as _alloc
-    with _lock:
-        h = _history
-        if h is not None and h.stop_ns is None:
-            _trace.flush()
-        entries = list(h.entries) if h is not None else []
+    entries = _recorded_entries()
     devices = {}
     for a in list(_alloc._allocators):
         key = str(a.device) if a.kind == "device" else f"{a.device}/pinned"
@@ -181,13 +186,8 @@ def dump_trace(path, device=None):
     Raises InvalidArgument when nothing was recorded or several devices were and none is named. Returns
     ``(path, number of allocations, peak live requested bytes)``."""
     from paddle_rt._core import alloc_log
-    with _lock:
-        h = _history
-        if h is not None and h.stop_ns is None:
-            _trace.flush()
-        entries = list(h.entries) if h is not None else []
     events = {}
-    for e in entries:
+    for e in _recorded_entries():
         if e.get("memory") == "device" and e["kind"] in ("alloc", "free"):
             events.setdefault(e["device"], []).append(
                 (0, e["time_ns"], e["kind"] == "alloc", e["addr"], e["requested"], e["stream"]))

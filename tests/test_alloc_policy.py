@@ -64,9 +64,9 @@ def segments(d):
 def test_defaults_are_the_documented_ones(d1):
     c = paddle_rt.allocator_config(d1)
     assert (c["grow_min"], c["grow_step"], c["grow_ratio"], c["grow_round"], c["consolidate"]) == \
-        (8 * MiB, 16 * MiB, 0.75, "up", "fold")
-    assert c["grow_fraction"] == pytest.approx(1 / 8)
-    assert (c["small_size"], c["small_chunk"]) == (256 * KiB, 2 * MiB)
+        (4 * MiB, 12 * MiB, 0.5, "up", "fold")
+    assert c["grow_fraction"] == pytest.approx(1 / 4)
+    assert (c["small_size"], c["small_chunk"]) == (128 * KiB, 2 * MiB)
     assert c["growth"] == "adaptive"
 
 
@@ -250,8 +250,8 @@ def test_small_requests_use_the_small_pool(d1):
 CORPUS = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "traces"), TRACES)
 # The traces where the default misses a target (bench/RESULTS.md, issue 22; the README states them): peak reserved over
 # 1.15 x Paddle's, or device allocations over PyTorch's.
-KNOWN_MISSES = {"detect_varboxes", "rl_rollout_ppo", "llama_generate_static", "lstm_lm_train"}
-GOAL_AT_LEAST = 16       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 26
+KNOWN_MISSES = {"vit_infer_varbatch"}
+GOAL_AT_LEAST = 18       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 26
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``release``        ``empty_cache`` (default): idle chunks go back on ``empty_cache()`` and on the OOM ladder only;
                    ``free``: also as soon as a free makes a chunk idle (while the device's streams have
                    queued work, the chunk is kept and goes back with the next such free or ``empty_cache()``).
-``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 256 KiB (0 in paddle_compat).
+``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 128 KiB (0 in paddle_compat).
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 
 The growth rule of ``growth:adaptive`` (alloc_policy.chunk_for_miss): a miss in the large pool asks the plugin for a
@@ -31,11 +31,11 @@ target of ``grow_ratio * reserved``, at least ``grow_min``, at most ``max(grow_s
 chunks. The defaults: chosen by family-held-out validation on the corpus of bench/traces and ../shared/traces
 (bench/RESULTS.md, issue 22; ``python bench/policy_search.py heldout``).
 
-``grow_min``       bytes, the smallest chunk adaptive growth asks for. Default 8 MiB.
-``grow_step``      bytes, the fixed part of the cap on a chunk. Default 16 MiB.
-``grow_fraction``  a number 0..1 (or a ratio such as ``1/32``), the proportional part of the cap. Default 1/8.
+``grow_min``       bytes, the smallest chunk adaptive growth asks for. Default 4 MiB.
+``grow_step``      bytes, the fixed part of the cap on a chunk. Default 12 MiB.
+``grow_fraction``  a number 0..1 (or a ratio such as ``1/32``), the proportional part of the cap. Default 1/4.
 ``grow_ratio``     a number 0..4, the target as a multiple of what is held (1: the pool doubles while it is small).
-                   Default 0.75.
+                   Default 0.5.
 ``grow_round``     ``up`` (default: the smallest whole number of requests of the missing size at or above the
                    target), ``nearest``, ``down`` (at least one request), ``within`` (as ``up``, but no more requests
                    than fit in the cap ``max(grow_step, grow_fraction * reserved)``, at least one) or ``off`` (the
@@ -62,12 +62,12 @@ ROUND_NAMES = ("nearest", "up", "down", "off", "within")
 CONSOLIDATE_NAMES = ("fold", "release", "off")
 
 KiB, MiB = 1 << 10, 1 << 20
-DEFAULT_SMALL_SIZE = 256 * KiB    # requests up to it go to the small pool
+DEFAULT_SMALL_SIZE = 128 * KiB    # requests up to it go to the small pool
 DEFAULT_SMALL_CHUNK = 2 * MiB     # the small pool's chunk size
-DEFAULT_GROW_MIN = 8 * MiB
-DEFAULT_GROW_STEP = 16 * MiB
-DEFAULT_GROW_FRACTION = 1 / 8
-DEFAULT_GROW_RATIO = 0.75
+DEFAULT_GROW_MIN = 4 * MiB
+DEFAULT_GROW_STEP = 12 * MiB
+DEFAULT_GROW_FRACTION = 1 / 4
+DEFAULT_GROW_RATIO = 0.5
 DEFAULT_GROW_ROUND = "up"
 DEFAULT_CONSOLIDATE = "fold"
 

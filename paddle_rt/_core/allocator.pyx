@@ -13,13 +13,13 @@ Two policies:
 * ``paddle_compat:1`` reproduces Paddle's auto-growth allocator exactly: one pool, a split leaves the free remainder
   at the low end, a miss asks the plugin for ``max(size, chunk_size)`` (``chunk_size`` 0 = exactly the rounded
   request), idle chunks go back only on ``empty_cache`` and when an allocation fails.
-* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 256 KiB: scalars, biases,
+* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 128 KiB: scalars, biases,
   norms, small index tensors) into a small pool of ``small_chunk``-sized chunks (default 2 MiB) so that they never
-  pin or fragment the big chunks. A miss in the large pool first gives the pool's idle chunks back
-  (``consolidate:release``: the request did not fit them, and the device should not keep holding bytes nothing asks
-  for), then grows by a target of ``grow_ratio * reserved`` (default 1: the pool doubles while it is small), at least
-  ``grow_min`` (4 MiB) and at most ``max(grow_step, grow_fraction * reserved)`` (32 MiB, or 1/32 of what is held
-  beyond 1 GiB), rounded up to a whole number of requests of the missing size (``grow_round:up``; at least one
+  pin or fragment the big chunks. A miss in the large pool first gives the pool's idle chunks back and asks for at
+  least the request plus what went back (``consolidate:fold``: the request did not fit them, and the device should
+  not keep holding bytes nothing asks for), and grows by a target of ``grow_ratio * reserved`` (default 0.5), at
+  least ``grow_min`` (4 MiB) and at most ``max(grow_step, grow_fraction * reserved)`` (12 MiB, or 1/4 of what is held
+  beyond 48 MiB), rounded up to a whole number of requests of the missing size (``grow_round:up``; at least one
   request: a request above the target gets a chunk of exactly its size). Growth follows the current demand, so the
   number of device allocations stays small while the unused tail of the newest chunk stays small against the total;
   a chunk holding a whole number of same-sized requests leaves no useless remainder for the next one (layers repeat

@@ -9,7 +9,6 @@ targets on each trace:
 """
 import json
 import os
-import subprocess
 import sys
 
 MiB = 1 << 20
@@ -43,15 +42,9 @@ def replay_fresh(path, conf_text="", device=None):
     unbounded device, like the anchors' models, unless RT_CPU_MEMORY_BYTES is set)."""
     env = dict(os.environ)
     env.setdefault("RT_CPU_MEMORY_BYTES", str(64 << 30))
-    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", os.path.abspath(path), "--json", "--baselines",
-           "--no-min-capacity", "--no-progress"]
-    if conf_text:
-        cmd += ["--conf", conf_text]
-    if device:
-        cmd += ["--device", device]
-    # cwd: the folder holding this paddle_rt, so that the child imports it (not sources in the caller's folder)
-    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=parent)
+    from paddle_rt.tools import replay
+    r = replay.replay_child([os.path.abspath(path), "--json", "--baselines", "--no-min-capacity", "--no-progress"],
+                            device, conf_text, env)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise RuntimeError(f"replay of {path} failed: {last}")

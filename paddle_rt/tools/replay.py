@@ -338,17 +338,23 @@ def run_once(path, device, conf, trace=None, record=False, progress=None, sample
     return res
 
 
-def _probe(path, device, conf_text, capacity):
-    env = dict(os.environ)
-    env["RT_CPU_MEMORY_BYTES"] = str(capacity)
-    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", path, "--probe", "--no-min-capacity"]
+def replay_child(args, device, conf_text, env):
+    """``python -m paddle_rt.tools.replay ARGS [--device D] [--conf C]`` in a fresh process with ``env`` (the
+    CompletedProcess, text captured)."""
+    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", *args]
     if device:
         cmd += ["--device", device]
     if conf_text:
         cmd += ["--conf", conf_text]
     # cwd: the folder holding this paddle_rt, so that the child imports it (not sources in the caller's folder)
     parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=parent)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=parent)
+
+
+def _probe(path, device, conf_text, capacity):
+    env = dict(os.environ)
+    env["RT_CPU_MEMORY_BYTES"] = str(capacity)
+    r = replay_child([path, "--probe", "--no-min-capacity"], device, conf_text, env)
     if r.returncode not in (0, 3):
         raise SystemExit(f"replay: probe at {capacity} bytes failed unexpectedly:\n{r.stderr}")
     return r.returncode == 0
