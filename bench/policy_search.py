@@ -260,6 +260,12 @@ def heldout(traces, args, log):
     conf, res = best
     print(f"\ndefault (best worst result of the choices): {conf_text(conf)}; corpus score {corpus_score(res)}")
     print(fmt_corpus(res))
+    print("\nits neighbours in the grid (one key changed): corpus score (beyond the bound, missing the full goal, worst "
+          "ratio (9: allocations over), mean ratio)")
+    for sc, other, _ in rows:
+        diff = [k for k in conf if other[k] != conf[k]]
+        if len(diff) == 1:
+            print(f"  {diff[0]}={other[diff[0]]}: {sc}")
     if args.json:
         json.dump({"chosen": [(c, r) for c, r in chosen], "default": conf,
                    "top": [(sc, c) for sc, c, _ in rows[:50]]}, open(args.json, "w"), indent=1)
