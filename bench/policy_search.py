@@ -13,10 +13,13 @@ figures of a fresh process.
     python bench/policy_search.py search [--top N] [--grid fine]   # the grid below on every trace, best first
     python bench/policy_search.py loo [--synthetic]          # leave-one-out over the six real traces (chosen on
                                                              # five, with --synthetic ties broken by them too)
+    python bench/policy_search.py heldout [--json F]         # issue 22: family-held-out validation on the corpus
+                                                             # (bench/traces + ../shared/traces), CORPUS_GRID
     python bench/policy_search.py sensitivity                # each parameter of the default at x0.5 and x2
                                                              # (grow_round, consolidate: their other values)
 
-``--traces DIR`` (default /work/shared/traces) names the real traces; ``--synthetic`` adds the workloads of
+``--traces DIR...`` (default bench/traces and /work/shared/traces) names the folders of logs (every log in them is
+loaded; REAL names the six of issue 15 for table/search/loo); ``--synthetic`` adds the workloads of
 bench/synthetic_traces.py (generated in memory) as generalisation checks. A configuration ranks by (real traces
 missing the goal, synthetic ones missing it, its worst max(peak / limit, allocations / PyTorch's) on the real traces,
 its mean peak / limit over every trace): the goal on the six real traces comes first, the synthetic workloads only
