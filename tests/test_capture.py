@@ -124,6 +124,14 @@ def test_bad_commands_are_one_line(tmp_path, command, expect):
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_output_folder_must_exist(tmp_path):
+    (tmp_path / "work.py").write_text("x = 1\n")
+    r = run(["-o", "no/such/out.csv", "--", sys.executable, "work.py"], tmp_path)
+    assert r.returncode == 1
+    lines = our_lines(r.stderr)
+    assert len(lines) == 1 and "does not exist; nothing was run" in lines[0]
+
+
 def test_output_is_required(tmp_path):
     r = run(["--", sys.executable, "x.py"], tmp_path)
     assert r.returncode == 2 and "-o/--output" in r.stderr

@@ -73,6 +73,9 @@ def capture(command, output, env=None):
     """Run ``command`` under the profiler and write its allocation log to ``output``. Returns (allocations, peak live
     bytes, events written); raises CaptureError with the one line to print."""
     who = " ".join(command[:3]) + (" ..." if len(command) > 3 else "")
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise CaptureError(f"{output}: the folder {folder} does not exist; nothing was run")
     with tempfile.TemporaryDirectory(prefix="paddle_rt_capture_") as tmp:
         raw = os.path.join(tmp, "events.txt")
         argv = runner_command(command, raw)
@@ -90,6 +93,8 @@ def capture(command, output, env=None):
         allocs, peak = alloc_log.write(output, log, "capture")
     except alloc_log.AllocationLogError as exc:
         raise CaptureError(f"{exc}; no trace written") from None
+    except OSError as exc:
+        raise CaptureError(f"cannot write {output}: {exc.strerror or exc}") from None
     return allocs, peak, len(log)
 
 
