@@ -51,6 +51,7 @@ def d1():
     while _live:
         paddle_rt.raw_free(_live.pop(), d)
     gc.collect()
+    paddle_rt.reset_allocator(d)         # empty first: small_size may change only while nothing is held
     _clear(a)
     paddle_rt.reset_allocator(d)
 
@@ -121,7 +122,7 @@ def test_keywords_win_over_the_environment(run_python):
 # -- the growth rule -------------------------------------------------------------------------------------------------
 def _grow_conf(d, **kw):
     conf = dict(grow_min="4M", grow_step="32M", grow_fraction="1/32", grow_ratio=1, grow_round="up",
-                consolidate="release", small_size="256K", small_chunk="2M")
+                consolidate="release", small_size="128K", small_chunk="2M")
     conf.update(kw)
     paddle_rt.set_allocator_config(d, **conf)
 
@@ -237,10 +238,10 @@ def test_consolidate_modes(d1, mode, reserved_after, frees):
 
 def test_small_requests_use_the_small_pool(d1):
     _grow_conf(d1)
-    xs = [m(256 * KiB, d1) for _ in range(8)]   # 8 fit one 2 MiB small chunk
+    xs = [m(128 * KiB, d1) for _ in range(16)]  # 16 fit one 2 MiB small chunk
     snap = paddle_rt.memory_snapshot(d1)
     assert [(s["segment_type"], s["total_size"]) for s in snap] == [("small", 2 * MiB)]
-    y = m(256 * KiB + 1, d1)                     # above small_size: the large pool
+    y = m(128 * KiB + 1, d1)                     # above small_size: the large pool
     assert sorted(s["segment_type"] for s in paddle_rt.memory_snapshot(d1)) == ["large", "small"]
     for p in xs + [y]:
         f(p, d1)
