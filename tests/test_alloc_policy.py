@@ -11,11 +11,10 @@ import paddle_rt
 from paddle_rt._core import alloc_config
 from paddle_rt.tools import replay
 
+from conftest import TRACES, skip_without_traces
+
 MiB = 1 << 20
 KiB = 1 << 10
-TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
-REAL = ("resnet18_train", "mlp_varbatch", "bert_varlen", "unet_train", "lstm_lm_train", "vit_infer_varbatch")
 GROW_KEYS = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate")
 ALL_KEYS = alloc_config.CONF_KEYS
 
@@ -282,7 +281,7 @@ def test_default_policy_on_the_corpus(d1):
     assert goal >= GOAL_AT_LEAST
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
+@skip_without_traces
 def test_reset_allocator_gives_fresh_process_figures(d1, run_python):
     """The in-process figures above are those of a fresh process (the replay command)."""
     path = os.path.join(TRACES, "lstm_lm_train.csv.gz")

@@ -40,7 +40,8 @@ def run(args, cwd, pythonpath=()):
 
 def our_lines(stderr):
     """The command's own lines on stderr (torch's profiler prints its own)."""
-    return [line for line in stderr.splitlines() if line.startswith("paddle-rt capture:")]
+    return [line for line in stderr.splitlines()
+            if line.startswith(("paddle-rt capture:", "python -m paddle_rt capture:"))]
 
 
 @pytest.mark.capture
@@ -134,4 +135,6 @@ def test_output_folder_must_exist(tmp_path):
 
 def test_output_is_required(tmp_path):
     r = run(["--", sys.executable, "x.py"], tmp_path)
-    assert r.returncode == 2 and "-o/--output" in r.stderr
+    assert r.returncode == 2 and r.stdout == ""
+    (line,) = r.stderr.strip().splitlines()
+    assert "-o/--output" in line and "--help" in line

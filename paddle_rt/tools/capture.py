@@ -11,13 +11,13 @@ torch is needed by the program's interpreter, not by paddle_rt: ``pip install to
 ``pip install "paddle_rt[capture]"``. The command after ``--`` is ``python SCRIPT.py ARGS``, ``python -m MODULE ARGS``,
 ``python -c CODE`` or just ``SCRIPT.py ARGS`` (run by this interpreter).
 """
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 
 from paddle_rt._core import alloc_log
+from paddle_rt.tools.cli import command_parser
 
 MiB = 1 << 20
 TORCH_HINT = 'pip install torch==2.13.0+cpu (the CPU wheel), or pip install "paddle_rt[capture]"'
@@ -105,16 +105,15 @@ def main(argv=None):
         own, command = argv[:i], argv[i + 1:]
     else:
         own, command = argv, []
-    ap = argparse.ArgumentParser(
-        prog="python -m paddle_rt capture", usage="%(prog)s -o TRACE.csv.gz -- python SCRIPT.py [ARGS...]",
-        description=__doc__.split("\n\n")[0].split(": ", 1)[1],
-        epilog="The log replays with: python -m paddle_rt replay TRACE.csv.gz --baselines")
+    ap = command_parser("capture", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                        usage="%(prog)s -o TRACE.csv.gz -- python SCRIPT.py [ARGS...]",
+                        epilog="The log replays with: python -m paddle_rt replay TRACE.csv.gz --baselines")
     ap.add_argument("-o", "--output", required=True, help="the log to write (.csv, or .csv.gz for gzip)")
     args = ap.parse_args(own)
     try:
         allocs, peak, n = capture(command, args.output)
     except CaptureError as exc:
-        print(f"paddle-rt capture: {exc}", file=sys.stderr)
+        print(f"{ap.prog}: {exc}", file=sys.stderr)
         return 1
     print(f"{args.output}: {allocs} allocations, {n - allocs} frees, peak live {peak / MiB:.1f} MiB")
     return 0
