@@ -19,6 +19,8 @@ from paddle_rt._core.op_descriptors import (  # noqa: F401
     AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
     RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
     CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor,
+    AddRMSNormDescriptor, SoftmaxDescriptor, SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor,
+    EmbeddingDescriptor,
 )
 
 __all__ = [
@@ -27,4 +29,6 @@ __all__ = [
     "SiluDescriptor", "GeluDescriptor", "RearrangeDescriptor", "AxpbyDescriptor", "GemmDescriptor",
     "RMSNormDescriptor", "LayerNormDescriptor", "CausalSoftmaxDescriptor", "RoPEDescriptor",
     "RandomSampleDescriptor",
+    "AddRMSNormDescriptor", "SoftmaxDescriptor", "SiluAndMulDescriptor", "KVCachingDescriptor",
+    "AttentionDescriptor", "EmbeddingDescriptor",
 ]

@@ -320,7 +320,7 @@ def test_random_sample(dtype, rng):
 
 def test_random_sample_argument_errors():
     t = paddle_rt.tensor(np.zeros(4, np.float32))
-    for kw, match in [({"random_val": 1.0}, "random_val"), ({"random_val": 0.1, "topp": 0.0}, "topp"),
+    for kw, match in [({"random_val": 1.0}, "random_val"), ({"random_val": 0.1, "topp": -0.1}, "topp"),
                       ({"random_val": 0.1, "topk": -1}, "topk"), ({"random_val": 0.1, "temperature": -1}, "temp"),
                       ({"random_val": 0.1, "seed": 1}, "not both")]:
         with pytest.raises(paddle_rt.InvalidArgument, match=match):

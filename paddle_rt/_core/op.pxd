@@ -36,6 +36,8 @@ cdef class OpDescriptor:
     cdef readonly str kernel_source      # "registered", "plugin", "hook", "host"
     cdef readonly bint destroyed
     cdef bytes _cname                    # the op's name for error records (nogil; module-lifetime bytes)
+    cdef int written                     # bit i: the kernel writes input i too (an output besides out)
+    cdef bint exclusive                  # out and written inputs may not overlap any operand, even identically
 
     # Fill call.op/dtype/n_inputs and the layouts (`out`, `ins`: what calls must pass; `layouts`, `out_layout`
     # (default: out): what the kernel sees, e.g. broadcast to out's dimensions), pick the kernel and compute the workspace. Raises NotSupportedError when no kernel serves (op, dtype, device type).
@@ -45,6 +47,7 @@ cdef class OpDescriptor:
     cdef uint64_t launch(self, Tensor out, tuple ins, object workspace, Stream s, const double* attrs) except 0
     cdef int _pick_kernel(self, Device dev, int op, int32_t dtype) except -1
     cdef int _check_operand(self, object t, TensorDesc want, int index, Device dev) except -1   # index -1: out
+    cdef int _check_written(self, tuple ins, Device dev) except -1
     cdef uintptr_t _user_workspace(self, object workspace, Device dev, Stream s) except? 0
 
 

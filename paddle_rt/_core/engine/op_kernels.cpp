@@ -4,6 +4,7 @@
  * entry points come from scipy.linalg.cython_blas at the first gemm, op.pyx); the rest is one fused pass per row or
  * per block. Linked into the op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/op_kernels.h"
+#include "engine/op_families.h"
 
 #include <limits.h>
 #include <math.h>
@@ -406,7 +407,10 @@ C_Status norm_kernel(const paddle_rt_op_call* c) {
     C* w = x + d;
     C* b = w + d;
     load_row(static_cast<const char*>(c->inputs[1].data), c->inputs[1].dtype, c->inputs[1].strides[0], d, w);
-    if (layer) load_row(static_cast<const char*>(c->inputs[2].data), c->inputs[2].dtype, c->inputs[2].strides[0], d, b);
+    if (layer && c->n_inputs > 2)
+        load_row(static_cast<const char*>(c->inputs[2].data), c->inputs[2].dtype, c->inputs[2].strides[0], d, b);
+    else if (layer)
+        std::fill(b, b + d, (C)0);   /* layer_norm without a bias */
     const C eps = (C)c->attrs[0];
     for_rows(L, [&](char* const* p, int64_t) {
         load_row(p[1], c->inputs[0].dtype, sx, d, x);
@@ -451,46 +455,6 @@ C_Status causal_softmax_kernel(const paddle_rt_op_call* c) {
         for (int64_t j = kept; j < total; j++) x[j] = 0;
         store_row(p[0], c->out.dtype, so, total, x);
     });
-    return C_SUCCESS;
-}
-
-/* x, out: (seq, heads, dim); pos: (seq,) integers; sin, cos: (max_pos, dim / 2). */
-template <typename C>
-C_Status rope_kernel(const paddle_rt_op_call* c) {
-    Layout L = layout_of(c, 2);
-    if (numel(L) == 0) return C_SUCCESS;
-    const int64_t heads = L.shape[1], dim = L.shape[2], half = dim / 2, so = last(L, 0), sx = last(L, 1);
-    const paddle_rt_tensor &pos = c->inputs[1], &sn = c->inputs[2], &cs = c->inputs[3];
-    const int64_t max_pos = sn.shape[0];
-    const bool neox = c->attrs[0] != 0;
-    C* x = static_cast<C*>(c->workspace);
-    C* y = x + dim;
-    C* sv = y + dim;
-    C* cv = sv + half;
-    const int pes = prt_dtype_size(pos.dtype);
-    for (int64_t s = 0; s < L.shape[0]; s++) {
-        const char* pp = static_cast<const char*>(pos.data) + s * pos.strides[0] * pes;
-        int64_t p = pos.dtype == INT64 ? *reinterpret_cast<const int64_t*>(pp)
-                  : pos.dtype == INT32 ? *reinterpret_cast<const int32_t*>(pp)
-                  : pos.dtype == UINT32 ? (int64_t)*reinterpret_cast<const uint32_t*>(pp)
-                  : (int64_t)*reinterpret_cast<const uint64_t*>(pp);
-        if (p < 0 || p >= max_pos) return C_ERROR;   /* a position beyond the tables: refuse, never read past them */
-        load_row(static_cast<const char*>(sn.data) + p * sn.strides[0] * prt_dtype_size(sn.dtype), sn.dtype,
-                 sn.strides[1], half, sv);
-        load_row(static_cast<const char*>(cs.data) + p * cs.strides[0] * prt_dtype_size(cs.dtype), cs.dtype,
-                 cs.strides[1], half, cv);
-        for (int64_t h = 0; h < heads; h++) {
-            const char* xr = L.base[1] + (s * L.st[1][0] + h * L.st[1][1]) * L.esize[1];
-            char* orow = L.base[0] + (s * L.st[0][0] + h * L.st[0][1]) * L.esize[0];
-            load_row(xr, c->inputs[0].dtype, sx, dim, x);
-            for (int64_t i = 0; i < half; i++) {
-                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-                y[a] = x[a] * cv[i] - x[b] * sv[i];
-                y[b] = x[a] * sv[i] + x[b] * cv[i];
-            }
-            store_row(orow, c->out.dtype, so, dim, y);
-        }
-    }
     return C_SUCCESS;
 }
 
@@ -684,9 +648,6 @@ C_Status norm_dispatch(const paddle_rt_op_call* c) {
 C_Status softmax_dispatch(const paddle_rt_op_call* c) {
     return c->dtype == FLOAT64 ? causal_softmax_kernel<double>(c) : causal_softmax_kernel<float>(c);
 }
-C_Status rope_dispatch(const paddle_rt_op_call* c) {
-    return c->dtype == FLOAT64 ? rope_kernel<double>(c) : rope_kernel<float>(c);
-}
 
 }  // namespace
 
@@ -700,7 +661,13 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
     case PADDLE_RT_OP_GEMM: return is_float(dtype) ? gemm_kernel : nullptr;
     case PADDLE_RT_OP_RMS_NORM: case PADDLE_RT_OP_LAYER_NORM: return is_float(dtype) ? norm_dispatch : nullptr;
     case PADDLE_RT_OP_CAUSAL_SOFTMAX: return is_float(dtype) ? softmax_dispatch : nullptr;
-    case PADDLE_RT_OP_ROPE: return is_float(dtype) ? rope_dispatch : nullptr;
+    case PADDLE_RT_OP_ROPE: return is_float(dtype) ? prt_rope_kernel : nullptr;
+    case PADDLE_RT_OP_ADD_RMS_NORM: return is_float(dtype) ? prt_add_rms_norm_kernel : nullptr;
+    case PADDLE_RT_OP_SOFTMAX: return is_float(dtype) ? prt_softmax_kernel : nullptr;
+    case PADDLE_RT_OP_SILU_AND_MUL: return is_float(dtype) ? prt_silu_and_mul_kernel : nullptr;
+    case PADDLE_RT_OP_KV_CACHING: return is_float(dtype) ? prt_kv_caching_kernel : nullptr;
+    case PADDLE_RT_OP_ATTENTION: return is_float(dtype) ? prt_attention_kernel : nullptr;
+    case PADDLE_RT_OP_EMBEDDING: return is_float(dtype) ? prt_embedding_kernel : nullptr;
     case PADDLE_RT_OP_REARRANGE: return prt_dtype_size(dtype) > 0 && prt_dtype_size(dtype) <= 8 ? rearrange_kernel
                                                                                                 : nullptr;
     case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? random_sample_kernel : nullptr;
@@ -719,7 +686,13 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
     case PADDLE_RT_OP_RMS_NORM: return (size_t)(2 * d) * cs;
     case PADDLE_RT_OP_LAYER_NORM: return (size_t)(3 * d) * cs;
     case PADDLE_RT_OP_CAUSAL_SOFTMAX: return (size_t)d * cs;
-    case PADDLE_RT_OP_ROPE: return (size_t)(3 * d) * cs;
+    case PADDLE_RT_OP_ROPE: return prt_rope_workspace(c);
+    case PADDLE_RT_OP_ADD_RMS_NORM: return prt_add_rms_norm_workspace(c);
+    case PADDLE_RT_OP_SOFTMAX: return prt_softmax_workspace(c);
+    case PADDLE_RT_OP_SILU_AND_MUL: return prt_silu_and_mul_workspace(c);
+    case PADDLE_RT_OP_KV_CACHING: return prt_kv_caching_workspace(c);
+    case PADDLE_RT_OP_ATTENTION: return prt_attention_workspace(c);
+    case PADDLE_RT_OP_EMBEDDING: return prt_embedding_workspace(c);
     case PADDLE_RT_OP_RANDOM_SAMPLE: return (size_t)c->inputs[0].shape[0] * (sizeof(double) + sizeof(int64_t));
     default: return 0;
     }

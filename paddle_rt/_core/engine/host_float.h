@@ -1,0 +1,143 @@
+/* Element access for the host kernels of the operator families in their own files (norm_kernels.cpp,
+ * rope_kernels.cpp, attention_kernels.cpp, ...): one element or one strided row of any float dtype widened to the
+ * compute type (float for float32/float16/bfloat16, double for float64) and rounded back to nearest even, plus the
+ * walk over the leading dimensions of a layout. Stateless (inline), so each translation unit may include it. */
+#ifndef PADDLE_RT_ENGINE_HOST_FLOAT_H_
+#define PADDLE_RT_ENGINE_HOST_FLOAT_H_
+
+#include <stdint.h>
+#include <string.h>
+
+#include "paddle_rt/extension.h"
+
+namespace prt_host {
+
+inline float half_bits_to_float(uint16_t h) {
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+
+inline uint16_t float_to_half_bits(float f) {
+    _Float16 x = (_Float16)f;            /* IEEE: round to nearest even */
+    uint16_t h;
+    memcpy(&h, &x, 2);
+    return h;
+}
+
+inline float brain_bits_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+inline uint16_t float_to_brain_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* a NaN stays a quiet NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                   /* nearest even */
+}
+
+/* Element i (in elements, strided) of a float array of dtype dt, as C. */
+template <typename C>
+inline C get(const void* p, int dt, int64_t i) {
+    switch (dt) {
+    case FLOAT32: return (C) static_cast<const float*>(p)[i];
+    case FLOAT64: return (C) static_cast<const double*>(p)[i];
+    case FLOAT16: return (C)half_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    case BFLOAT16: return (C)brain_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return (C)0;
+    }
+}
+
+template <typename C>
+inline void put(void* p, int dt, int64_t i, C v) {
+    switch (dt) {
+    case FLOAT32: static_cast<float*>(p)[i] = (float)v; break;
+    case FLOAT64: static_cast<double*>(p)[i] = (double)v; break;
+    case FLOAT16: static_cast<uint16_t*>(p)[i] = float_to_half_bits((float)v); break;
+    case BFLOAT16: static_cast<uint16_t*>(p)[i] = float_to_brain_bits((float)v); break;
+    default: break;
+    }
+}
+
+/* n elements at stride s (elements) into / out of a C row. */
+template <typename C>
+inline void read_row(const void* p, int dt, int64_t s, int64_t n, C* d) {
+    if (dt == FLOAT32 && s == 1) {
+        const float* q = static_cast<const float*>(p);
+        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) d[i] = get<C>(p, dt, i * s);
+}
+
+template <typename C>
+inline void write_row(void* p, int dt, int64_t s, int64_t n, const C* v) {
+    if (dt == FLOAT32 && s == 1) {
+        float* q = static_cast<float*>(p);
+        for (int64_t i = 0; i < n; i++) q[i] = (float)v[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) put<C>(p, dt, i * s, v[i]);
+}
+
+/* An integer (int32/int64/uint32/uint64) element i of an id or position array. */
+inline int64_t get_index(const void* p, int dt, int64_t i) {
+    switch (dt) {
+    case INT32: return static_cast<const int32_t*>(p)[i];
+    case INT64: return static_cast<const int64_t*>(p)[i];
+    case UINT32: return (int64_t) static_cast<const uint32_t*>(p)[i];
+    case UINT64: return (int64_t) static_cast<const uint64_t*>(p)[i];
+    default: return -1;
+    }
+}
+
+inline int esize(int dt) {
+    switch (dt) {
+    case FLOAT16: case BFLOAT16: return 2;
+    case FLOAT32: case INT32: case UINT32: return 4;
+    case FLOAT64: case INT64: case UINT64: return 8;
+    default: return 1;
+    }
+}
+
+/* The address of element (idx[0], ..., idx[nd-1]) of t. */
+inline char* at(const paddle_rt_tensor& t, const int64_t* idx, int nd) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off += idx[d] * t.strides[d];
+    return static_cast<char*>(t.data) + off * esize(t.dtype);
+}
+
+/* Calls f(idx) for every index of the first nd dimensions of `shape` (row-major order); nothing when one is 0. */
+template <typename F>
+inline void for_each_index(const int64_t* shape, int nd, F&& f) {
+    int64_t idx[PADDLE_RT_OP_MAX_NDIM] = {0};
+    for (int d = 0; d < nd; d++)
+        if (shape[d] == 0) return;
+    for (;;) {
+        f(static_cast<const int64_t*>(idx));
+        int d = nd - 1;
+        for (; d >= 0; d--) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+/* Failure details a host kernel leaves at the start of its workspace (two int64: what, which) for the error the next
+   synchronize raises (op.pyx reads them); every family that can fail at run time reserves kDetailBytes. */
+constexpr size_t kDetailBytes = 16;
+
+inline void set_detail(const paddle_rt_op_call* c, int64_t a, int64_t b) {
+    if (c->workspace && c->workspace_size >= kDetailBytes) {
+        int64_t v[2] = {a, b};
+        memcpy(c->workspace, v, sizeof(v));
+    }
+}
+
+}  // namespace prt_host
+
+#endif /* PADDLE_RT_ENGINE_HOST_FLOAT_H_ */
