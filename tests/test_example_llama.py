@@ -122,7 +122,7 @@ def teacher_forced_agreement(path, prompt, n, dtype):
     cache = model.new_cache(len(prompt) + n)
     ids, got = list(prompt), []
     for t in want:
-        got.append(int(np.asarray(model.forward(ids, cache).numpy(), dtype=np.float32).argmax()))
+        got.append(int(np.asarray(model.forward(model.token_ids(ids), cache).numpy(), dtype=np.float32).argmax()))
         ids = [t]
     return sum(a == b for a, b in zip(got, want)) / n
 
@@ -133,7 +133,8 @@ def test_half_precision_agrees_with_transformers(checkpoints, name, dtype):
     """In bfloat16/float16 both sides round differently (paddle_rt's kernels compute in float32 and round once per
     operator; transformers rounds after each elementwise step), so free-running sequences part at the first
     near-tie. Measured on 9 random checkpoints (3 seeds of these shapes), 48 steps each: the same pick at 97% of
-    the steps in bfloat16 (94-100% per checkpoint) and 99% in float16 (98-100%)."""
+    the steps in bfloat16 (94-98% per checkpoint) and 99% in float16 (98-100%); free-running, the bfloat16
+    sequences of both part from float32's after 1 to 32 tokens alike."""
     prompt = SHAPES[name][1]
     assert teacher_forced_agreement(checkpoints[name], prompt, 48, dtype) >= 0.9
 
@@ -205,7 +206,9 @@ def test_cli_json_profile_memory_plot_and_trace(checkpoints, tmp_path):
     assert out["peak_reserved_bytes"] >= out["peak_allocated_bytes"] >= out["peak_live_bytes"] >= out["weight_bytes"]
     trace = json.loads((work / "trace.json").read_text())
     ops = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
-    assert {"gemm", "rms_norm", "rope", "causal_softmax", "random_sample"} <= ops, ops
+    want = {"embedding", "gemm", "rms_norm", "add_rms_norm", "rope", "attention", "silu_and_mul", "random_sample"}
+    assert want <= ops, ops
+    assert not any(n.startswith("memcpy_d2h") for n in ops), ops        # nothing copied back by the stream
     assert (work / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with gzip.open(work / "allocations.csv.gz", "rt") as f:
         lines = f.read().splitlines()

@@ -10,8 +10,8 @@ Memory decisions:
 - KV cache: preallocated for the whole generation (prompt + max_new_tokens positions), one (layers, kv_heads,
   capacity, head_dim) tensor each for keys and values. The capacity is known before the first step, so a growing
   cache would only add copies (each growth copies the whole cache) and leave freed blocks of every intermediate size
-  behind; preallocated, peak reserved memory stays next to peak live memory and a step writes its keys and values in
-  place. The positions and the rotary tables for the same capacity live with the cache.
+  behind; preallocated, peak reserved memory stays next to peak live memory and the attention operator writes a
+  step's keys and values in place. The positions and the rotary tables for the same capacity live with the cache.
 - Activations: allocated by the operators from the device's stream-ordered pool and freed when dropped; every step
   has the same shapes, so the pool hands the same blocks back on the same stream.
 """
@@ -124,33 +124,32 @@ class LlamaModel:
         return KVCache(self, capacity)
 
     def forward(self, ids, cache):
-        """Run the tokens ``ids`` (host ints) at the next positions of ``cache``; returns the logits of the last
-        one, a (vocab,) tensor (on the device, not yet computed when this returns)."""
+        """Run the tokens ``ids`` (an int64 tensor (seq,) on the device) at the next positions of ``cache``; returns
+        the logits of the last one, a (vocab,) tensor (on the device, not yet computed when this returns)."""
         c = self.config
-        seq, start = len(ids), cache.length
+        seq, start = ids.shape[0], cache.length
         if start + seq > cache.capacity:
             raise ValueError(f"the KV cache holds {cache.capacity} positions; {start} + {seq} do not fit")
-        end = start + seq
         hd, heads, kv_heads = c.head_dim, c.num_attention_heads, c.num_key_value_heads
         q_end, k_end = heads * hd, (heads + kv_heads) * hd
-        pos = cache.pos[start:end]
-        x = L.embedding(self.w["embed"], ids, paddle_rt.empty((seq, c.hidden_size), self.dtype, device=self.device))
+        pos = cache.pos[start:start + seq]
+        x = L.embedding(ids, self.w["embed"])                                        # the residual stream
         h = L.rms_norm(x, self.w["0.in_norm"], c.rms_norm_eps)
         for n in range(c.num_hidden_layers):
             qkv = L.linear(h, self.w[f"{n}.qkv"])                                   # (seq, (heads + 2 kv) * hd)
-            q = paddle_rt.empty((heads, seq, hd), self.dtype, device=self.device)
-            L.rope(qkv[:, :q_end].view(seq, heads, hd), pos, cache.sin, cache.cos, out=q.permute(1, 0, 2))
-            k_layer, v_layer = cache.k[n], cache.v[n]                                # (kv_heads, capacity, hd)
-            L.rope(qkv[:, q_end:k_end].view(seq, kv_heads, hd), pos, cache.sin, cache.cos,
-                   out=k_layer[:, start:end].permute(1, 0, 2))
-            L.store(qkv[:, k_end:].view(seq, kv_heads, hd), out=v_layer[:, start:end].permute(1, 0, 2))
-            a = L.attention(q, k_layer[:, :end], v_layer[:, :end], c.n_rep)          # (seq, heads * hd)
+            q = L.rope(qkv[:, :q_end].view(seq, heads, hd), pos, cache.sin, cache.cos)
+            k = L.rope(qkv[:, q_end:k_end].view(seq, kv_heads, hd), pos, cache.sin, cache.cos)
+            a = L.attention(q, k, qkv[:, k_end:].view(seq, kv_heads, hd), cache.k[n], cache.v[n], start)
             h = L.add_rms_norm(x, L.linear(a, self.w[f"{n}.o"]), self.w[f"{n}.post_norm"], c.rms_norm_eps)
-            act = L.silu_and_mul(L.linear(h, self.w[f"{n}.gate_up"]), c.intermediate_size)
+            act = L.silu_and_mul(L.linear(h, self.w[f"{n}.gate_up"]))
             nxt = self.w[f"{n + 1}.in_norm"] if n + 1 < c.num_hidden_layers else self.w["norm"]
             h = L.add_rms_norm(x, L.linear(act, self.w[f"{n}.down"]), nxt, c.rms_norm_eps)
-        cache.length = end
+        cache.length = start + seq
         return L.linear(h[seq - 1:seq], self.w["lm_head"])[0]
+
+    def token_ids(self, ids):
+        """Host token ids as the (seq,) int64 device tensor forward() takes."""
+        return paddle_rt.tensor(np.asarray(ids, dtype=np.int64).reshape(-1), device=self.device)
 
 
 class Sampling:
@@ -170,28 +169,39 @@ class Sampling:
 
 def generate(model, prompt, max_new_tokens, sampling=None, eos_token_ids=(), on_token=None):
     """Generate up to ``max_new_tokens`` after the host list ``prompt`` (stops after a token of ``eos_token_ids``).
-    Returns (new tokens, timings {"prefill_s": prompt to first token, "decode_s": the other tokens, "decode_tokens":
-    their number}). The only copy to the host per step is the sampled id (8 bytes)."""
+    Returns (new tokens, {"prefill_s": prompt to first token, "decode_s": the other tokens, "decode_tokens": their
+    number, "cache_bytes"}).
+
+    A sampled id stays on the device: the next step's embedding reads it there, so step t + 1 is enqueued before the
+    host reads token t (the one copy to the host per step, 8 bytes), and the host's Python work for a step overlaps
+    the device's work on the previous one. Two id buffers alternate: step s writes buffer s % 2, which the host has
+    read before it enqueues step s. After an eos token the one step enqueued beyond it is discarded."""
     sampling = sampling or Sampling()
     cache = model.new_cache(len(prompt) + max_new_tokens)
-    out = paddle_rt.empty((), "int64", device=model.device)
-    tokens = []
+    ids = [paddle_rt.empty((1,), "int64", device=model.device) for _ in range(2)]
     eos = set(eos_token_ids)
 
-    def step(ids):
-        L.sample(model.forward(ids, cache), out, sampling.random_val(), sampling.temperature, sampling.top_k,
-                 sampling.top_p)
-        return int(out.numpy())
+    def enqueue(s, inputs):
+        L.sample(model.forward(inputs, cache), ids[s % 2][0], sampling.random_val(), sampling.temperature,
+                 sampling.top_k, sampling.top_p)
+
+    def read(s):
+        t = int(ids[s % 2].numpy()[0])
+        if on_token:
+            on_token(t)
+        return t
 
     t0 = time.perf_counter()
-    tokens.append(step(list(prompt)))
+    enqueue(0, model.token_ids(prompt))
+    tokens = [read(0)]
     t1 = time.perf_counter()
-    if on_token:
-        on_token(tokens[-1])
+    steps = 1
     while len(tokens) < max_new_tokens and tokens[-1] not in eos:
-        tokens.append(step([tokens[-1]]))
-        if on_token:
-            on_token(tokens[-1])
+        while steps < max_new_tokens and steps <= len(tokens) + 1:
+            enqueue(steps, ids[(steps - 1) % 2])
+            steps += 1
+        tokens.append(read(len(tokens)))
     t2 = time.perf_counter()
+    model.device.synchronize()
     return tokens, {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_tokens": len(tokens) - 1,
                     "cache_bytes": cache.nbytes}

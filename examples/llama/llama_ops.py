@@ -2,21 +2,16 @@
 ``paddle_rt.ops`` itself). Each function enqueues work on the current stream of the operands' device and returns
 at once; nothing here reads device memory from the host.
 
-Layouts (all row-major unless a view says otherwise):
-  hidden states (seq, hidden); a projection's weight W (out, in) as stored by Hugging Face, used through its
-  transposed view; q head-major (heads, seq, head_dim); the KV cache of a layer (kv_heads, capacity, head_dim).
+Layouts (row-major unless a view says otherwise): token ids (seq,) int64 on the device; hidden states
+(seq, hidden); a projection's weight W (out, in) as Hugging Face stores it, used through its transposed view; the KV
+cache of a layer (kv_heads, capacity, head_dim).
 """
-import math
-
 from paddle_rt import ops
 
 
-def embedding(table, ids, out):
-    """out[i] = table[ids[i]] for the host list ``ids`` (each row a device-side copy of a view of the table: the ids
-    are known on the host, nothing is read back)."""
-    for i, t in enumerate(ids):
-        ops.rearrange(table[t], out=out[i])
-    return out
+def embedding(ids, table):
+    """table[ids] for ids (seq,) on the device -> (seq, hidden)."""
+    return ops.embedding(ids, table)
 
 
 def rms_norm(x, weight, eps):
@@ -24,9 +19,9 @@ def rms_norm(x, weight, eps):
 
 
 def add_rms_norm(residual, x, weight, eps):
-    """residual += x (in place); returns rms_norm(residual) * weight."""
-    ops.add(residual, x, out=residual)
-    return ops.rms_norm(residual, weight, eps)
+    """residual += x (in place); returns rms_norm(residual) * weight, normalised from the unrounded sum."""
+    y, _ = ops.add_rms_norm(residual, x, weight, eps, residual_out=residual)
+    return y
 
 
 def linear(x, weight):
@@ -34,37 +29,24 @@ def linear(x, weight):
     return ops.gemm(x, weight.T)
 
 
-def rope(x, pos_ids, sin, cos, out):
-    """Rotary embedding of x (seq, heads, head_dim) at pos_ids, written into ``out`` (any layout of that shape: a
-    head-major buffer or the KV cache). Hugging Face's Llama rotates (i, i + head_dim/2): the GPT-NeoX pairing."""
-    return ops.rope(x, pos_ids, sin, cos, algo="gpt_neox", out=out)
+def rope(x, pos_ids, sin, cos):
+    """Rotary embedding of x (seq, heads, head_dim) at pos_ids -> a new (seq, heads, head_dim) tensor. Hugging
+    Face's Llama rotates (i, i + head_dim/2) (rotate_half): the GPT-NeoX pairing."""
+    return ops.rope(x, pos_ids, sin, cos, algo="gpt_neox")
 
 
-def store(x, out):
-    """Copy x into ``out``'s layout (the values into the KV cache)."""
-    return ops.rearrange(x, out=out)
+def attention(q, k, v, k_cache, v_cache, pos):
+    """Stores k, v (seq, kv_heads, head_dim) in the caches at [pos, pos + seq), then causal grouped-query attention
+    of q (seq, heads, head_dim) over the first pos + seq cached positions (query head h reads KV head
+    h // (heads / kv_heads)), in float32 inside the kernel. Returns (seq, heads * head_dim)."""
+    seq, heads, hd = q.shape
+    out = ops.attention(q.permute(1, 0, 2), k.permute(1, 0, 2), v.permute(1, 0, 2), k_cache, v_cache, pos)
+    return out.view(seq, heads * hd)
 
 
-def attention(q, k, v, n_rep):
-    """Causal grouped-query attention of q (heads, seq, head_dim) over k, v (kv_heads, total, head_dim), the last
-    ``seq`` of the ``total`` positions being q's. Query head h reads key/value head h // n_rep, so the query heads
-    of one KV head are a contiguous (n_rep * seq, head_dim) block of q: one batched gemm per product. Returns the
-    output as (seq, heads * head_dim)."""
-    heads, seq, hd = q.shape
-    kv_heads, total = k.shape[0], k.shape[1]
-    qg = q.view(kv_heads, n_rep * seq, hd)
-    scores = ops.gemm(qg, k.transpose(1, 2), alpha=1.0 / math.sqrt(hd))      # (kv_heads, n_rep * seq, total)
-    s3 = scores.view(heads, seq, total)
-    ops.causal_softmax(s3, out=s3)
-    o = ops.gemm(scores, v)                                                  # (kv_heads, n_rep * seq, hd)
-    if seq == 1:
-        return o.view(1, heads * hd)
-    return ops.rearrange(o.view(heads, seq, hd).permute(1, 0, 2)).view(seq, heads * hd)
-
-
-def silu_and_mul(gate_up, inter):
-    """silu(gate) * up for gate_up (seq, 2 * inter) holding [gate | up]; swiglu(a, b) is a * b * sigmoid(b)."""
-    return ops.swiglu(gate_up[:, inter:], gate_up[:, :inter])
+def silu_and_mul(gate_up):
+    """silu(gate) * up for gate_up (seq, 2 * intermediate) holding [gate | up]."""
+    return ops.silu_and_mul(gate_up)
 
 
 def sample(logits, out, random_val, temperature, top_k, top_p):
