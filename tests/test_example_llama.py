@@ -347,3 +347,16 @@ def test_cli_error_from_the_command_line(tmp_path):
     res = run_cli(["--model", "nowhere", "--prompt-ids", "1", "--max-new-tokens", "2"], cwd=tmp_path)
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == "generate.py: error: nowhere: no such checkpoint folder\n"
+
+
+def test_bench_llm_area_rows(monkeypatch):
+    """``bench --only llm`` on a tiny configuration: the four figures per model size, with their targets, and the
+    greedy tokens of both sides equal (the area says so in a note). Speed itself is not asserted."""
+    from paddle_rt.bench import llm
+    monkeypatch.setattr(llm, "CONFIGS", {"tiny": dict(SHAPES["gqa_tied"][0], max_position_embeddings=256)})
+    monkeypatch.setattr(llm, "PROMPT_LEN", 8)
+    rows = llm.measure(quick=True, reps=1, sizes=("tiny",))
+    assert [r["unit"] for r in rows] == ["tok/s", "x", "ms", "x"]
+    assert all(r["area"] == "llm" and r["value"] > 0 for r in rows)
+    assert rows[1]["target"] == ">= 1x" and rows[3]["target"] == "<= 1.1x"
+    assert "greedy tokens equal" in rows[1]["note"]

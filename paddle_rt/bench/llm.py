@@ -65,8 +65,8 @@ def _imports():
 
 
 def build_checkpoint(transformers, torch, path, fields, seed=0):
-    config = transformers.LlamaConfig(max_position_embeddings=2048, bos_token_id=None, eos_token_id=None,
-                                      pad_token_id=None, **fields)
+    fields = dict({"max_position_embeddings": 2048}, **fields)
+    config = transformers.LlamaConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields)
     torch.manual_seed(seed)
     transformers.LlamaForCausalLM(config).save_pretrained(path)
     return path
