@@ -1,7 +1,7 @@
 """LLM generation benchmark: a thin wrapper over paddle_rt.bench.llm (the same code ``python -m paddle_rt bench
 --only llm`` runs; see that module for what is measured).
 
-  python bench/bench_llm.py [--quick] [--reps N] [--sizes 15M,100M] [--json]
+  python bench/bench_llm.py [--quick] [--reps N] [--sizes 15M,100M] [--threads N] [--json]
 """
 import argparse
 import json
@@ -23,9 +23,11 @@ def main():
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5, quick 2)")
     ap.add_argument("--sizes", default=None, help="comma-separated model sizes (default: all of " +
                     ", ".join(llm_bench.CONFIGS) + ")")
+    ap.add_argument("--threads", type=int, default=None, help="threads of both sides (default: the CPUs available)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rows = llm_bench.measure(args.quick, reps=args.reps, sizes=args.sizes.split(",") if args.sizes else None)
+    rows = llm_bench.measure(args.quick, reps=args.reps, sizes=args.sizes.split(",") if args.sizes else None,
+                           threads=args.threads)
     if args.json:
         print(json.dumps(rows, indent=1))
     else:

@@ -8,8 +8,9 @@ For each model size (~15M parameters: llama2.c's stories15M shape, 6 layers, d28
 ``quick``: the 15M model only, 16 new tokens, 2 repetitions (else both, 48 new tokens, 5 repetitions).
 
 1. decode tokens/s (the new tokens after the first, divided by the time from the first to the last) of both, in the
-   same process with the same thread count (torch.set_num_threads = the CPUs this process may use = the host
-   kernels' and OpenBLAS's default), the two runs alternating, medians (target: >= 1.0x transformers);
+   same process with the same thread count (``threads``, default: the CPUs this process may use; set for torch,
+   for the BLAS and OpenMP libraries through threadpoolctl, and for paddle_rt's host kernels when they have a
+   thread pool), the two runs alternating, medians (target: >= 1.0x transformers);
 2. prefill: time from the call to the first new token (both include their cache set-up);
 3. peak reserved memory against peak live memory (the bytes of live tensors, the pool's used high-water mark) over
    a whole run from an empty cache: model load, prefill and decode, default allocator configuration
@@ -127,8 +128,13 @@ def _first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
-def measure(quick=False, reps=None, sizes=None):
+def measure(quick=False, reps=None, sizes=None, threads=None):
     torch, transformers, llama_checkpoint, llama_model = _imports()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError as exc:
+        raise AreaSkipped(f"needs threadpoolctl to give both sides one thread count: pip install "
+                          f"'paddle_rt[examples]' ({exc})")
     try:
         device = paddle_rt.get_device()
     except paddle_rt.PaddleRTError as e:
@@ -136,12 +142,14 @@ def measure(quick=False, reps=None, sizes=None):
     reps = reps or (2 if quick else 5)
     n = 16 if quick else 48
     sizes = sizes or (("15M",) if quick else tuple(CONFIGS))
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads_before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    set_host_threads = getattr(paddle_rt.op, "set_num_threads", None)
+    set_host_threads = getattr(paddle_rt.op, "set_num_threads", None)     # paddle_rt's host kernel pool, if any
     host_before = set_host_threads(threads) if set_host_threads else None
     rows = []
+    limits = threadpool_limits(threads)       # numpy's OpenBLAS (paddle_rt's gemm), MKL and OpenMP (torch)
     try:
         with tempfile.TemporaryDirectory(prefix="paddle_rt_bench_llm_") as tmp:
             for name, fields in CONFIGS.items():
@@ -151,6 +159,7 @@ def measure(quick=False, reps=None, sizes=None):
                 rows.extend(_measure_one(name, folder, n, reps, threads, device, torch, transformers,
                                          llama_checkpoint, llama_model))
     finally:
+        limits.restore_original_limits()
         torch.set_num_threads(threads_before)
         if host_before is not None:
             set_host_threads(host_before)
