@@ -373,6 +373,8 @@ cdef class RandomSampleDescriptor(OpDescriptor):
         for i in range(8):
             attrs[i] = 0
         _sample_attrs(str(self.handle.device), attrs, random_val, topp, topk, temperature)
+        if not isinstance(out, Tensor) or not isinstance(logits, Tensor):
+            out, (logits,) = self._operands(out, (logits,), s)
         self.launch(out, (logits,), workspace, s, attrs)
         return out
 
