@@ -125,14 +125,15 @@ _BINARY_REF = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                "swiglu": lambda a, b: a * b / (1.0 + np.exp(-b))}
 
 
-def _binary_params():
+def named_params(table):
+    """params() of every operator of a {name: (rows, dtypes, tolerances)} table, with the name first."""
     out = []
-    for name, (rows, dtypes, _) in BINARY.items():
+    for name, (rows, dtypes, _) in table.items():
         out += [pytest.param(name, *p.values, id=p.id, marks=p.marks) for p in params(name, rows, dtypes)]
     return out
 
 
-@pytest.mark.parametrize("name,row,dtype", _binary_params())
+@pytest.mark.parametrize("name,row,dtype", named_params(BINARY))
 def test_binary(name, row, dtype, rng):
     shape, sa, sb, sc, inplace = row
     a, av = make(shape, sa, dtype, rng)
@@ -183,14 +184,7 @@ def _gelu(x):
 _UNARY_REF = {"relu": lambda x: np.maximum(x, 0.0), "gelu": _gelu, "silu": ref.silu}
 
 
-def _unary_params():
-    out = []
-    for name, (rows, dtypes, _) in UNARY.items():
-        out += [pytest.param(name, *p.values, id=p.id, marks=p.marks) for p in params(name, rows, dtypes)]
-    return out
-
-
-@pytest.mark.parametrize("name,row,dtype", _unary_params())
+@pytest.mark.parametrize("name,row,dtype", named_params(UNARY))
 def test_unary(name, row, dtype, rng):
     shape, si, so, inplace = row
     x, xv = make(shape, si, dtype, rng, scale=2.0 if name == "relu" else None)

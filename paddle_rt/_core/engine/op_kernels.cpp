@@ -5,6 +5,7 @@
  * per block. Linked into the op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/op_kernels.h"
 #include "engine/op_families.h"
+#include "engine/host_float.h"
 
 #include <limits.h>
 #include <math.h>
@@ -34,34 +35,11 @@ std::atomic<void*> g_sgemm{nullptr};
 std::atomic<void*> g_dgemm{nullptr};
 std::atomic<int> g_ilp64{0};
 
-/* ---- conversions ------------------------------------------------------------------------------------------------ */
-inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN stays a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                              /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-inline float f16_to_f32(uint16_t h) {
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-
-inline uint16_t f32_to_f16(float f) {
-    _Float16 x = (_Float16)f;   /* IEEE conversion: round to nearest even */
-    uint16_t h;
-    memcpy(&h, &x, 2);
-    return h;
-}
+/* ---- conversions (engine/host_float.h) --------------------------------------------------------------------------- */
+using prt_host::bf16_to_f32;
+using prt_host::f32_to_bf16;
+using prt_host::f16_to_f32;
+using prt_host::f32_to_f16;
 
 #if defined(__x86_64__)
 const bool g_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
