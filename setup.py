@@ -49,7 +49,7 @@ ENGINE_SOURCES = {
     "paddle_rt._core.op": [os.path.join(SRC, "paddle_rt", "_core", "engine", f)
                            for f in ("op_kernels.cpp", "norm_kernels.cpp", "softmax_kernels.cpp",
                                      "activation_kernels.cpp", "rope_kernels.cpp", "attention_kernels.cpp",
-                                     "embedding_kernels.cpp")],
+                                     "embedding_kernels.cpp", "sampling_kernels.cpp")],
 }
 # The operator layer's host kernels are loops the compiler should vectorise (-O3); the rest keeps -O2.
 ENGINE_EXTRA_FLAGS = {"paddle_rt._core.op": ["-O3"] if not DEBUG else []}

@@ -293,3 +293,65 @@ def test_random_sample_topp_zero_is_argmax(rng):
     x = rand((50,), "float32", rng)
     for rv in (0.0, 0.5, 0.99):
         assert int(ops.random_sample(T(x), random_val=rv, topp=0.0, topk=10).numpy()) == int(np.argmax(x))
+
+
+def _sentinel(shape):
+    return T(np.full(shape, 7.0, np.float32))
+
+
+def _bad_calls():
+    """(name, outputs, call, match): a refused call on the ops layer and the outputs it must leave as they were."""
+    kc = _sentinel((1, 2, 4, 3))
+    k = T(np.ones((1, 2, 1, 3), np.float32))
+    past = T(np.zeros(1, np.int64))
+    y2 = _sentinel((2, 4))
+    x2 = T(np.ones((2, 4), np.float32))
+    w4 = T(np.ones(4, np.float32))
+    bcast = T(np.full(4, 7.0, np.float32)).expand(2, 4)
+    cache = _sentinel((2, 8, 4))
+    q = T(np.ones((2, 1, 4), np.float32))
+    kv = T(np.ones((2, 1, 4), np.float32))
+    emb_out = _sentinel((3, 2))
+    return [
+        ("kv_caching", [kc], lambda: ops.kv_caching(kc, kc, k, k, past),
+         r"kv_caching: out overlaps input 0; this operator's outputs may not share memory"),
+        ("kv_caching", [kc], lambda: ops.kv_caching(kc, T(np.zeros((1, 2, 5, 3), np.float32)), k, k, past),
+         r"kv_caching: v_cache has shape \(1, 2, 5, 3\), out \(1, 2, 4, 3\): they must match"),
+        ("add_rms_norm", [y2], lambda: ops.add_rms_norm(x2, x2, w4, out=y2, residual_out=bcast),
+         r"add_rms_norm: residual_out has stride 0 in dimension 0"),
+        ("add_rms_norm", [y2], lambda: ops.add_rms_norm(x2, x2, w4, out=y2, residual_out=y2),
+         r"add_rms_norm: out overlaps input 0; this operator's outputs may not share memory"),
+        ("softmax", [y2], lambda: ops.softmax(x2, axis=1.0, out=y2), r"softmax: axis must be an int"),
+        ("softmax", [y2], lambda: ops.softmax(x2, axis=-3, out=y2), r"softmax: axis -3 is not an axis"),
+        ("attention", [cache], lambda: ops.attention(q, kv, kv, cache, cache, 0),
+         r"attention: input 3 \(an output too\) overlaps input 4"),
+        ("attention", [cache], lambda: ops.attention(q, kv, kv, cache, T(np.zeros((2, 8, 4), np.float32)), True),
+         r"attention: pos must be an int >= 0"),
+        ("attention", [cache], lambda: ops.attention(q, kv, kv, cache, T(np.zeros((2, 8, 4), np.float32)), 8),
+         r"attention: k_cache has shape \(2, 8, 4\); it must be \(2, >= pos \+ seq = 9, 4\)"),
+        ("embedding", [emb_out], lambda: ops.embedding(T(np.zeros(3, np.int64)), T(np.ones((4, 2), np.float32)),
+                                                       out=emb_out.as_strided((3, 2), (1, 1))),
+         r"embedding: out overlaps itself"),
+        ("layer_norm", [y2], lambda: ops.layer_norm(x2, w4, T(np.ones(3, np.float32)), out=y2),
+         r"layer_norm: bias has shape \(3,\); it must be \(4,\)"),
+        ("silu_and_mul", [y2], lambda: ops.silu_and_mul(T(np.ones((2, 7), np.float32)), out=y2),
+         r"silu_and_mul: x has shape \(2, 7\), out \(2, 4\)"),
+        ("rope", [y2], lambda: ops.rope(T(np.ones((1, 2, 1, 4), np.float32)), T(np.zeros(2, np.float32)),
+                                        T(np.ones((3, 2), np.float32)), T(np.ones((3, 2), np.float32))),
+         r"rope: pos_ids has shape \(2,\), dtype float32"),
+    ]
+
+
+@pytest.mark.parametrize("i", range(13))
+def test_refused_op_calls_name_the_rule_and_write_nothing(i):
+    name, outs, call, match = _bad_calls()[i]
+    before = [o.numpy().copy() for o in outs]
+    with pytest.raises(paddle_rt.InvalidArgument, match=f"operator {match}"):
+        call()
+    paddle_rt.synchronize()
+    for o, b in zip(outs, before):
+        np.testing.assert_array_equal(o.numpy(), b)
+
+
+def test_bad_call_table_size():
+    assert len(_bad_calls()) == 13

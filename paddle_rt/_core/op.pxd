@@ -49,6 +49,9 @@ cdef class OpDescriptor:
     cdef int _pick_kernel(self, Device dev, int op, int32_t dtype) except -1
     cdef int _check_operand(self, object t, TensorDesc want, int index, Device dev) except -1   # index -1: out
     cdef int _check_written(self, tuple ins, Device dev) except -1
+    # InfiniOP's calling shape: operands given as Allocations or raw device pointers (ints) become tensors laid out
+    # as the descriptor's TensorDescs (Allocations bounds-checked and record_stream'd on `s`). Returns (out, ins).
+    cdef tuple _operands(self, object out, tuple ins, Stream s)
     cdef uintptr_t _user_workspace(self, object workspace, Device dev, Stream s) except? 0
 
 

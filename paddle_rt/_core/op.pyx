@@ -13,7 +13,7 @@ from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.stream cimport Stream, StreamCtx, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, pool_free, default_pool_of, AsyncAllocation
 from paddle_rt._core.allocation cimport Allocation
-from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of
+from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of, tensor_at
 from paddle_rt._core.trace cimport trace_mask, trace_label_op
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
 from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind
@@ -585,8 +585,63 @@ cdef class OpDescriptor:
                                          f"descriptor needs workspace_size = {self.workspace_size}")
         return ptr
 
+    cdef tuple _operands(self, object out, tuple ins, Stream s):
+        cdef Device dev = self.handle.device
+        cdef TensorDesc want
+        cdef int64_t lo, hi, es
+        cdef int i, j
+        if len(ins) != self.call.n_inputs:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name} takes {self.call.n_inputs} inputs after out, "
+                                         f"not {len(ins)}")
+        res = []
+        for i, x in enumerate((out,) + ins):
+            if isinstance(x, Tensor):
+                res.append(x)
+                continue
+            want = self.out_desc if i == 0 else <TensorDesc>self.in_descs[i - 1]
+            what = "out" if i == 0 else f"input {i - 1}"
+            if isinstance(x, Allocation):
+                if (<Allocation>x).device is not dev:
+                    raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} is an allocation on "
+                                                 f"{(<Allocation>x).device}")
+                es = prt_dtype_size(want.dtype_code)
+                lo = hi = 0
+                for j in range(want.ndim_):
+                    if want.shape_[j] == 0:
+                        lo = hi = -1
+                        break
+                    if want.strides_[j] < 0:
+                        lo += (want.shape_[j] - 1) * want.strides_[j]
+                    else:
+                        hi += (want.shape_[j] - 1) * want.strides_[j]
+                if lo < 0 or (hi >= 0 and (hi + 1) * es > <int64_t>(<Allocation>x).size):
+                    raise errors.InvalidArgument(
+                        f"{dev}: operator {self.name}: {what} laid out as shape {want.shape}, strides {want.strides}, "
+                        f"{want.dtype} spans {(hi + 1) * es} bytes from its start; the allocation has "
+                        f"{(<Allocation>x).size}")
+                if not (<Allocation>x)._own_stream(s):
+                    x.record_stream(s)
+                res.append(tensor_at(dev, want, (<Allocation>x).ptr))
+            elif isinstance(x, int) and not isinstance(x, bool):
+                if x <= 0:
+                    raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} is the address {x}")
+                res.append(tensor_at(dev, want, <uintptr_t>x))   # unchecked: a raw pointer carries no bounds
+            else:
+                raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} must be a paddle_rt Tensor, an "
+                                             f"Allocation or a device address (int), not {type(x).__name__}")
+        return res[0], tuple(res[1:])
+
     def __call__(self, out, *inputs, workspace=None, stream=None):
+        """``desc(out, *inputs, workspace=None, stream=None)``: operands are Tensors, or (InfiniOP's calling shape)
+        Allocations or raw device addresses (ints) laid out as the descriptor's TensorDescs. An Allocation is checked
+        to hold the layout; a raw address cannot be checked (the caller vouches for it), and its memory is not
+        tracked: synchronize the stream before reading it."""
         cdef Stream s = op_stream(self.handle.device, stream)
+        cdef bint raw = not isinstance(out, Tensor)
+        for x in inputs:
+            raw = raw or not isinstance(x, Tensor)
+        if raw:
+            out, inputs = self._operands(out, inputs, s)
         self.launch(out, inputs, workspace, s, NULL)
         return out
 

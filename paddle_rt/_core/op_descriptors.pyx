@@ -356,10 +356,11 @@ cdef int _sample_attrs(str dev, double* a, random_val, topp, topk, temperature) 
 cdef class RandomSampleDescriptor(OpDescriptor):
     """``RandomSampleDescriptor(handle, out, logits)``: out (shape (), int32 or int64) receives an index sampled from
     logits (vocab,). The sampling parameters come with each call, as in InfiniOP:
-    ``desc(out, logits, random_val=..., topp=1.0, topk=0, temperature=1.0)``. Rule: p_j = exp((l_j - max) / T);
-    indices by p descending (ties: lower index first); the first topk kept (0: all); of those the shortest prefix
-    holding topp of their mass; the first index whose running mass exceeds random_val times the prefix's mass.
-    temperature 0 or topk 1: the first index of the largest logit."""
+    ``desc(out, logits, random_val=..., topp=1.0, topk=0, temperature=1.0)``. InfiniCore's rule: greedy (the first
+    index of the largest logit) when topp == 0, topk == 1 or temperature == 0; otherwise indices by logit descending
+    (ties: lower index first), p = softmax((l - max) / temperature) over the whole vocabulary, cum = running sums in
+    that order, threshold = min(cum[min(topk, vocab) - 1], topp) * random_val, and the first index whose cum reaches
+    the threshold. topk 0 means the whole vocabulary (paddle_rt's extension; InfiniCore reads topk <= 1 as greedy)."""
     def __init__(self, Handle handle, out, logits):
         cdef _Rules r = _Rules(handle, "random_sample")
         cdef TensorDesc od = r.desc(out, "out"), ld = r.desc(logits, "logits")
@@ -375,6 +376,8 @@ cdef class RandomSampleDescriptor(OpDescriptor):
         for i in range(8):
             attrs[i] = 0
         _sample_attrs(str(self.handle.device), attrs, random_val, topp, topk, temperature)
+        if not isinstance(out, Tensor) or not isinstance(logits, Tensor):
+            out, (logits,) = self._operands(out, (logits,), s)
         self.launch(out, (logits,), workspace, s, attrs)
         return out
 

@@ -347,8 +347,9 @@ def softmax(x, axis=-1, out=None, stream=None):
     cdef Device dev = tx.storage.device
     cdef Stream s = op_stream(dev, stream)
     cdef Tensor y = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, "softmax")
-    if isinstance(axis, bool) or not isinstance(axis, int):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise errors.InvalidArgument(f"{dev}: operator softmax: axis must be an int, not {axis!r}")
+    axis = int(axis)
     cdef double attrs[1]
     attrs[0] = axis
     _cached(PADDLE_RT_OP_SOFTMAX, SoftmaxDescriptor, dev, (y, tx), (axis,), attrs, 1).launch(y, (tx,), None, s,
@@ -396,8 +397,9 @@ def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None):
                                      f"dim)")
     cdef Tensor y = _out(out, dev, s, (tq.shape[1], tq.shape[0], tq.shape[2]) if out is None else (), tq.dtype_code,
                          "attention")
-    if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
+    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or pos < 0:
         raise errors.InvalidArgument(f"{dev}: operator attention: pos must be an int >= 0, not {pos!r}")
+    pos = int(pos)
     cdef double attrs[1]
     attrs[0] = pos
     _cached(PADDLE_RT_OP_ATTENTION, AttentionDescriptor, dev, (y,) + ts, (pos,), attrs, 1).launch(y, ts, None, s,

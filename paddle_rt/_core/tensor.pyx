@@ -266,6 +266,16 @@ cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int
     return t
 
 
+cdef Tensor tensor_at(Device dev, TensorDesc layout, uintptr_t ptr):
+    cdef Tensor t = Tensor.__new__(Tensor)
+    cdef _Storage st = _Storage.__new__(_Storage)
+    st.device = dev
+    _set_layout(t, layout.ndim_, layout.shape_, layout.strides_, layout.dtype_code)
+    t.storage = st
+    t.data = ptr
+    return t
+
+
 cdef Tensor _view(Tensor base, int ndim, const int64_t* shape, const int64_t* strides, uintptr_t data):
     cdef Tensor t = Tensor.__new__(Tensor)
     _set_layout(t, ndim, shape, strides, base.dtype_code)

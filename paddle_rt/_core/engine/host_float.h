@@ -12,27 +12,27 @@
 
 namespace prt_host {
 
-inline float half_bits_to_float(uint16_t h) {
+inline float f16_to_f32(uint16_t h) {
     _Float16 x;
     memcpy(&x, &h, 2);
     return (float)x;
 }
 
-inline uint16_t float_to_half_bits(float f) {
+inline uint16_t f32_to_f16(float f) {
     _Float16 x = (_Float16)f;            /* IEEE: round to nearest even */
     uint16_t h;
     memcpy(&h, &x, 2);
     return h;
 }
 
-inline float brain_bits_to_float(uint16_t h) {
+inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-inline uint16_t float_to_brain_bits(float f) {
+inline uint16_t f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* a NaN stays a quiet NaN */
@@ -45,8 +45,8 @@ inline C get(const void* p, int dt, int64_t i) {
     switch (dt) {
     case FLOAT32: return (C) static_cast<const float*>(p)[i];
     case FLOAT64: return (C) static_cast<const double*>(p)[i];
-    case FLOAT16: return (C)half_bits_to_float(static_cast<const uint16_t*>(p)[i]);
-    case BFLOAT16: return (C)brain_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    case FLOAT16: return (C)f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case BFLOAT16: return (C)bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
     default: return (C)0;
     }
 }
@@ -56,8 +56,8 @@ inline void put(void* p, int dt, int64_t i, C v) {
     switch (dt) {
     case FLOAT32: static_cast<float*>(p)[i] = (float)v; break;
     case FLOAT64: static_cast<double*>(p)[i] = (double)v; break;
-    case FLOAT16: static_cast<uint16_t*>(p)[i] = float_to_half_bits((float)v); break;
-    case BFLOAT16: static_cast<uint16_t*>(p)[i] = float_to_brain_bits((float)v); break;
+    case FLOAT16: static_cast<uint16_t*>(p)[i] = f32_to_f16((float)v); break;
+    case BFLOAT16: static_cast<uint16_t*>(p)[i] = f32_to_bf16((float)v); break;
     default: break;
     }
 }

@@ -5,6 +5,7 @@
  * per block. Linked into the op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/op_kernels.h"
 #include "engine/op_families.h"
+#include "engine/host_float.h"
 
 #include <limits.h>
 #include <math.h>
@@ -34,34 +35,11 @@ std::atomic<void*> g_sgemm{nullptr};
 std::atomic<void*> g_dgemm{nullptr};
 std::atomic<int> g_ilp64{0};
 
-/* ---- conversions ------------------------------------------------------------------------------------------------ */
-inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN stays a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                              /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-inline float f16_to_f32(uint16_t h) {
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-
-inline uint16_t f32_to_f16(float f) {
-    _Float16 x = (_Float16)f;   /* IEEE conversion: round to nearest even */
-    uint16_t h;
-    memcpy(&h, &x, 2);
-    return h;
-}
+/* ---- conversions (engine/host_float.h) --------------------------------------------------------------------------- */
+using prt_host::bf16_to_f32;
+using prt_host::f32_to_bf16;
+using prt_host::f16_to_f32;
+using prt_host::f32_to_f16;
 
 #if defined(__x86_64__)
 const bool g_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
@@ -582,65 +560,6 @@ C_Status gemm_kernel(const paddle_rt_op_call* c) {
     return c->dtype == FLOAT64 ? gemm_kernel_t<double>(c) : gemm_kernel_t<float>(c);
 }
 
-/* ---- random_sample ------------------------------------------------------------------------------------------------
-   p_j = exp((l_j - max l) / T); indices ordered by p, descending (ties: lower index first); the first top-k kept
-   (0: all); of those the shortest prefix whose probability mass reaches top-p times theirs; then the first index
-   whose running mass exceeds random * (the prefix's mass). T == 0 or top-k == 1: the first index of the largest
-   logit. */
-C_Status random_sample_kernel(const paddle_rt_op_call* c) {
-    const paddle_rt_tensor& lg = c->inputs[0];
-    const int64_t v = lg.shape[0];
-    const double rnd = c->attrs[0], topp = c->attrs[1], temp = c->attrs[3];
-    const int64_t topk = (int64_t)c->attrs[2];
-    double* p = static_cast<double*>(c->workspace);
-    int64_t* idx = reinterpret_cast<int64_t*>(p + v);
-    const int es = prt_dtype_size(lg.dtype);
-    for (int64_t j0 = 0; j0 < v; j0 += kBlock) {
-        float buf[kBlock];
-        const int64_t m = std::min<int64_t>(kBlock, v - j0);
-        if (lg.dtype == FLOAT64) load_row(static_cast<const char*>(lg.data) + j0 * lg.strides[0] * es, FLOAT64,
-                                          lg.strides[0], m, p + j0);
-        else {
-            load_row(static_cast<const char*>(lg.data) + j0 * lg.strides[0] * es, lg.dtype, lg.strides[0], m, buf);
-            for (int64_t j = 0; j < m; j++) p[j0 + j] = buf[j];
-        }
-    }
-    for (int64_t j = 0; j < v; j++) if (p[j] != p[j]) p[j] = -INFINITY;   /* NaN never wins nor breaks the sort */
-    int64_t best = 0;
-    for (int64_t j = 1; j < v; j++) if (p[j] > p[best]) best = j;
-    int64_t pick = best;
-    if (temp > 0 && topk != 1 && std::isfinite(p[best])) {
-        const double mx = p[best];
-        for (int64_t j = 0; j < v; j++) p[j] = exp((p[j] - mx) / temp);
-        std::iota(idx, idx + v, (int64_t)0);
-        const int64_t k = topk > 0 && topk < v ? topk : v;
-        auto by_p = [p](int64_t x, int64_t y) { return p[x] > p[y] || (p[x] == p[y] && x < y); };
-        if (k < v) std::partial_sort(idx, idx + k, idx + v, by_p);
-        else std::sort(idx, idx + v, by_p);
-        double mass = 0;
-        for (int64_t r = 0; r < k; r++) mass += p[idx[r]];
-        const double want = (topp < 1.0 ? topp : 1.0) * mass;
-        double run = 0;
-        int64_t kept = k;
-        for (int64_t r = 0; r < k; r++) {
-            run += p[idx[r]];
-            if (run >= want) { kept = r + 1; break; }
-        }
-        run = 0;
-        for (int64_t r = 0; r < kept; r++) run += p[idx[r]];
-        const double u = rnd * run;
-        double acc = 0;
-        pick = idx[kept - 1];
-        for (int64_t r = 0; r < kept; r++) {
-            acc += p[idx[r]];
-            if (acc > u) { pick = idx[r]; break; }
-        }
-    }
-    if (c->out.dtype == INT64) *static_cast<int64_t*>(c->out.data) = pick;
-    else *static_cast<int32_t*>(c->out.data) = (int32_t)pick;
-    return C_SUCCESS;
-}
-
 bool is_float(int dt) { return dt == FLOAT32 || dt == FLOAT64 || dt == FLOAT16 || dt == BFLOAT16; }
 bool is_int(int dt) { return dt >= UINT8 && dt <= INT64; }
 
@@ -672,7 +591,7 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
     case PADDLE_RT_OP_EMBEDDING: return is_float(dtype) ? prt_embedding_kernel : nullptr;
     case PADDLE_RT_OP_REARRANGE: return prt_dtype_size(dtype) > 0 && prt_dtype_size(dtype) <= 8 ? rearrange_kernel
                                                                                                 : nullptr;
-    case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? random_sample_kernel : nullptr;
+    case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? prt_random_sample_kernel : nullptr;
     default: return nullptr;
     }
 }
@@ -695,7 +614,7 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
     case PADDLE_RT_OP_KV_CACHING: return prt_kv_caching_workspace(c);
     case PADDLE_RT_OP_ATTENTION: return prt_attention_workspace(c);
     case PADDLE_RT_OP_EMBEDDING: return prt_embedding_workspace(c);
-    case PADDLE_RT_OP_RANDOM_SAMPLE: return (size_t)c->inputs[0].shape[0] * (sizeof(double) + sizeof(int64_t));
+    case PADDLE_RT_OP_RANDOM_SAMPLE: return prt_random_sample_workspace(c);
     default: return 0;
     }
 }
