@@ -6,7 +6,7 @@ Memory decisions:
   of it. One allocation instead of ~9 per layer: the allocator holds exactly the weights (no chunk rounding per
   tensor), and loading is one stream-ordered host-to-device copy per parameter. The q/k/v projections of a layer are
   stored as one (q + k + v, hidden) matrix and gate/up as one (2 * intermediate, hidden) matrix, so a layer runs
-  two gemms where the checkpoint has five matrices.
+  four gemms for the checkpoint's seven matrices.
 - KV cache: preallocated for the whole generation (prompt + max_new_tokens positions), one (layers, kv_heads,
   capacity, head_dim) tensor each for keys and values. The capacity is known before the first step, so a growing
   cache would only add copies (each growth copies the whole cache) and leave freed blocks of every intermediate size
