@@ -38,6 +38,7 @@ cdef class OpDescriptor:
     cdef bytes _cname                    # the op's name for error records (nogil; module-lifetime bytes)
     cdef int written                     # bit i: the kernel writes input i too (an output besides out)
     cdef bint exclusive                  # out and written inputs may not overlap any operand, even identically
+    cdef uint64_t _generation            # the kernel registry's generation when the kernel was picked
 
     # Fill call.op/dtype/n_inputs and the layouts (`out`, `ins`: what calls must pass; `layouts`, `out_layout`
     # (default: out): what the kernel sees, e.g. broadcast to out's dimensions), pick the kernel and compute the workspace. Raises NotSupportedError when no kernel serves (op, dtype, device type).

@@ -269,7 +269,9 @@ C_Status ew_float(const paddle_rt_op_call* c) {
     if (numel(L) == 0) return C_SUCCESS;
     coalesce(L);
     const int64_t n = L.shape[L.nd - 1];
-    const int dt_o = c->out.dtype, dt_a = c->inputs[0].dtype, dt_b = k == 3 ? c->inputs[1].dtype : dt_a;
+    /* axpby's second operand is out (y) itself: it has no inputs[1] */
+    const int dt_o = c->out.dtype, dt_a = c->inputs[0].dtype,
+              dt_b = k == 2 ? dt_a : op == PADDLE_RT_OP_AXPBY ? dt_o : c->inputs[1].dtype;
     const bool direct = sizeof(C) == 8 || (dt_o == FLOAT32 && dt_a == FLOAT32 && dt_b == FLOAT32);
     const int64_t so = last(L, 0), sa = last(L, 1), sb = k == 3 ? last(L, 2) : 0;
     alignas(64) C ba[kBlock], bb[kBlock], bo[kBlock], bt[kBlock];
