@@ -2,6 +2,7 @@
 # stream (OpDescriptor.launch). The per-operator rules (shapes, strides, dtypes, attributes) are in
 # op_descriptors.pyx; the Python ops on tensors in ops.pyx.
 cimport cython
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName, PyCapsule_CheckExact
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc as c_malloc, free as c_free
@@ -637,9 +638,14 @@ cdef class OpDescriptor:
         to hold the layout; a raw address cannot be checked (the caller vouches for it), and its memory is not
         tracked: synchronize the stream before reading it."""
         cdef Stream s = op_stream(self.handle.device, stream)
+        cdef Py_ssize_t i
+        cdef tuple ins = inputs
         cdef bint raw = not isinstance(out, Tensor)
-        for x in inputs:
-            raw = raw or not isinstance(x, Tensor)
+        if not raw:
+            for i in range(PyTuple_GET_SIZE(ins)):
+                if not isinstance(<object>PyTuple_GET_ITEM(ins, i), Tensor):
+                    raw = True
+                    break
         if raw:
             out, inputs = self._operands(out, inputs, s)
         self.launch(out, inputs, workspace, s, NULL)

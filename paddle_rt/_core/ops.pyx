@@ -56,7 +56,7 @@ cdef Handle _handle(Device dev):
 
 
 cdef bytes _key(Device dev, int op, tuple operands, const double* attrs, int nattrs):
-    cdef int64_t buf[4 + 8 + 7 * (2 + 2 * MAX_NDIM)]
+    cdef int64_t buf[4 + 8 + 6 * (2 + 2 * MAX_NDIM)]
     cdef int n = 0, i
     cdef Tensor t
     buf[n] = <int64_t><uintptr_t><void*>dev

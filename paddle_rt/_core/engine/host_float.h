@@ -8,6 +8,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "paddle_rt/extension.h"
 
 namespace prt_host {
@@ -39,6 +44,29 @@ inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                   /* nearest even */
 }
 
+#if defined(__x86_64__)
+/* Whether the CPU converts float16 in hardware (F16C with AVX); asked once per module. */
+inline bool has_f16c() {
+    static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return yes;
+}
+
+__attribute__((target("avx,f16c"))) inline void f16_row_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    for (; i < n; i++) d[i] = f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) inline void f32_row_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) d[i] = f32_to_f16(s[i]);
+}
+#endif
+
 /* Element i (in elements, strided) of a float array of dtype dt, as C. */
 template <typename C>
 inline C get(const void* p, int dt, int64_t i) {
@@ -51,36 +79,74 @@ inline C get(const void* p, int dt, int64_t i) {
     }
 }
 
-template <typename C>
-inline void put(void* p, int dt, int64_t i, C v) {
-    switch (dt) {
-    case FLOAT32: static_cast<float*>(p)[i] = (float)v; break;
-    case FLOAT64: static_cast<double*>(p)[i] = (double)v; break;
-    case FLOAT16: static_cast<uint16_t*>(p)[i] = f32_to_f16((float)v); break;
-    case BFLOAT16: static_cast<uint16_t*>(p)[i] = f32_to_bf16((float)v); break;
-    default: break;
-    }
-}
-
-/* n elements at stride s (elements) into / out of a C row. */
+/* n elements at stride s (elements) into / out of a C row: one loop per dtype, float16 rows in hardware when the
+   CPU can. */
 template <typename C>
 inline void read_row(const void* p, int dt, int64_t s, int64_t n, C* d) {
-    if (dt == FLOAT32 && s == 1) {
+    switch (dt) {
+    case FLOAT32: {
         const float* q = static_cast<const float*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i];
-        return;
+        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
+        break;
     }
-    for (int64_t i = 0; i < n; i++) d[i] = get<C>(p, dt, i * s);
+    case FLOAT64: {
+        const double* q = static_cast<const double*>(p);
+        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
+        break;
+    }
+    case FLOAT16: {
+        const uint16_t* q = static_cast<const uint16_t*>(p);
+#if defined(__x86_64__)
+        if (std::is_same<C, float>::value && s == 1 && has_f16c()) {
+            f16_row_to_f32_f16c(q, reinterpret_cast<float*>(d), n);
+            break;
+        }
+#endif
+        for (int64_t i = 0; i < n; i++) d[i] = (C)f16_to_f32(q[i * s]);
+        break;
+    }
+    case BFLOAT16: {
+        const uint16_t* q = static_cast<const uint16_t*>(p);
+        for (int64_t i = 0; i < n; i++) d[i] = (C)bf16_to_f32(q[i * s]);
+        break;
+    }
+    default:
+        break;
+    }
 }
 
 template <typename C>
 inline void write_row(void* p, int dt, int64_t s, int64_t n, const C* v) {
-    if (dt == FLOAT32 && s == 1) {
+    switch (dt) {
+    case FLOAT32: {
         float* q = static_cast<float*>(p);
-        for (int64_t i = 0; i < n; i++) q[i] = (float)v[i];
-        return;
+        for (int64_t i = 0; i < n; i++) q[i * s] = (float)v[i];
+        break;
     }
-    for (int64_t i = 0; i < n; i++) put<C>(p, dt, i * s, v[i]);
+    case FLOAT64: {
+        double* q = static_cast<double*>(p);
+        for (int64_t i = 0; i < n; i++) q[i * s] = (double)v[i];
+        break;
+    }
+    case FLOAT16: {
+        uint16_t* q = static_cast<uint16_t*>(p);
+#if defined(__x86_64__)
+        if (std::is_same<C, float>::value && s == 1 && has_f16c()) {
+            f32_row_to_f16_f16c(reinterpret_cast<const float*>(v), q, n);
+            break;
+        }
+#endif
+        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_f16((float)v[i]);
+        break;
+    }
+    case BFLOAT16: {
+        uint16_t* q = static_cast<uint16_t*>(p);
+        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16((float)v[i]);
+        break;
+    }
+    default:
+        break;
+    }
 }
 
 /* An integer (int32/int64/uint32/uint64) element i of an id or position array. */

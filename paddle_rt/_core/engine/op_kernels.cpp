@@ -42,22 +42,9 @@ using prt_host::f16_to_f32;
 using prt_host::f32_to_f16;
 
 #if defined(__x86_64__)
-const bool g_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-
-__attribute__((target("avx,f16c"))) void f16_row_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-    for (; i < n; i++) d[i] = f16_to_f32(s[i]);
-}
-
-__attribute__((target("avx,f16c"))) void f32_row_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; i < n; i++) d[i] = f32_to_f16(s[i]);
-}
+const bool g_f16c = prt_host::has_f16c();
+using prt_host::f16_row_to_f32_f16c;
+using prt_host::f32_row_to_f16_f16c;
 #endif
 
 /* x[i] = exp(x[i]) */

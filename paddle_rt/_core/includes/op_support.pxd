@@ -44,7 +44,7 @@ cdef extern from "paddle_rt/extension.h" nogil:
         int32_t dtype
         int32_t n_inputs
         paddle_rt_tensor out
-        paddle_rt_tensor inputs[6]
+        paddle_rt_tensor inputs[5]
         double attrs[8]
         void* workspace
         size_t workspace_size

@@ -37,7 +37,7 @@ typedef int (*paddle_rt_ext_ccl_comm_error_fn)(C_CCLComm comm);
  * been checked before a kernel sees the call.
  * ---------------------------------------------------------------------------------------------------------------- */
 #define PADDLE_RT_OP_MAX_NDIM 8
-#define PADDLE_RT_OP_MAX_INPUTS 6
+#define PADDLE_RT_OP_MAX_INPUTS 5
 #define PADDLE_RT_OP_MAX_ATTRS 8
 
 /* Operators, with their operands (out first, then the inputs in order) and attributes (attrs[i]). */
