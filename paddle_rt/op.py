@@ -20,6 +20,8 @@ from paddle_rt._core.op_descriptors import (  # noqa: F401
     AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
     RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
     CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor,
+    AddRMSNormDescriptor, SoftmaxDescriptor, SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor,
+    EmbeddingDescriptor,
 )
 
 
@@ -40,4 +42,6 @@ __all__ = [
     "SiluDescriptor", "GeluDescriptor", "RearrangeDescriptor", "AxpbyDescriptor", "GemmDescriptor",
     "RMSNormDescriptor", "LayerNormDescriptor", "CausalSoftmaxDescriptor", "RoPEDescriptor",
     "RandomSampleDescriptor",
+    "AddRMSNormDescriptor", "SoftmaxDescriptor", "SiluAndMulDescriptor", "KVCachingDescriptor",
+    "AttentionDescriptor", "EmbeddingDescriptor",
 ]

@@ -193,7 +193,8 @@ def test_whole_quick_suite_json():
     r = run(["-m", "paddle_rt", "bench", "--quick", "--json"], timeout=600)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["errors"] == []
+    # areas whose optional extras are missing (llm without torch/transformers) are skipped, not failed
+    assert [e for e in out["errors"] if not e.get("skipped")] == []
     areas = {x["area"] for x in out["results"]}
     assert {"allocator", "streams", "ccl"} <= areas
     for x in out["results"]:

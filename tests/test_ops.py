@@ -289,21 +289,12 @@ def test_rope_position_beyond_the_tables_fails_on_the_stream(rng):
 
 # -- random_sample -------------------------------------------------------------------------------------------------------
 def sample_ref(logits, r, topp, topk, temp):
-    l = logits.astype(np.float64)
-    if temp == 0 or topk == 1:
-        return int(np.argmax(l))
-    p = np.exp((l - l.max()) / temp)
-    order = sorted(range(len(p)), key=lambda j: (-p[j], j))
-    k = topk if 0 < topk < len(p) else len(p)
-    order = order[:k]
-    cum = np.cumsum(p[order])
-    kept = int(np.searchsorted(cum, min(topp, 1.0) * cum[-1] * (1 - 1e-15))) + 1
-    kept = min(kept, k)
-    u = r * cum[kept - 1]
-    for i in range(kept):
-        if cum[i] > u:
-            return order[i]
-    return order[kept - 1]
+    """InfiniCore's rule (tests/infinicore_reference.py) with paddle_rt's extensions: topk 0 is the whole
+    vocabulary, temperature 0 the argmax."""
+    import infinicore_reference
+    if temp == 0:
+        return int(np.argmax(logits.astype(np.float64)))
+    return infinicore_reference.random_sample(logits, r, topp, topk if topk else len(logits), temp)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -320,7 +311,7 @@ def test_random_sample(dtype, rng):
 
 def test_random_sample_argument_errors():
     t = paddle_rt.tensor(np.zeros(4, np.float32))
-    for kw, match in [({"random_val": 1.0}, "random_val"), ({"random_val": 0.1, "topp": 0.0}, "topp"),
+    for kw, match in [({"random_val": 1.0}, "random_val"), ({"random_val": 0.1, "topp": -0.1}, "topp"),
                       ({"random_val": 0.1, "topk": -1}, "topk"), ({"random_val": 0.1, "temperature": -1}, "temp"),
                       ({"random_val": 0.1, "seed": 1}, "not both")]:
         with pytest.raises(paddle_rt.InvalidArgument, match=match):

@@ -36,6 +36,8 @@ cdef class OpDescriptor:
     cdef readonly str kernel_source      # "registered", "plugin", "hook", "host"
     cdef readonly bint destroyed
     cdef bytes _cname                    # the op's name for error records (nogil; module-lifetime bytes)
+    cdef int written                     # bit i: the kernel writes input i too (an output besides out)
+    cdef bint exclusive                  # out and written inputs may not overlap any operand, even identically
     cdef uint64_t _generation            # the kernel registry's generation when the kernel was picked
 
     # Fill call.op/dtype/n_inputs and the layouts (`out`, `ins`: what calls must pass; `layouts`, `out_layout`
@@ -46,6 +48,10 @@ cdef class OpDescriptor:
     cdef uint64_t launch(self, Tensor out, tuple ins, object workspace, Stream s, const double* attrs) except 0
     cdef int _pick_kernel(self, Device dev, int op, int32_t dtype) except -1
     cdef int _check_operand(self, object t, TensorDesc want, int index, Device dev) except -1   # index -1: out
+    cdef int _check_written(self, tuple ins, Device dev) except -1
+    # InfiniOP's calling shape: operands given as Allocations or raw device pointers (ints) become tensors laid out
+    # as the descriptor's TensorDescs (Allocations bounds-checked and record_stream'd on `s`). Returns (out, ins).
+    cdef tuple _operands(self, object out, tuple ins, Stream s)
     cdef uintptr_t _user_workspace(self, object workspace, Device dev, Stream s) except? 0
 
 

@@ -2,6 +2,7 @@
 # stream (OpDescriptor.launch). The per-operator rules (shapes, strides, dtypes, attributes) are in
 # op_descriptors.pyx; the Python ops on tensors in ops.pyx.
 cimport cython
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName, PyCapsule_CheckExact
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc as c_malloc, free as c_free
@@ -13,7 +14,7 @@ from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.stream cimport Stream, StreamCtx, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, pool_free, default_pool_of, AsyncAllocation
 from paddle_rt._core.allocation cimport Allocation
-from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of
+from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of, tensor_at
 from paddle_rt._core.trace cimport trace_mask, trace_label_op
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
 from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind
@@ -25,7 +26,8 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
-    PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_COUNT,
+    PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_COUNT, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX,
+    PADDLE_RT_OP_SILU_AND_MUL, PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
 )
 
 from posix.dlfcn cimport dlsym, dlopen, RTLD_NOW
@@ -41,17 +43,39 @@ OP_IDS = {
     "causal_softmax": PADDLE_RT_OP_CAUSAL_SOFTMAX, "swiglu": PADDLE_RT_OP_SWIGLU, "rope": PADDLE_RT_OP_ROPE,
     "rearrange": PADDLE_RT_OP_REARRANGE, "relu": PADDLE_RT_OP_RELU, "gelu": PADDLE_RT_OP_GELU,
     "silu": PADDLE_RT_OP_SILU, "random_sample": PADDLE_RT_OP_RANDOM_SAMPLE, "axpby": PADDLE_RT_OP_AXPBY,
+    "add_rms_norm": PADDLE_RT_OP_ADD_RMS_NORM, "softmax": PADDLE_RT_OP_SOFTMAX,
+    "silu_and_mul": PADDLE_RT_OP_SILU_AND_MUL, "kv_caching": PADDLE_RT_OP_KV_CACHING,
+    "attention": PADDLE_RT_OP_ATTENTION, "embedding": PADDLE_RT_OP_EMBEDDING,
 }
 OP_NAMES = {v: k for k, v in OP_IDS.items()}
 # The names as C strings for the records the worker makes (alive as long as the module: an operation may outlive its
 # descriptor).
 cdef dict _C_NAMES = {k: v.encode() for k, v in OP_NAMES.items()}
 
-# What a host kernel's failure at run time means (everything else was checked at descriptor creation).
+# What a host kernel's failure at run time means (everything else was checked at descriptor creation). The kernels
+# of rope, embedding and kv_caching leave two int64 (a, b) at the start of their workspace (engine/host_float.h
+# set_detail) that the message names.
 _HOST_FAILURES = {
     PADDLE_RT_OP_ROPE: "a position id is outside [0, max_pos) of the sin/cos tables",
     PADDLE_RT_OP_GEMM: "no BLAS was loaded",
+    PADDLE_RT_OP_EMBEDDING: "an id is outside [0, vocab) of the table",
+    PADDLE_RT_OP_KV_CACHING: "a past length puts the new keys/values outside the cache",
 }
+
+
+cdef str _host_failure(const paddle_rt_op_call* c):
+    cdef const int64_t* d = <const int64_t*>c.workspace
+    msg = _HOST_FAILURES[c.op]
+    if d == NULL or c.workspace_size < 16:
+        return msg
+    if c.op == PADDLE_RT_OP_ROPE:
+        return f"a position id is outside [0, max_pos = {d[1]}) of the sin/cos tables: {d[0]}"
+    if c.op == PADDLE_RT_OP_EMBEDDING:
+        return f"id {d[1]} (element {d[0]} of ids, flattened) is outside [0, {c.inputs[1].shape[0]}) of the table"
+    if c.op == PADDLE_RT_OP_KV_CACHING:
+        return (f"past_kv_lengths[{d[0]}] = {d[1]}: with {c.inputs[1].shape[2]} new positions it must be in "
+                f"[0, {c.out.shape[2] - c.inputs[1].shape[2]}] for max_seq {c.out.shape[2]}; nothing was written")
+    return msg
 
 # (device type, op, dtype) -> (kernel address, workspace function address, source)
 cdef dict _registered = {}      # paddle_rt.op.register_kernel / op_register_kernel
@@ -364,7 +388,7 @@ cdef void _record_failure(StreamCtx* ctx, uint64_t pos, OpLaunch* L, C_Status st
                                          f"in operator {name} on a stream")
             elif not L.plugin_kernel and L.call.op in _HOST_FAILURES:
                 exc = errors.InvalidArgument(f"{<object>ctx.device!r}: operator {name}: "
-                                             f"{_HOST_FAILURES[L.call.op]} (found when it ran on the stream)")
+                                             f"{_host_failure(&L.call)} (found when it ran on the stream)")
             else:
                 exc = errors.PluginError(repr(<object>ctx.device), f"{name} kernel", st,
                                          "in operator work on a stream")
@@ -514,9 +538,15 @@ cdef class OpDescriptor:
         for i in range(n):
             self._check_operand(ins[i], self.in_descs[i], i, dev)
             t = ins[i]
-            if _overlap(out, t) and not (t.data == out.data and out.same_layout(t)):
-                raise errors.InvalidArgument(f"{dev}: operator {self.name}: out overlaps input {i} without being "
-                                             f"the same elements (in place needs the same address and layout)")
+            if _overlap(out, t) and (self.exclusive or (self.written & (1 << i))
+                                     or not (t.data == out.data and out.same_layout(t))):
+                raise errors.InvalidArgument(
+                    f"{dev}: operator {self.name}: out overlaps input {i}"
+                    + ("; this operator's outputs may not share memory with other operands"
+                       if self.exclusive or (self.written & (1 << i)) else
+                       " without being the same elements (in place needs the same address and layout)"))
+        if self.written:
+            self._check_written(ins, dev)
         if self.workspace_size:
             if workspace is None:
                 ws_alloc = pool_malloc(default_pool_of(dev), self.workspace_size, s)
@@ -553,11 +583,32 @@ cdef class OpDescriptor:
         out.storage.used_on(s)
         for i in range(n):
             (<Tensor>ins[i]).storage.used_on(s)
+            if self.written & (1 << i):
+                (<Tensor>ins[i]).storage.note_writer(s, pos)
         if trace_mask & PRT_TRACE_STREAMS:
             trace_label_op(<uintptr_t>s.ctx.core, pos, {
                 "name": self.name, "dtype": dtype_name(self.call.dtype),
                 "shapes": [out.shape] + [(<Tensor>x).shape for x in ins]})
         return pos
+
+    cdef int _check_written(self, tuple ins, Device dev) except -1:
+        """A written input overlaps no other operand, unless it is the same elements (and the op not exclusive)."""
+        cdef int i, j, n = len(ins)
+        cdef Tensor w, t
+        for i in range(n):
+            if not self.written & (1 << i):
+                continue
+            w = ins[i]
+            for j in range(n):
+                t = ins[j]
+                if j == i or not _overlap(w, t):
+                    continue
+                if (self.written & (1 << j)) or self.exclusive or not (t.data == w.data and w.same_layout(t)):
+                    raise errors.InvalidArgument(
+                        f"{dev}: operator {self.name}: input {i} (an output too) overlaps input {j}"
+                        + ("" if self.exclusive or self.written & (1 << j) else
+                           " without being the same elements (in place needs the same address and layout)"))
+        return 0
 
     cdef uintptr_t _user_workspace(self, object workspace, Device dev, Stream s) except? 0:
         if isinstance(workspace, Tensor):
@@ -581,8 +632,68 @@ cdef class OpDescriptor:
                                          f"descriptor needs workspace_size = {self.workspace_size}")
         return ptr
 
+    cdef tuple _operands(self, object out, tuple ins, Stream s):
+        cdef Device dev = self.handle.device
+        cdef TensorDesc want
+        cdef int64_t lo, hi, es
+        cdef int i, j
+        if len(ins) != self.call.n_inputs:
+            raise errors.InvalidArgument(f"{dev}: operator {self.name} takes {self.call.n_inputs} inputs after out, "
+                                         f"not {len(ins)}")
+        res = []
+        for i, x in enumerate((out,) + ins):
+            if isinstance(x, Tensor):
+                res.append(x)
+                continue
+            want = self.out_desc if i == 0 else <TensorDesc>self.in_descs[i - 1]
+            what = "out" if i == 0 else f"input {i - 1}"
+            if isinstance(x, Allocation):
+                if (<Allocation>x).device is not dev:
+                    raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} is an allocation on "
+                                                 f"{(<Allocation>x).device}")
+                es = prt_dtype_size(want.dtype_code)
+                lo = hi = 0
+                for j in range(want.ndim_):
+                    if want.shape_[j] == 0:
+                        lo = hi = -1
+                        break
+                    if want.strides_[j] < 0:
+                        lo += (want.shape_[j] - 1) * want.strides_[j]
+                    else:
+                        hi += (want.shape_[j] - 1) * want.strides_[j]
+                if lo < 0 or (hi >= 0 and (hi + 1) * es > <int64_t>(<Allocation>x).size):
+                    raise errors.InvalidArgument(
+                        f"{dev}: operator {self.name}: {what} laid out as shape {want.shape}, strides {want.strides}, "
+                        f"{want.dtype} spans {(hi + 1) * es} bytes from its start; the allocation has "
+                        f"{(<Allocation>x).size}")
+                if not (<Allocation>x)._own_stream(s):
+                    x.record_stream(s)
+                res.append(tensor_at(dev, want, (<Allocation>x).ptr))
+            elif isinstance(x, int) and not isinstance(x, bool):
+                if x <= 0:
+                    raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} is the address {x}")
+                res.append(tensor_at(dev, want, <uintptr_t>x))   # unchecked: a raw pointer carries no bounds
+            else:
+                raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} must be a paddle_rt Tensor, an "
+                                             f"Allocation or a device address (int), not {type(x).__name__}")
+        return res[0], tuple(res[1:])
+
     def __call__(self, out, *inputs, workspace=None, stream=None):
+        """``desc(out, *inputs, workspace=None, stream=None)``: operands are Tensors, or (InfiniOP's calling shape)
+        Allocations or raw device addresses (ints) laid out as the descriptor's TensorDescs. An Allocation is checked
+        to hold the layout; a raw address cannot be checked (the caller vouches for it), and its memory is not
+        tracked: synchronize the stream before reading it."""
         cdef Stream s = op_stream(self.handle.device, stream)
+        cdef Py_ssize_t i
+        cdef tuple ins = inputs
+        cdef bint raw = not isinstance(out, Tensor)
+        if not raw:
+            for i in range(PyTuple_GET_SIZE(ins)):
+                if not isinstance(<object>PyTuple_GET_ITEM(ins, i), Tensor):
+                    raw = True
+                    break
+        if raw:
+            out, inputs = self._operands(out, inputs, s)
         self.launch(out, inputs, workspace, s, NULL)
         return out
 

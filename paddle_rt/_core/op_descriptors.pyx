@@ -17,7 +17,8 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
-    PADDLE_RT_OP_AXPBY,
+    PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX, PADDLE_RT_OP_SILU_AND_MUL,
+    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
 )
 
 from paddle_rt._core import errors
@@ -51,11 +52,22 @@ cdef class _Rules:
             self.fail(f"{what} is on {(<Tensor>x).storage.device}, the handle on {self.h.device}")
         return new_desc(t.ndim_, t.shape_, t.strides_, t.dtype_code)
 
-    cdef int writable(self, TensorDesc out) except -1:
+    cdef int writable(self, TensorDesc out, str what="out") except -1:
+        """An output's elements are distinct memory: no stride 0 over an extent > 1 and no overlapping strides
+        (torch's rule: checked by ordering the dimensions by stride, each must step past all smaller ones)."""
         for i in range(out.ndim_):
             if out.strides_[i] == 0 and out.shape_[i] > 1:
-                self.fail(f"out has stride 0 in dimension {i} (shape {out.shape}, strides {out.strides}): an output "
-                          f"cannot be broadcast")
+                self.fail(f"{what} has stride 0 in dimension {i} (shape {out.shape}, strides {out.strides}): an "
+                          f"output cannot be broadcast")
+        if out.numel() == 0:
+            return 0
+        dims = sorted((abs(out.strides_[i]), out.shape_[i]) for i in range(out.ndim_) if out.shape_[i] > 1)
+        reach = 0
+        for stride, extent in dims:
+            if stride <= reach:
+                self.fail(f"{what} overlaps itself (shape {out.shape}, strides {out.strides}): an output's elements "
+                          f"must not share memory")
+            reach += (extent - 1) * stride
         return 0
 
     cdef int same_dtype(self, TensorDesc x, TensorDesc out, str what) except -1:
@@ -88,9 +100,18 @@ cdef class _Rules:
         return new_desc(n, shape, strides, x.dtype_code)
 
     cdef int float_weight(self, TensorDesc w, TensorDesc x, str what) except -1:
-        """Weights and tables: x's dtype, or float32 (for float16/bfloat16/float64 x)."""
-        if w.dtype_code != x.dtype_code and w.dtype_code != FLOAT32:
-            self.fail(f"{what} has dtype {w.dtype}; it must be x's ({x.dtype}) or float32")
+        """Weights and tables: any float dtype for float32/float16/bfloat16 x (InfiniCore's rms_norm takes e.g. a
+        float16 weight with bfloat16 x); x's dtype or float32 for float64 x."""
+        if x.dtype_code == FLOAT64:
+            if w.dtype_code not in (FLOAT64, FLOAT32):
+                self.fail(f"{what} has dtype {w.dtype}; for float64 x it must be float64 or float32")
+        elif w.dtype_code not in (FLOAT32, FLOAT16, BFLOAT16, FLOAT64):
+            self.fail(f"{what} has dtype {w.dtype}; it must be a float dtype (x {x.dtype})")
+        return 0
+
+    cdef int float_dtype(self, TensorDesc x, str what) except -1:
+        if x.dtype_code not in (FLOAT32, FLOAT64, FLOAT16, BFLOAT16):
+            self.fail(f"{what} has dtype {x.dtype}; it must be float32, float64, float16 or bfloat16")
         return 0
 
 
@@ -235,6 +256,8 @@ cdef int _norm(OpDescriptor self, Handle handle, int op, str name, tuple operand
     d = od.shape[-1]
     ins = [xd]
     for what, w in zip(("weight", "bias"), operands[2:]):
+        if w is None and what == "bias":
+            continue            # layer_norm without a bias (InfiniCore's optional bias): the kernel adds none
         wd = r.desc(w, what)
         if wd.shape != (d,):
             r.fail(f"{what} has shape {wd.shape}; it must be ({d},), x's last dimension (x {xd.shape})")
@@ -255,9 +278,10 @@ cdef class RMSNormDescriptor(OpDescriptor):
 
 
 cdef class LayerNormDescriptor(OpDescriptor):
-    """``LayerNormDescriptor(handle, out, x, weight, bias, eps=1e-5)``: out = (x - mean) / sqrt(var + eps) * weight
-    + bias over the last axis (biased variance)."""
-    def __init__(self, Handle handle, out, x, weight, bias, eps=1e-5):
+    """``LayerNormDescriptor(handle, out, x, weight, bias=None, eps=1e-5)``: out = (x - mean) / sqrt(var + eps) *
+    weight + bias over the last axis (biased variance); ``bias=None``: no bias (InfiniCore's layer_norm takes the
+    bias as optional), and the descriptor is called ``desc(out, x, weight)``."""
+    def __init__(self, Handle handle, out, x, weight, bias=None, eps=1e-5):
         _norm(self, handle, PADDLE_RT_OP_LAYER_NORM, "layer_norm", (out, x, weight, bias), eps)
 
 
@@ -279,9 +303,10 @@ cdef class CausalSoftmaxDescriptor(OpDescriptor):
 
 cdef class RoPEDescriptor(OpDescriptor):
     """``RoPEDescriptor(handle, out, x, pos_ids, sin_table, cos_table, algo="gpt_neox")``: rotary embedding of x
-    (seq, heads, dim) at positions pos_ids (seq,) (int32/int64/uint32/uint64) with tables (max_pos, dim / 2);
-    ``algo`` "gpt_j" rotates pairs (2i, 2i+1), "gpt_neox" pairs (i, i + dim/2). A position id >= max_pos makes the
-    call fail on the stream (InvalidArgument at the next synchronize)."""
+    (seq, heads, dim) or (batch, seq, heads, dim) (InfiniCore's 4-D form) at positions pos_ids: (seq,) for every batch
+    entry, or (batch, seq) (int32/int64/uint32/uint64), with tables (max_pos, dim / 2) of any float dtype; ``algo``
+    "gpt_j" rotates pairs (2i, 2i+1), "gpt_neox" pairs (i, i + dim/2). A position id outside [0, max_pos) makes the
+    call fail on the stream (InvalidArgument naming it at the next synchronize; nothing written)."""
     def __init__(self, Handle handle, out, x, pos_ids, sin_table, cos_table, algo="gpt_neox"):
         cdef _Rules r = _Rules(handle, "rope")
         cdef TensorDesc od = r.desc(out, "out"), xd = r.desc(x, "x"), pd = r.desc(pos_ids, "pos_ids")
@@ -289,14 +314,17 @@ cdef class RoPEDescriptor(OpDescriptor):
         r.writable(od)
         r.same_dtype(xd, od, "x")
         r.same_shape(xd, od, "x")
+        r.float_dtype(xd, "x")
         if algo not in ROPE_ALGOS:
             r.fail(f"algo must be 'gpt_j' or 'gpt_neox', not {algo!r}")
-        if od.ndim_ != 3 or od.shape[2] % 2:
-            r.fail(f"x has shape {xd.shape}: rope needs (seq, heads, dim) with an even dim")
-        seq, dim = od.shape[0], od.shape[2]
-        if pd.shape != (seq,) or pd.dtype_code not in (INT32, INT64, UINT32, UINT64):
-            r.fail(f"pos_ids has shape {pd.shape}, dtype {pd.dtype}; it must be ({seq},) of int32/int64/uint32/"
-                   f"uint64 (x {xd.shape})")
+        if od.ndim_ not in (3, 4) or od.shape[-1] % 2:
+            r.fail(f"x has shape {xd.shape}: rope needs (seq, heads, dim) or (batch, seq, heads, dim) with an even "
+                   f"dim")
+        seq, dim = od.shape[-3], od.shape[-1]
+        want = ((seq,),) if od.ndim_ == 3 else ((seq,), (od.shape[0], seq))
+        if pd.shape not in want or pd.dtype_code not in (INT32, INT64, UINT32, UINT64):
+            r.fail(f"pos_ids has shape {pd.shape}, dtype {pd.dtype}; it must be "
+                   f"{' or '.join(str(w) for w in want)} of int32/int64/uint32/uint64 (x {xd.shape})")
         for d, what in ((sd, "sin_table"), (cd, "cos_table")):
             if d.ndim_ != 2 or d.shape[1] != dim // 2 or d.shape[0] < 1:
                 r.fail(f"{what} has shape {d.shape}; it must be (max_pos, {dim // 2}) for x {xd.shape}")
@@ -310,8 +338,9 @@ cdef class RoPEDescriptor(OpDescriptor):
 cdef int _sample_attrs(str dev, double* a, random_val, topp, topk, temperature) except -1:
     if not (0.0 <= random_val < 1.0):
         raise errors.InvalidArgument(f"{dev}: operator random_sample: random_val must be in [0, 1), not {random_val}")
-    if not (0.0 < topp <= 1.0):
-        raise errors.InvalidArgument(f"{dev}: operator random_sample: topp must be in (0, 1], not {topp}")
+    if not (0.0 <= topp <= 1.0):
+        raise errors.InvalidArgument(f"{dev}: operator random_sample: topp must be in [0, 1] (0: the argmax, as "
+                                     f"InfiniCore reads it), not {topp}")
     if int(topk) != topk or topk < 0:
         raise errors.InvalidArgument(f"{dev}: operator random_sample: topk must be an int >= 0 (0: all), not {topk}")
     if not (temperature >= 0 and math.isfinite(temperature)):
@@ -327,10 +356,11 @@ cdef int _sample_attrs(str dev, double* a, random_val, topp, topk, temperature) 
 cdef class RandomSampleDescriptor(OpDescriptor):
     """``RandomSampleDescriptor(handle, out, logits)``: out (shape (), int32 or int64) receives an index sampled from
     logits (vocab,). The sampling parameters come with each call, as in InfiniOP:
-    ``desc(out, logits, random_val=..., topp=1.0, topk=0, temperature=1.0)``. Rule: p_j = exp((l_j - max) / T);
-    indices by p descending (ties: lower index first); the first topk kept (0: all); of those the shortest prefix
-    holding topp of their mass; the first index whose running mass exceeds random_val times the prefix's mass.
-    temperature 0 or topk 1: the first index of the largest logit."""
+    ``desc(out, logits, random_val=..., topp=1.0, topk=0, temperature=1.0)``. InfiniCore's rule: greedy (the first
+    index of the largest logit) when topp == 0, topk == 1 or temperature == 0; otherwise indices by logit descending
+    (ties: lower index first), p = softmax((l - max) / temperature) over the whole vocabulary, cum = running sums in
+    that order, threshold = min(cum[min(topk, vocab) - 1], topp) * random_val, and the first index whose cum reaches
+    the threshold. topk 0 means the whole vocabulary (paddle_rt's extension; InfiniCore reads topk <= 1 as greedy)."""
     def __init__(self, Handle handle, out, logits):
         cdef _Rules r = _Rules(handle, "random_sample")
         cdef TensorDesc od = r.desc(out, "out"), ld = r.desc(logits, "logits")
@@ -346,5 +376,179 @@ cdef class RandomSampleDescriptor(OpDescriptor):
         for i in range(8):
             attrs[i] = 0
         _sample_attrs(str(self.handle.device), attrs, random_val, topp, topk, temperature)
+        if not isinstance(out, Tensor) or not isinstance(logits, Tensor):
+            out, (logits,) = self._operands(out, (logits,), s)
         self.launch(out, (logits,), workspace, s, attrs)
         return out
+
+
+# ---- the operators LLM inference needs (InfiniCore's definitions) ---------------------------------------------------
+cdef class AddRMSNormDescriptor(OpDescriptor):
+    """``AddRMSNormDescriptor(handle, y, residual_out, a, b, weight, eps=1e-6)``, called
+    ``desc(y, residual_out, a, b, weight)`` (InfiniCore's AddRMSNorm): residual_out = a + b (rounded to its dtype);
+    y = (a + b) / sqrt(mean((a + b)**2) + eps) * weight over the last axis, from the unrounded sum. y, residual_out, a,
+    b: one shape (..., d) and float dtype; weight (d,) of any float dtype (float64 or float32 for float64 x).
+    residual_out may be a or b itself (the residual stream updated in place), y may be a or b; y and residual_out may
+    not overlap."""
+    def __init__(self, Handle handle, y, residual_out, a, b, weight, eps=1e-6):
+        cdef _Rules r = _Rules(handle, "add_rms_norm")
+        cdef TensorDesc yd = r.desc(y, "y"), rd = r.desc(residual_out, "residual_out")
+        cdef TensorDesc ad = r.desc(a, "a"), bd = r.desc(b, "b"), wd = r.desc(weight, "weight")
+        r.writable(yd, "y")
+        r.writable(rd, "residual_out")
+        r.float_dtype(yd, "y")
+        if yd.ndim_ < 1:
+            r.fail("y must have at least one dimension (normalised over the last)")
+        for d, what in ((rd, "residual_out"), (ad, "a"), (bd, "b")):
+            r.same_dtype(d, yd, what)
+            r.same_shape(d, yd, what)
+        if wd.shape != (yd.shape[-1],):
+            r.fail(f"weight has shape {wd.shape}; it must be ({yd.shape[-1]},), the last dimension of a {ad.shape}")
+        r.float_weight(wd, yd, "weight")
+        if not (eps >= 0 and math.isfinite(eps)):
+            r.fail(f"eps must be finite and >= 0, not {eps}")
+        self.call.attrs[0] = eps
+        self.written = 1
+        self.setup(handle, PADDLE_RT_OP_ADD_RMS_NORM, yd.dtype_code, yd, (rd, ad, bd, wd), (rd, ad, bd, wd))
+
+
+cdef TensorDesc _axis_last(TensorDesc d, int axis):
+    """d's layout with dimension `axis` moved last."""
+    cdef int64_t shape[8]
+    cdef int64_t strides[8]
+    cdef int i, j = 0
+    for i in range(d.ndim_):
+        if i != axis:
+            shape[j], strides[j] = d.shape_[i], d.strides_[i]
+            j += 1
+    shape[j], strides[j] = d.shape_[axis], d.strides_[axis]
+    return new_desc(d.ndim_, shape, strides, d.dtype_code)
+
+
+cdef class SoftmaxDescriptor(OpDescriptor):
+    """``SoftmaxDescriptor(handle, y, x, axis=-1)`` (InfiniCore's Softmax): y = exp(x - max) / sum(exp(x - max))
+    along ``axis`` (any axis, negative counts from the end). y and x: one shape and float dtype; y may be x (in
+    place). A kernel sees the layouts with ``axis`` moved last (attrs[0] = the caller's axis)."""
+    def __init__(self, Handle handle, y, x, axis=-1):
+        cdef _Rules r = _Rules(handle, "softmax")
+        cdef TensorDesc yd = r.desc(y, "y"), xd = r.desc(x, "x")
+        r.writable(yd, "y")
+        r.same_dtype(xd, yd, "x")
+        r.same_shape(xd, yd, "x")
+        r.float_dtype(xd, "x")
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -yd.ndim_ <= axis < max(yd.ndim_, 1):
+            r.fail(f"axis {axis!r} is not an axis of x {xd.shape}")
+        if yd.ndim_ == 0:
+            r.fail("x must have at least one dimension")
+        ax = axis % yd.ndim_
+        self.call.attrs[0] = ax
+        self.setup(handle, PADDLE_RT_OP_SOFTMAX, yd.dtype_code, yd, (xd,), (_axis_last(xd, ax),),
+                   _axis_last(yd, ax))
+
+
+cdef class SiluAndMulDescriptor(OpDescriptor):
+    """``SiluAndMulDescriptor(handle, out, x)`` (InfiniCore's SiluAndMul, vLLM's): x (..., 2d), out (..., d);
+    out = silu(x[..., :d]) * x[..., d:]; one float dtype."""
+    def __init__(self, Handle handle, out, x):
+        cdef _Rules r = _Rules(handle, "silu_and_mul")
+        cdef TensorDesc od = r.desc(out, "out"), xd = r.desc(x, "x")
+        r.writable(od)
+        r.same_dtype(xd, od, "x")
+        r.float_dtype(xd, "x")
+        if xd.ndim_ < 1 or od.shape != xd.shape[:-1] + (xd.shape[-1] // 2,) or xd.shape[-1] % 2:
+            r.fail(f"x has shape {xd.shape}, out {od.shape}: x must be (..., 2d) with an even last dimension and "
+                   f"out (..., d)")
+        self.setup(handle, PADDLE_RT_OP_SILU_AND_MUL, od.dtype_code, od, (xd,), (xd,))
+
+
+cdef class KVCachingDescriptor(OpDescriptor):
+    """``KVCachingDescriptor(handle, k_cache, v_cache, k, v, past_kv_lengths)``, called
+    ``desc(k_cache, v_cache, k, v, past_kv_lengths)`` (InfiniCore's KVCaching): for every sequence b,
+    k_cache[b, :, past[b]:past[b] + seq] = k[b] and the same for v. Caches (batch, kv_heads, max_seq, dim), k and v
+    (batch, kv_heads, seq, dim) of one float dtype, past_kv_lengths (batch,) int32/int64. A past length with
+    past < 0 or past + seq > max_seq makes the call fail on the stream (InvalidArgument naming the sequence and its
+    length at the next synchronize), and nothing is written."""
+    def __init__(self, Handle handle, k_cache, v_cache, k, v, past_kv_lengths):
+        cdef _Rules r = _Rules(handle, "kv_caching")
+        cdef TensorDesc kc = r.desc(k_cache, "k_cache"), vc = r.desc(v_cache, "v_cache")
+        cdef TensorDesc kd = r.desc(k, "k"), vd = r.desc(v, "v"), pd = r.desc(past_kv_lengths, "past_kv_lengths")
+        r.writable(kc, "k_cache")
+        r.writable(vc, "v_cache")
+        r.float_dtype(kc, "k_cache")
+        for d, what in ((vc, "v_cache"), (kd, "k"), (vd, "v")):
+            r.same_dtype(d, kc, what)
+            if d.ndim_ != 4:
+                r.fail(f"{what} has shape {d.shape}: it must be (batch, kv_heads, seq, dim)")
+        if kc.ndim_ != 4:
+            r.fail(f"k_cache has shape {kc.shape}: it must be (batch, kv_heads, max_seq, dim)")
+        r.same_shape(vc, kc, "v_cache")
+        r.same_shape(vd, kd, "v")
+        b, h, m, dim = kc.shape
+        if kd.shape[0] != b or kd.shape[1] != h or kd.shape[3] != dim or kd.shape[2] > m:
+            r.fail(f"k has shape {kd.shape}; it must be ({b}, {h}, seq <= {m}, {dim}) for caches {kc.shape}")
+        if pd.shape != (b,) or pd.dtype_code not in (INT32, INT64):
+            r.fail(f"past_kv_lengths has shape {pd.shape}, dtype {pd.dtype}; it must be ({b},) of int32/int64")
+        self.written = 1
+        self.exclusive = True
+        self.setup(handle, PADDLE_RT_OP_KV_CACHING, kc.dtype_code, kc, (vc, kd, vd, pd), (vc, kd, vd, pd))
+
+
+cdef class AttentionDescriptor(OpDescriptor):
+    """``AttentionDescriptor(handle, out, q, k, v, k_cache, v_cache, pos)``, called
+    ``desc(out, q, k, v, k_cache, v_cache)`` (InfiniCore's Attention): k and v are stored in the caches at
+    [pos, pos + seq); then causal grouped-query attention over the first total = pos + seq cached positions:
+    query head h uses kv head h // (q_heads // kv_heads), scores q.k / sqrt(dim), query i sees positions
+    j <= i + pos, softmax, weighted sum of the cached values. q (q_heads, seq, dim); k, v (kv_heads, seq, dim);
+    caches (kv_heads, >= pos + seq, dim); out (seq, q_heads, dim); one float dtype; q_heads a multiple of kv_heads.
+    Outputs (out and the caches) may not share memory with any operand."""
+    def __init__(self, Handle handle, out, q, k, v, k_cache, v_cache, pos):
+        cdef _Rules r = _Rules(handle, "attention")
+        cdef TensorDesc od = r.desc(out, "out"), qd = r.desc(q, "q"), kd = r.desc(k, "k"), vd = r.desc(v, "v")
+        cdef TensorDesc kc = r.desc(k_cache, "k_cache"), vc = r.desc(v_cache, "v_cache")
+        r.writable(od)
+        r.writable(kc, "k_cache")
+        r.writable(vc, "v_cache")
+        r.float_dtype(qd, "q")
+        for d, what in ((od, "out"), (qd, "q"), (kd, "k"), (vd, "v"), (kc, "k_cache"), (vc, "v_cache")):
+            if d.ndim_ != 3:
+                r.fail(f"{what} has shape {d.shape}: attention takes 3-dimensional operands")
+            r.same_dtype(d, qd, what)
+        if isinstance(pos, bool) or int(pos) != pos or pos < 0:
+            r.fail(f"pos must be an int >= 0, not {pos!r}")
+        pos = int(pos)
+        nq, seq, dim = qd.shape
+        nkv = kd.shape[0]
+        if nkv < 1 or nq % nkv:
+            r.fail(f"q has {nq} heads, k {nkv}: q_heads must be a multiple of kv_heads (q {qd.shape}, k {kd.shape})")
+        if od.shape != (seq, nq, dim):
+            r.fail(f"out has shape {od.shape}; it must be ({seq}, {nq}, {dim}) for q {qd.shape}")
+        for d, what in ((kd, "k"), (vd, "v")):
+            if d.shape != (nkv, seq, dim):
+                r.fail(f"{what} has shape {d.shape}; it must be ({nkv}, {seq}, {dim}) for q {qd.shape}")
+        for d, what in ((kc, "k_cache"), (vc, "v_cache")):
+            if d.shape[0] != nkv or d.shape[2] != dim or d.shape[1] < pos + seq:
+                r.fail(f"{what} has shape {d.shape}; it must be ({nkv}, >= pos + seq = {pos + seq}, {dim})")
+        self.call.attrs[0] = pos
+        self.written = (1 << 3) | (1 << 4)
+        self.exclusive = True
+        self.setup(handle, PADDLE_RT_OP_ATTENTION, od.dtype_code, od, (qd, kd, vd, kc, vc), (qd, kd, vd, kc, vc))
+
+
+cdef class EmbeddingDescriptor(OpDescriptor):
+    """``EmbeddingDescriptor(handle, out, ids, weight)`` (InfiniCore's Embedding, torch's embedding):
+    out[i...] = weight[ids[i...]]; ids of any shape (int32/int64), weight (vocab, dim) of a float dtype, out
+    (*ids.shape, dim) in weight's dtype. An id outside [0, vocab) makes the call fail on the stream
+    (InvalidArgument naming the id at the next synchronize), and nothing is written."""
+    def __init__(self, Handle handle, out, ids, weight):
+        cdef _Rules r = _Rules(handle, "embedding")
+        cdef TensorDesc od = r.desc(out, "out"), idd = r.desc(ids, "ids"), wd = r.desc(weight, "weight")
+        r.writable(od)
+        if idd.dtype_code not in (INT32, INT64):
+            r.fail(f"ids has dtype {idd.dtype}; it must be int32 or int64")
+        if wd.ndim_ != 2:
+            r.fail(f"weight has shape {wd.shape}; it must be (vocab, dim)")
+        r.float_dtype(wd, "weight")
+        r.same_dtype(od, wd, "out")
+        if idd.ndim_ >= 8 or od.shape != idd.shape + (wd.shape[1],):
+            r.fail(f"out has shape {od.shape}; it must be ids' shape + (dim,) = {idd.shape + (wd.shape[1],)}")
+        self.setup(handle, PADDLE_RT_OP_EMBEDDING, od.dtype_code, od, (idd, wd), (idd, wd))

@@ -15,7 +15,8 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
-    PADDLE_RT_OP_AXPBY,
+    PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX, PADDLE_RT_OP_SILU_AND_MUL,
+    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
 )
 
 import numpy as np
@@ -25,7 +26,8 @@ from paddle_rt._core.op import Handle as _HandleType
 from paddle_rt._core.op_descriptors import (
     AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
     RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
-    CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor,
+    CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor, AddRMSNormDescriptor, SoftmaxDescriptor,
+    SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor, EmbeddingDescriptor,
 )
 
 # Descriptors by (device, op, attributes, operand layouts); cleared when it reaches CACHE_LIMIT entries (dynamic
@@ -54,7 +56,7 @@ cdef Handle _handle(Device dev):
 
 
 cdef bytes _key(Device dev, int op, tuple operands, const double* attrs, int nattrs):
-    cdef int64_t buf[4 + 8 + 5 * (2 + 2 * MAX_NDIM)]
+    cdef int64_t buf[4 + 8 + 6 * (2 + 2 * MAX_NDIM)]
     cdef int n = 0, i
     cdef Tensor t
     buf[n] = <int64_t><uintptr_t><void*>dev
@@ -222,25 +224,27 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, stream=None):
 
 cdef Tensor _norm(int op, str name, factory, tuple ins, double eps, out, stream):
     cdef Tensor tx = _tensor(ins[0], name, "x")
-    ts = (tx,) + tuple(_tensor(w, name, what) for w, what in zip(ins[1:], ("weight", "bias")))
+    ts = (tx,) + tuple(_tensor(w, name, what) for w, what in zip(ins[1:], ("weight", "bias")) if w is not None)
     cdef Device dev = _device(name, ts)
     cdef Stream s = op_stream(dev, stream)
     cdef Tensor to = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, name)
     cdef double attrs[1]
     attrs[0] = eps
     cdef bytes k = _key(dev, op, (to,) + ts, attrs, 1)
-    d = _cache.get(k) or _create(k, factory, (_handle(dev), to) + ts + (eps,))
+    extra = (None,) if (op == PADDLE_RT_OP_LAYER_NORM and len(ts) == 2) else ()
+    d = _cache.get(k) or _create(k, factory, (_handle(dev), to) + ts + extra + (eps,))
     (<OpDescriptor>d).launch(to, ts, None, s, NULL)
     return to
 
 
 def rms_norm(x, weight, eps=1e-6, out=None, stream=None):
-    """out = x / sqrt(mean(x**2, -1) + eps) * weight."""
+    """out = x / sqrt(mean(x**2, -1) + eps) * weight; weight (d,) of any float dtype (float64 or float32 for float64
+    x)."""
     return _norm(PADDLE_RT_OP_RMS_NORM, "rms_norm", RMSNormDescriptor, (x, weight), eps, out, stream)
 
 
-def layer_norm(x, weight, bias, eps=1e-5, out=None, stream=None):
-    """out = (x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+def layer_norm(x, weight, bias=None, eps=1e-5, out=None, stream=None):
+    """out = (x - mean) / sqrt(var + eps) * weight + bias over the last axis; ``bias=None``: none."""
     return _norm(PADDLE_RT_OP_LAYER_NORM, "layer_norm", LayerNormDescriptor, (x, weight, bias), eps, out, stream)
 
 
@@ -250,8 +254,9 @@ def causal_softmax(x, out=None, stream=None):
 
 
 def rope(x, pos_ids, sin_table, cos_table, algo="gpt_neox", out=None, stream=None):
-    """Rotary embedding of x (seq, heads, dim) at pos_ids (seq,) with tables (max_pos, dim/2); ``algo`` "gpt_neox"
-    (pairs i, i + dim/2) or "gpt_j" (pairs 2i, 2i+1)."""
+    """Rotary embedding of x (seq, heads, dim) or (batch, seq, heads, dim) at pos_ids (seq,) (every batch entry) or
+    (batch, seq), with tables (max_pos, dim/2); ``algo`` "gpt_neox" (pairs i, i + dim/2) or "gpt_j" (pairs 2i,
+    2i+1)."""
     if algo not in ("gpt_j", "gpt_neox"):
         raise errors.InvalidArgument(f"ops.rope: algo must be 'gpt_j' or 'gpt_neox', not {algo!r}")
     ts = tuple(_tensor(t, "rope", w) for t, w in zip((x, pos_ids, sin_table, cos_table),
@@ -302,3 +307,115 @@ def axpby(x, y, alpha=1.0, beta=1.0, stream=None):
     d = _cache.get(k) or _create(k, AxpbyDescriptor, (_handle(dev), ty, tx, alpha, beta))
     (<OpDescriptor>d).launch(ty, (tx,), None, s, NULL)
     return ty
+
+
+# ---- the operators LLM inference needs -----------------------------------------------------------------------------
+cdef OpDescriptor _cached(int op, factory, Device dev, tuple operands, tuple extra, const double* attrs, int nattrs):
+    cdef bytes k = _key(dev, op, operands, attrs, nattrs)
+    d = _cache.get(k) or _create(k, factory, (_handle(dev),) + operands + extra)
+    return <OpDescriptor>d
+
+
+cdef tuple _tensors(str op, tuple values, tuple names):
+    return tuple(_tensor(v, op, n) for v, n in zip(values, names))
+
+
+def add_rms_norm(a, b, weight, eps=1e-6, out=None, residual_out=None, stream=None):
+    """``add_rms_norm(a, b, weight, eps=1e-6, out=None, residual_out=None, stream=None) -> (y, residual_out)``
+    (InfiniCore's AddRMSNorm): residual_out = a + b; y = (a + b) / sqrt(mean((a + b)**2, -1) + eps) * weight, from
+    the unrounded sum. a, b (..., d) of one float dtype, weight (d,). ``residual_out=a`` updates the residual stream
+    in place; new tensors otherwise."""
+    cdef tuple ts = _tensors("add_rms_norm", (a, b, weight), ("a", "b", "weight"))
+    cdef Tensor ta = ts[0]
+    cdef Device dev = _device("add_rms_norm", ts)
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor y = _out(out, dev, s, ta.shape if out is None else (), ta.dtype_code, "add_rms_norm")
+    cdef Tensor r = _out(residual_out, dev, s, ta.shape if residual_out is None else (), ta.dtype_code,
+                         "add_rms_norm")
+    cdef double attrs[1]
+    attrs[0] = eps
+    ins = (r,) + ts
+    _cached(PADDLE_RT_OP_ADD_RMS_NORM, AddRMSNormDescriptor, dev, (y,) + ins, (eps,), attrs, 1).launch(
+        y, ins, None, s, NULL)
+    return y, r
+
+
+def softmax(x, axis=-1, out=None, stream=None):
+    """``softmax(x, axis=-1, out=None, stream=None) -> y`` (InfiniCore's Softmax): exp(x - max) / sum along ``axis``
+    (any axis); ``out=x`` computes in place."""
+    cdef Tensor tx = _tensor(x, "softmax", "x")
+    cdef Device dev = tx.storage.device
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor y = _out(out, dev, s, tx.shape if out is None else (), tx.dtype_code, "softmax")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise errors.InvalidArgument(f"{dev}: operator softmax: axis must be an int, not {axis!r}")
+    axis = int(axis)
+    cdef double attrs[1]
+    attrs[0] = axis
+    _cached(PADDLE_RT_OP_SOFTMAX, SoftmaxDescriptor, dev, (y, tx), (axis,), attrs, 1).launch(y, (tx,), None, s,
+                                                                                           NULL)
+    return y
+
+
+def silu_and_mul(x, out=None, stream=None):
+    """``silu_and_mul(x, out=None, stream=None) -> out`` (InfiniCore's SiluAndMul): x (..., 2d) -> out (..., d) =
+    silu(x[..., :d]) * x[..., d:]."""
+    cdef Tensor tx = _tensor(x, "silu_and_mul", "x")
+    cdef Device dev = tx.storage.device
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor y = _out(out, dev, s, (tx.shape[:-1] + (tx.shape[-1] // 2,)) if (out is None and tx.ndim_) else (),
+                         tx.dtype_code, "silu_and_mul")
+    _cached(PADDLE_RT_OP_SILU_AND_MUL, SiluAndMulDescriptor, dev, (y, tx), (), NULL, 0).launch(y, (tx,), None, s,
+                                                                                             NULL)
+    return y
+
+
+def kv_caching(k_cache, v_cache, k, v, past_kv_lengths, stream=None):
+    """``kv_caching(k_cache, v_cache, k, v, past_kv_lengths, stream=None) -> (k_cache, v_cache)`` (InfiniCore's
+    KVCaching): k_cache[b, :, past[b]:past[b] + seq] = k[b] (and v) for every sequence b; caches (batch, kv_heads,
+    max_seq, dim), k, v (batch, kv_heads, seq, dim), past_kv_lengths (batch,) int32/int64 on the device. A length
+    that does not fit fails at the next synchronize (InvalidArgument naming it) and writes nothing."""
+    cdef tuple ts = _tensors("kv_caching", (k_cache, v_cache, k, v, past_kv_lengths),
+                             ("k_cache", "v_cache", "k", "v", "past_kv_lengths"))
+    cdef Device dev = _device("kv_caching", ts)
+    cdef Stream s = op_stream(dev, stream)
+    _cached(PADDLE_RT_OP_KV_CACHING, KVCachingDescriptor, dev, ts, (), NULL, 0).launch(ts[0], ts[1:], None, s, NULL)
+    return ts[0], ts[1]
+
+
+def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None):
+    """``attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None) -> out`` (InfiniCore's Attention): stores k,
+    v (kv_heads, seq, dim) in the caches (kv_heads, max_seq, dim) at [pos, pos + seq), then causal grouped-query
+    attention of q (q_heads, seq, dim) over the first pos + seq cached positions (scale 1/sqrt(dim)); out
+    (seq, q_heads, dim)."""
+    cdef tuple ts = _tensors("attention", (q, k, v, k_cache, v_cache), ("q", "k", "v", "k_cache", "v_cache"))
+    cdef Tensor tq = ts[0]
+    cdef Device dev = _device("attention", ts)
+    cdef Stream s = op_stream(dev, stream)
+    if tq.ndim_ != 3:
+        raise errors.InvalidArgument(f"{dev}: operator attention: q has shape {tq.shape}; it must be (q_heads, seq, "
+                                     f"dim)")
+    cdef Tensor y = _out(out, dev, s, (tq.shape[1], tq.shape[0], tq.shape[2]) if out is None else (), tq.dtype_code,
+                         "attention")
+    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or pos < 0:
+        raise errors.InvalidArgument(f"{dev}: operator attention: pos must be an int >= 0, not {pos!r}")
+    pos = int(pos)
+    cdef double attrs[1]
+    attrs[0] = pos
+    _cached(PADDLE_RT_OP_ATTENTION, AttentionDescriptor, dev, (y,) + ts, (pos,), attrs, 1).launch(y, ts, None, s,
+                                                                                                NULL)
+    return y
+
+
+def embedding(ids, weight, out=None, stream=None):
+    """``embedding(ids, weight, out=None, stream=None) -> out`` (torch's embedding, InfiniCore's Embedding): rows of
+    weight (vocab, dim) by ids (any shape, int32/int64); out (*ids.shape, dim). An id outside [0, vocab) fails at the
+    next synchronize (InvalidArgument naming the id) and writes nothing."""
+    cdef tuple ts = _tensors("embedding", (ids, weight), ("ids", "weight"))
+    cdef Tensor ti = ts[0], tw = ts[1]
+    cdef Device dev = _device("embedding", ts)
+    cdef Stream s = op_stream(dev, stream)
+    cdef Tensor y = _out(out, dev, s, (ti.shape + (tw.shape[-1],)) if (out is None and tw.ndim_ == 2) else (),
+                         tw.dtype_code, "embedding")
+    _cached(PADDLE_RT_OP_EMBEDDING, EmbeddingDescriptor, dev, (y,) + ts, (), NULL, 0).launch(y, ts, None, s, NULL)
+    return y

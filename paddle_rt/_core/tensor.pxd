@@ -45,3 +45,6 @@ cdef str dtype_name(int32_t code)
 # A new contiguous tensor allocated on stream `s` (its device).
 cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype)
 cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype)
+# A tensor with `layout`'s shape, strides and dtype at address `ptr` on `dev`, owning no memory (InfiniOP's calling
+# shape: raw device pointers laid out as a descriptor's TensorDesc).
+cdef Tensor tensor_at(Device dev, TensorDesc layout, uintptr_t ptr)

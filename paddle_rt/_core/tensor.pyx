@@ -12,7 +12,7 @@ from libc.string cimport memset, memcpy
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.stream cimport Stream, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
-from paddle_rt._core.allocation cimport dl_capsule
+from paddle_rt._core.allocation cimport dl_capsule, Allocation
 from paddle_rt._core.device_ext cimport (
     BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16,
 )
@@ -266,6 +266,16 @@ cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int
     return t
 
 
+cdef Tensor tensor_at(Device dev, TensorDesc layout, uintptr_t ptr):
+    cdef Tensor t = Tensor.__new__(Tensor)
+    cdef _Storage st = _Storage.__new__(_Storage)
+    st.device = dev
+    _set_layout(t, layout.ndim_, layout.shape_, layout.strides_, layout.dtype_code)
+    t.storage = st
+    t.data = ptr
+    return t
+
+
 cdef Tensor _view(Tensor base, int ndim, const int64_t* shape, const int64_t* strides, uintptr_t data):
     cdef Tensor t = Tensor.__new__(Tensor)
     _set_layout(t, ndim, shape, strides, base.dtype_code)
@@ -419,6 +429,74 @@ cdef class Tensor(TensorDesc):
     @property
     def T(self):
         return self.permute(*reversed(range(self.ndim_)))
+
+    def as_strided(self, shape, strides, offset=None):
+        """A view of this tensor's memory with any ``shape`` and ``strides`` (in elements, >= 0; 0 and overlapping
+        strides allowed), torch's ``as_strided``: ``offset`` counts elements from the start of the storage (the
+        allocation this tensor and its views share; default: this tensor's own offset). Every element must lie
+        inside the storage (InvalidArgument otherwise). Operators refuse an output whose elements overlap."""
+        cdef int64_t sh[8]
+        cdef int64_t st[8]
+        cdef int64_t es = prt_dtype_size(self.dtype_code), last = 0, base_ptr = 0, size = 0, off
+        cdef int nd = _check_shape(shape, sh), i
+        strides = tuple(strides)
+        where = f"as_strided(shape={tuple(shape)}, strides={strides}, offset={offset})"
+        if len(strides) != nd:
+            raise errors.InvalidArgument(f"{where}: {nd} dimensions but {len(strides)} strides")
+        for i in range(nd):
+            v = strides[i]
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise errors.InvalidArgument(f"{where}: stride {v!r} of dimension {i} must be an int >= 0")
+            st[i] = v
+        mem = self.storage.memory
+        if mem is not None:
+            base_ptr = (<Allocation>mem).ptr
+            size = (<Allocation>mem).size
+        else:
+            base_ptr = self.data
+        if offset is None:
+            off = (<int64_t>self.data - base_ptr) // es
+        elif isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
+            raise errors.InvalidArgument(f"{where}: offset must be an int >= 0 (elements from the storage's start)")
+        else:
+            off = offset
+        numel = 1
+        for i in range(nd):
+            numel *= sh[i]
+            last += (sh[i] - 1) * st[i] if sh[i] > 0 else 0
+        if numel > 0 and (off + last + 1) * es > size:
+            raise errors.InvalidArgument(
+                f"{where}: the view reaches element {off + last} of the storage, which holds {size // es} elements "
+                f"of {self.dtype} ({size} bytes): out of bounds")
+        return _view(self, nd, sh, st, <uintptr_t>(base_ptr + off * es))
+
+    def expand(self, *sizes):
+        """A view broadcast to ``sizes`` (torch's ``expand``): dimensions of extent 1 (and new leading ones) get
+        stride 0; -1 keeps a dimension. No memory is copied; operators refuse such a view as an output."""
+        cdef int64_t sh[8]
+        cdef int64_t st[8]
+        cdef int i, j
+        if len(sizes) == 1 and not isinstance(sizes[0], (int, np.integer)):
+            sizes = tuple(sizes[0])
+        cdef int nd = len(sizes), lead = len(sizes) - self.ndim_
+        if lead < 0 or nd > MAX_NDIM:
+            raise errors.InvalidArgument(f"expand{tuple(sizes)}: shape {self.shape} has more dimensions than that"
+                                         if lead < 0 else f"expand{tuple(sizes)}: at most {MAX_NDIM} dimensions")
+        for i in range(nd):
+            want = sizes[i]
+            j = i - lead
+            if j < 0:
+                if want < 0:
+                    raise errors.InvalidArgument(f"expand{tuple(sizes)}: -1 is not allowed for a new dimension ({i})")
+                sh[i], st[i] = want, 0
+            elif want == -1 or want == self.shape_[j]:
+                sh[i], st[i] = self.shape_[j], self.strides_[j]
+            elif self.shape_[j] == 1 and want >= 0:
+                sh[i], st[i] = want, 0
+            else:
+                raise errors.InvalidArgument(f"expand{tuple(sizes)}: dimension {j} of shape {self.shape} has extent "
+                                             f"{self.shape_[j]}, which expands only from 1 (to {want})")
+        return _view(self, nd, sh, st, self.data)
 
     def view(self, *shape):
         """A view with another shape over the same memory; raises InvalidArgument when the strides do not allow
@@ -612,3 +690,12 @@ def tensor(data, dtype=None, device=None, stream=None):
         memcpy_async(t.data, arr.reshape(-1).view(np.uint8), arr.nbytes, stream=s, kind="H2D")
         t.storage.note_writer(s, s.position)
     return t
+
+
+def as_strided(t, shape, strides, offset=None):
+    """``paddle_rt.as_strided(t, shape, strides, offset=None)``: :meth:`Tensor.as_strided` (torch's meaning: any
+    strides >= 0 including 0 and overlapping ones; ``offset`` in elements from the start of t's storage, default
+    t's own; checked against the storage's bounds)."""
+    if not isinstance(t, Tensor):
+        raise errors.InvalidArgument(f"as_strided: t must be a paddle_rt Tensor, not {type(t).__name__}")
+    return t.as_strided(shape, strides, offset)

@@ -4,6 +4,8 @@
  * entry points come from scipy.linalg.cython_blas at the first gemm, op.pyx); the rest is one fused pass per row or
  * per block. Linked into the op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/op_kernels.h"
+#include "engine/op_families.h"
+#include "engine/host_float.h"
 
 #include <limits.h>
 #include <math.h>
@@ -33,52 +35,16 @@ std::atomic<void*> g_sgemm{nullptr};
 std::atomic<void*> g_dgemm{nullptr};
 std::atomic<int> g_ilp64{0};
 
-/* ---- conversions ------------------------------------------------------------------------------------------------ */
-inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN stays a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                              /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-inline float f16_to_f32(uint16_t h) {
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-
-inline uint16_t f32_to_f16(float f) {
-    _Float16 x = (_Float16)f;   /* IEEE conversion: round to nearest even */
-    uint16_t h;
-    memcpy(&h, &x, 2);
-    return h;
-}
+/* ---- conversions (engine/host_float.h) --------------------------------------------------------------------------- */
+using prt_host::bf16_to_f32;
+using prt_host::f32_to_bf16;
+using prt_host::f16_to_f32;
+using prt_host::f32_to_f16;
 
 #if defined(__x86_64__)
-const bool g_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-
-__attribute__((target("avx,f16c"))) void f16_row_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-    for (; i < n; i++) d[i] = f16_to_f32(s[i]);
-}
-
-__attribute__((target("avx,f16c"))) void f32_row_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; i < n; i++) d[i] = f32_to_f16(s[i]);
-}
+const bool g_f16c = prt_host::has_f16c();
+using prt_host::f16_row_to_f32_f16c;
+using prt_host::f32_row_to_f16_f16c;
 #endif
 
 /* x[i] = exp(x[i]) */
@@ -408,7 +374,10 @@ C_Status norm_kernel(const paddle_rt_op_call* c) {
     C* w = x + d;
     C* b = w + d;
     load_row(static_cast<const char*>(c->inputs[1].data), c->inputs[1].dtype, c->inputs[1].strides[0], d, w);
-    if (layer) load_row(static_cast<const char*>(c->inputs[2].data), c->inputs[2].dtype, c->inputs[2].strides[0], d, b);
+    if (layer && c->n_inputs > 2)
+        load_row(static_cast<const char*>(c->inputs[2].data), c->inputs[2].dtype, c->inputs[2].strides[0], d, b);
+    else if (layer)
+        std::fill(b, b + d, (C)0);   /* layer_norm without a bias */
     const C eps = (C)c->attrs[0];
     for_rows(L, [&](char* const* p, int64_t) {
         load_row(p[1], c->inputs[0].dtype, sx, d, x);
@@ -453,46 +422,6 @@ C_Status causal_softmax_kernel(const paddle_rt_op_call* c) {
         for (int64_t j = kept; j < total; j++) x[j] = 0;
         store_row(p[0], c->out.dtype, so, total, x);
     });
-    return C_SUCCESS;
-}
-
-/* x, out: (seq, heads, dim); pos: (seq,) integers; sin, cos: (max_pos, dim / 2). */
-template <typename C>
-C_Status rope_kernel(const paddle_rt_op_call* c) {
-    Layout L = layout_of(c, 2);
-    if (numel(L) == 0) return C_SUCCESS;
-    const int64_t heads = L.shape[1], dim = L.shape[2], half = dim / 2, so = last(L, 0), sx = last(L, 1);
-    const paddle_rt_tensor &pos = c->inputs[1], &sn = c->inputs[2], &cs = c->inputs[3];
-    const int64_t max_pos = sn.shape[0];
-    const bool neox = c->attrs[0] != 0;
-    C* x = static_cast<C*>(c->workspace);
-    C* y = x + dim;
-    C* sv = y + dim;
-    C* cv = sv + half;
-    const int pes = prt_dtype_size(pos.dtype);
-    for (int64_t s = 0; s < L.shape[0]; s++) {
-        const char* pp = static_cast<const char*>(pos.data) + s * pos.strides[0] * pes;
-        int64_t p = pos.dtype == INT64 ? *reinterpret_cast<const int64_t*>(pp)
-                  : pos.dtype == INT32 ? *reinterpret_cast<const int32_t*>(pp)
-                  : pos.dtype == UINT32 ? (int64_t)*reinterpret_cast<const uint32_t*>(pp)
-                  : (int64_t)*reinterpret_cast<const uint64_t*>(pp);
-        if (p < 0 || p >= max_pos) return C_ERROR;   /* a position beyond the tables: refuse, never read past them */
-        load_row(static_cast<const char*>(sn.data) + p * sn.strides[0] * prt_dtype_size(sn.dtype), sn.dtype,
-                 sn.strides[1], half, sv);
-        load_row(static_cast<const char*>(cs.data) + p * cs.strides[0] * prt_dtype_size(cs.dtype), cs.dtype,
-                 cs.strides[1], half, cv);
-        for (int64_t h = 0; h < heads; h++) {
-            const char* xr = L.base[1] + (s * L.st[1][0] + h * L.st[1][1]) * L.esize[1];
-            char* orow = L.base[0] + (s * L.st[0][0] + h * L.st[0][1]) * L.esize[0];
-            load_row(xr, c->inputs[0].dtype, sx, dim, x);
-            for (int64_t i = 0; i < half; i++) {
-                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-                y[a] = x[a] * cv[i] - x[b] * sv[i];
-                y[b] = x[a] * sv[i] + x[b] * cv[i];
-            }
-            store_row(orow, c->out.dtype, so, dim, y);
-        }
-    }
     return C_SUCCESS;
 }
 
@@ -618,65 +547,6 @@ C_Status gemm_kernel(const paddle_rt_op_call* c) {
     return c->dtype == FLOAT64 ? gemm_kernel_t<double>(c) : gemm_kernel_t<float>(c);
 }
 
-/* ---- random_sample ------------------------------------------------------------------------------------------------
-   p_j = exp((l_j - max l) / T); indices ordered by p, descending (ties: lower index first); the first top-k kept
-   (0: all); of those the shortest prefix whose probability mass reaches top-p times theirs; then the first index
-   whose running mass exceeds random * (the prefix's mass). T == 0 or top-k == 1: the first index of the largest
-   logit. */
-C_Status random_sample_kernel(const paddle_rt_op_call* c) {
-    const paddle_rt_tensor& lg = c->inputs[0];
-    const int64_t v = lg.shape[0];
-    const double rnd = c->attrs[0], topp = c->attrs[1], temp = c->attrs[3];
-    const int64_t topk = (int64_t)c->attrs[2];
-    double* p = static_cast<double*>(c->workspace);
-    int64_t* idx = reinterpret_cast<int64_t*>(p + v);
-    const int es = prt_dtype_size(lg.dtype);
-    for (int64_t j0 = 0; j0 < v; j0 += kBlock) {
-        float buf[kBlock];
-        const int64_t m = std::min<int64_t>(kBlock, v - j0);
-        if (lg.dtype == FLOAT64) load_row(static_cast<const char*>(lg.data) + j0 * lg.strides[0] * es, FLOAT64,
-                                          lg.strides[0], m, p + j0);
-        else {
-            load_row(static_cast<const char*>(lg.data) + j0 * lg.strides[0] * es, lg.dtype, lg.strides[0], m, buf);
-            for (int64_t j = 0; j < m; j++) p[j0 + j] = buf[j];
-        }
-    }
-    for (int64_t j = 0; j < v; j++) if (p[j] != p[j]) p[j] = -INFINITY;   /* NaN never wins nor breaks the sort */
-    int64_t best = 0;
-    for (int64_t j = 1; j < v; j++) if (p[j] > p[best]) best = j;
-    int64_t pick = best;
-    if (temp > 0 && topk != 1 && std::isfinite(p[best])) {
-        const double mx = p[best];
-        for (int64_t j = 0; j < v; j++) p[j] = exp((p[j] - mx) / temp);
-        std::iota(idx, idx + v, (int64_t)0);
-        const int64_t k = topk > 0 && topk < v ? topk : v;
-        auto by_p = [p](int64_t x, int64_t y) { return p[x] > p[y] || (p[x] == p[y] && x < y); };
-        if (k < v) std::partial_sort(idx, idx + k, idx + v, by_p);
-        else std::sort(idx, idx + v, by_p);
-        double mass = 0;
-        for (int64_t r = 0; r < k; r++) mass += p[idx[r]];
-        const double want = (topp < 1.0 ? topp : 1.0) * mass;
-        double run = 0;
-        int64_t kept = k;
-        for (int64_t r = 0; r < k; r++) {
-            run += p[idx[r]];
-            if (run >= want) { kept = r + 1; break; }
-        }
-        run = 0;
-        for (int64_t r = 0; r < kept; r++) run += p[idx[r]];
-        const double u = rnd * run;
-        double acc = 0;
-        pick = idx[kept - 1];
-        for (int64_t r = 0; r < kept; r++) {
-            acc += p[idx[r]];
-            if (acc > u) { pick = idx[r]; break; }
-        }
-    }
-    if (c->out.dtype == INT64) *static_cast<int64_t*>(c->out.data) = pick;
-    else *static_cast<int32_t*>(c->out.data) = (int32_t)pick;
-    return C_SUCCESS;
-}
-
 bool is_float(int dt) { return dt == FLOAT32 || dt == FLOAT64 || dt == FLOAT16 || dt == BFLOAT16; }
 bool is_int(int dt) { return dt >= UINT8 && dt <= INT64; }
 
@@ -685,9 +555,6 @@ C_Status norm_dispatch(const paddle_rt_op_call* c) {
 }
 C_Status softmax_dispatch(const paddle_rt_op_call* c) {
     return c->dtype == FLOAT64 ? causal_softmax_kernel<double>(c) : causal_softmax_kernel<float>(c);
-}
-C_Status rope_dispatch(const paddle_rt_op_call* c) {
-    return c->dtype == FLOAT64 ? rope_kernel<double>(c) : rope_kernel<float>(c);
 }
 
 }  // namespace
@@ -702,10 +569,16 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
     case PADDLE_RT_OP_GEMM: return is_float(dtype) ? gemm_kernel : nullptr;
     case PADDLE_RT_OP_RMS_NORM: case PADDLE_RT_OP_LAYER_NORM: return is_float(dtype) ? norm_dispatch : nullptr;
     case PADDLE_RT_OP_CAUSAL_SOFTMAX: return is_float(dtype) ? softmax_dispatch : nullptr;
-    case PADDLE_RT_OP_ROPE: return is_float(dtype) ? rope_dispatch : nullptr;
+    case PADDLE_RT_OP_ROPE: return is_float(dtype) ? prt_rope_kernel : nullptr;
+    case PADDLE_RT_OP_ADD_RMS_NORM: return is_float(dtype) ? prt_add_rms_norm_kernel : nullptr;
+    case PADDLE_RT_OP_SOFTMAX: return is_float(dtype) ? prt_softmax_kernel : nullptr;
+    case PADDLE_RT_OP_SILU_AND_MUL: return is_float(dtype) ? prt_silu_and_mul_kernel : nullptr;
+    case PADDLE_RT_OP_KV_CACHING: return is_float(dtype) ? prt_kv_caching_kernel : nullptr;
+    case PADDLE_RT_OP_ATTENTION: return is_float(dtype) ? prt_attention_kernel : nullptr;
+    case PADDLE_RT_OP_EMBEDDING: return is_float(dtype) ? prt_embedding_kernel : nullptr;
     case PADDLE_RT_OP_REARRANGE: return prt_dtype_size(dtype) > 0 && prt_dtype_size(dtype) <= 8 ? rearrange_kernel
                                                                                                 : nullptr;
-    case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? random_sample_kernel : nullptr;
+    case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? prt_random_sample_kernel : nullptr;
     default: return nullptr;
     }
 }
@@ -721,8 +594,14 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
     case PADDLE_RT_OP_RMS_NORM: return (size_t)(2 * d) * cs;
     case PADDLE_RT_OP_LAYER_NORM: return (size_t)(3 * d) * cs;
     case PADDLE_RT_OP_CAUSAL_SOFTMAX: return (size_t)d * cs;
-    case PADDLE_RT_OP_ROPE: return (size_t)(3 * d) * cs;
-    case PADDLE_RT_OP_RANDOM_SAMPLE: return (size_t)c->inputs[0].shape[0] * (sizeof(double) + sizeof(int64_t));
+    case PADDLE_RT_OP_ROPE: return prt_rope_workspace(c);
+    case PADDLE_RT_OP_ADD_RMS_NORM: return prt_add_rms_norm_workspace(c);
+    case PADDLE_RT_OP_SOFTMAX: return prt_softmax_workspace(c);
+    case PADDLE_RT_OP_SILU_AND_MUL: return prt_silu_and_mul_workspace(c);
+    case PADDLE_RT_OP_KV_CACHING: return prt_kv_caching_workspace(c);
+    case PADDLE_RT_OP_ATTENTION: return prt_attention_workspace(c);
+    case PADDLE_RT_OP_EMBEDDING: return prt_embedding_workspace(c);
+    case PADDLE_RT_OP_RANDOM_SAMPLE: return prt_random_sample_workspace(c);
     default: return 0;
     }
 }

@@ -25,6 +25,12 @@ cdef extern from "paddle_rt/extension.h" nogil:
         PADDLE_RT_OP_SILU
         PADDLE_RT_OP_RANDOM_SAMPLE
         PADDLE_RT_OP_AXPBY
+        PADDLE_RT_OP_ADD_RMS_NORM
+        PADDLE_RT_OP_SOFTMAX
+        PADDLE_RT_OP_SILU_AND_MUL
+        PADDLE_RT_OP_KV_CACHING
+        PADDLE_RT_OP_ATTENTION
+        PADDLE_RT_OP_EMBEDDING
         PADDLE_RT_OP_COUNT
     ctypedef struct paddle_rt_tensor:
         void* data
@@ -38,7 +44,7 @@ cdef extern from "paddle_rt/extension.h" nogil:
         int32_t dtype
         int32_t n_inputs
         paddle_rt_tensor out
-        paddle_rt_tensor inputs[4]
+        paddle_rt_tensor inputs[5]
         double attrs[8]
         void* workspace
         size_t workspace_size

@@ -37,7 +37,7 @@ typedef int (*paddle_rt_ext_ccl_comm_error_fn)(C_CCLComm comm);
  * been checked before a kernel sees the call.
  * ---------------------------------------------------------------------------------------------------------------- */
 #define PADDLE_RT_OP_MAX_NDIM 8
-#define PADDLE_RT_OP_MAX_INPUTS 4
+#define PADDLE_RT_OP_MAX_INPUTS 5
 #define PADDLE_RT_OP_MAX_ATTRS 8
 
 /* Operators, with their operands (out first, then the inputs in order) and attributes (attrs[i]). */
@@ -47,10 +47,12 @@ typedef enum {
   PADDLE_RT_OP_MUL = 3,            /* out = a * b */
   PADDLE_RT_OP_GEMM = 4,           /* out = alpha * a @ b + beta * out; (batch, m, k) x (batch, k, n); attrs: alpha, beta */
   PADDLE_RT_OP_RMS_NORM = 5,       /* out = x / sqrt(mean(x^2) + eps) * w over the last axis; attrs: eps */
-  PADDLE_RT_OP_LAYER_NORM = 6,     /* out = (x - mean) / sqrt(var + eps) * w + b over the last axis; attrs: eps */
+  PADDLE_RT_OP_LAYER_NORM = 6,     /* out = (x - mean) / sqrt(var + eps) * w (+ b when n_inputs is 3) over the last
+                                      axis; attrs: eps */
   PADDLE_RT_OP_CAUSAL_SOFTMAX = 7, /* softmax over the last axis of (..., n, total), j kept iff j <= i + total - n */
   PADDLE_RT_OP_SWIGLU = 8,         /* out = a * b * sigmoid(b) */
-  PADDLE_RT_OP_ROPE = 9,           /* rotary embedding of x (seq, heads, dim) with pos (seq), sin, cos (max_pos, dim/2);
+  PADDLE_RT_OP_ROPE = 9,           /* rotary embedding of x (seq, heads, dim) with pos (seq), or x (batch, seq, heads,
+                                      dim) with pos (seq) or (batch, seq); sin, cos (max_pos, dim/2);
                                       attrs: 0 = GPT-J (pairs 2i, 2i+1), 1 = GPT-NeoX (pairs i, i + dim/2) */
   PADDLE_RT_OP_REARRANGE = 10,     /* out = x, between any two layouts */
   PADDLE_RT_OP_RELU = 11,
@@ -59,7 +61,22 @@ typedef enum {
   PADDLE_RT_OP_RANDOM_SAMPLE = 14, /* out (shape (), int32/int64) = an index sampled from logits (vocab);
                                       attrs: random value in [0, 1), top-p, top-k (0: all), temperature */
   PADDLE_RT_OP_AXPBY = 15,         /* y = alpha * x + beta * y (out is y); attrs: alpha, beta */
-  PADDLE_RT_OP_COUNT = 16
+  /* Inputs marked "written" are outputs too (the kernel writes them; paddle_rt orders them like out). */
+  PADDLE_RT_OP_ADD_RMS_NORM = 16,  /* out y (..., d); inputs: residual_out (..., d, written), a, b (..., d), weight (d);
+                                      residual_out = a + b, y = rms_norm(a + b) * weight from the unrounded sum;
+                                      attrs: eps */
+  PADDLE_RT_OP_SOFTMAX = 17,       /* out = softmax(x) over one axis, presented LAST in the call's layouts (the
+                                      descriptor moves it there); attrs: the caller's axis */
+  PADDLE_RT_OP_SILU_AND_MUL = 18,  /* out (..., d) = silu(x[..., :d]) * x[..., d:] for x (..., 2d) */
+  PADDLE_RT_OP_KV_CACHING = 19,    /* out k_cache (b, h, max_seq, d); inputs: v_cache (written), k, v (b, h, seq, d),
+                                      past_kv_lengths (b) int32/int64; cache[i, :, past[i]:past[i]+seq] = new[i] */
+  PADDLE_RT_OP_ATTENTION = 20,     /* out (seq, q_heads, d); inputs: q (q_heads, seq, d), k, v (kv_heads, seq, d),
+                                      k_cache, v_cache (kv_heads, >= pos + seq, d; both written: k, v stored at
+                                      [pos, pos + seq)); causal grouped-query attention over the first pos + seq
+                                      cached positions, scale 1/sqrt(d); attrs: pos */
+  PADDLE_RT_OP_EMBEDDING = 21,     /* out (ids..., d) = weight[ids]; inputs: ids (any shape, int32/int64), weight
+                                      (vocab, d) */
+  PADDLE_RT_OP_COUNT = 22
 } paddle_rt_op;
 
 typedef struct {

@@ -1,0 +1,221 @@
+"""Reading a Llama-architecture checkpoint in Hugging Face's folder layout, without torch: ``config.json`` and
+``model.safetensors`` (or the shards listed by ``model.safetensors.index.json``), read with the ``safetensors``
+package's numpy API. Everything that is wrong with the folder raises :class:`CheckpointError` with one line naming
+the file, the key or the tensor, and the reason."""
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+ARCHITECTURES = ("LlamaForCausalLM",)
+
+
+class CheckpointError(Exception):
+    """The checkpoint folder cannot be used (missing, malformed, or an architecture this example does not run)."""
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    eos_token_ids: tuple = ()
+
+    @property
+    def n_rep(self):
+        """Query heads per key/value head (grouped-query attention; 1 for multi-head attention)."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    def parameter_count(self):
+        h, i, hd = self.hidden_size, self.intermediate_size, self.head_dim
+        per_layer = (h * hd * (self.num_attention_heads * 2 + self.num_key_value_heads * 2) + 3 * h * i + 2 * h)
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + self.num_hidden_layers * per_layer + h + head
+
+
+def _field(cfg, key, kind, path, minimum=None):
+    if key not in cfg:
+        raise CheckpointError(f"{path}: missing key {key!r}")
+    v = cfg[key]
+    ok = (isinstance(v, bool) if kind is bool else
+          isinstance(v, int) and not isinstance(v, bool) if kind is int else
+          isinstance(v, (int, float)) and not isinstance(v, bool))
+    if not ok:
+        raise CheckpointError(f"{path}: {key} must be {kind.__name__}, not {v!r}")
+    if minimum is not None and v < minimum:
+        raise CheckpointError(f"{path}: {key} must be >= {minimum}, not {v!r}")
+    return kind(v)
+
+
+def _rope_theta(cfg, path):
+    """rope_theta at the top level (transformers 4) or in rope_parameters (transformers 5); only the default rope."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(params, dict) or not (scaling is None or isinstance(scaling, dict)):
+        raise CheckpointError(f"{path}: rope_parameters / rope_scaling must be objects")
+    for what in (params, scaling or {}):
+        kind = what.get("rope_type", what.get("type", "default"))
+        if kind != "default":
+            raise CheckpointError(f"{path}: rope type {kind!r} is not supported by this example (only 'default')")
+    theta = params.get("rope_theta", cfg.get("rope_theta"))
+    if theta is None:
+        raise CheckpointError(f"{path}: missing key 'rope_theta' (top level or in rope_parameters)")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise CheckpointError(f"{path}: rope_theta must be a number > 0, not {theta!r}")
+    return float(theta)
+
+
+def _eos_ids(value):
+    if value is None:
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    return None
+
+
+def read_config(folder):
+    """The :class:`LlamaConfig` of ``folder/config.json`` (eos ids from generation_config.json when it has them)."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.isdir(folder):
+        raise CheckpointError(f"{folder}: no such checkpoint folder")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: missing (a Hugging Face checkpoint folder has config.json and "
+                              f"model.safetensors)")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    archs = cfg.get("architectures") or []
+    model_type = cfg.get("model_type")
+    if not any(a in ARCHITECTURES for a in archs) and not (not archs and model_type == "llama"):
+        what = ", ".join(map(str, archs)) if archs else f"model_type {model_type!r}"
+        raise CheckpointError(f"{path}: unknown architecture {what}: this example runs {', '.join(ARCHITECTURES)}")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"{path}: hidden_act {cfg['hidden_act']!r} is not supported (Llama uses 'silu')")
+    for key in ("attention_bias", "mlp_bias"):
+        if cfg.get(key):
+            raise CheckpointError(f"{path}: {key} = true is not supported by this example")
+    hidden = _field(cfg, "hidden_size", int, path, 1)
+    heads = _field(cfg, "num_attention_heads", int, path, 1)
+    kv_heads = _field(cfg, "num_key_value_heads", int, path, 1) if "num_key_value_heads" in cfg else heads
+    if heads % kv_heads:
+        raise CheckpointError(f"{path}: num_attention_heads ({heads}) is not a multiple of num_key_value_heads "
+                              f"({kv_heads})")
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise CheckpointError(f"{path}: hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})")
+        head_dim = hidden // heads
+    head_dim = _field({"head_dim": head_dim}, "head_dim", int, path, 2)
+    if head_dim % 2:
+        raise CheckpointError(f"{path}: head_dim ({head_dim}) must be even for rotary embeddings")
+    eos = _eos_ids(cfg.get("eos_token_id"))
+    gen_path = os.path.join(folder, "generation_config.json")
+    if os.path.isfile(gen_path):
+        try:
+            with open(gen_path) as f:
+                gen = json.load(f)
+            if isinstance(gen, dict) and "eos_token_id" in gen:
+                eos = _eos_ids(gen["eos_token_id"])
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{gen_path}: not JSON ({exc})") from None
+    if eos is None:
+        raise CheckpointError(f"{path}: eos_token_id must be an int or a list of ints")
+    return LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=_field(cfg, "intermediate_size", int, path, 1),
+        num_hidden_layers=_field(cfg, "num_hidden_layers", int, path, 1),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=_field(cfg, "rms_norm_eps", float, path, 0),
+        rope_theta=_rope_theta(cfg, path),
+        vocab_size=_field(cfg, "vocab_size", int, path, 1),
+        max_position_embeddings=_field(cfg, "max_position_embeddings", int, path, 1),
+        tie_word_embeddings=_field(cfg, "tie_word_embeddings", bool, path) if "tie_word_embeddings" in cfg else False,
+        eos_token_ids=eos,
+    )
+
+
+def expected_shapes(c):
+    """{tensor name: shape} of the checkpoint (Hugging Face's names; lm_head only when not tied)."""
+    h, i, hd = c.hidden_size, c.intermediate_size, c.head_dim
+    shapes = {"model.embed_tokens.weight": (c.vocab_size, h), "model.norm.weight": (h,)}
+    for n in range(c.num_hidden_layers):
+        p = f"model.layers.{n}."
+        shapes.update({
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (c.num_attention_heads * hd, h),
+            p + "self_attn.k_proj.weight": (c.num_key_value_heads * hd, h),
+            p + "self_attn.v_proj.weight": (c.num_key_value_heads * hd, h),
+            p + "self_attn.o_proj.weight": (h, c.num_attention_heads * hd),
+            p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h), p + "mlp.down_proj.weight": (h, i),
+        })
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, h)
+    return shapes
+
+
+def _shard_files(folder):
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.isfile(single):
+        return [single]
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.isfile(index):
+        raise CheckpointError(f"{single}: missing (nor is there a model.safetensors.index.json)")
+    try:
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        files = sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointError(f"{index}: not a safetensors index ({type(exc).__name__}: {exc})") from None
+    return [os.path.join(folder, os.path.basename(str(f))) for f in files]
+
+
+def read_weights(folder, config):
+    """{name: numpy array} of every tensor the model needs, checked against the config's shapes (bfloat16 tensors
+    come as ml_dtypes.bfloat16 arrays)."""
+    try:
+        import ml_dtypes  # noqa: F401  (lets safetensors' numpy API read BF16 tensors)
+        from safetensors import safe_open
+    except ImportError as exc:
+        raise CheckpointError(f"reading model.safetensors needs the examples extra: pip install "
+                              f"'paddle_rt[examples]' ({exc})") from None
+    want = expected_shapes(config)
+    out = {}
+    for path in _shard_files(folder):
+        if not os.path.isfile(path):
+            raise CheckpointError(f"{path}: missing (listed in model.safetensors.index.json)")
+        try:
+            with safe_open(path, framework="np") as f:
+                for name in f.keys():
+                    if name in want:
+                        out[name] = f.get_tensor(name)
+        except CheckpointError:
+            raise
+        except Exception as exc:      # safetensors raises its own error types (SafetensorError, TypeError...)
+            raise CheckpointError(f"{path}: not a readable safetensors file ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    for name, shape in want.items():
+        if name not in out:
+            raise CheckpointError(f"{folder}: tensor {name} is missing from the checkpoint")
+        a = out[name]
+        if tuple(a.shape) != shape:
+            raise CheckpointError(f"{folder}: tensor {name} has shape {tuple(a.shape)}, the config says {shape}")
+        if a.dtype.kind != "f" and a.dtype.name != "bfloat16":
+            raise CheckpointError(f"{folder}: tensor {name} has dtype {a.dtype}, not a floating-point type")
+    return out

@@ -1,0 +1,207 @@
+"""A Llama decoder on paddle_rt: the weights in one device allocation, a preallocated KV cache, and the forward pass
+written against the operator layer of llama_ops.py.
+
+Memory decisions:
+- Weights: one arena tensor in the model's dtype holding every parameter (64-element aligned), each parameter a view
+  of it. One allocation instead of ~9 per layer: the allocator holds exactly the weights (no chunk rounding per
+  tensor), and loading is one stream-ordered host-to-device copy per parameter. The q/k/v projections of a layer are
+  stored as one (q + k + v, hidden) matrix and gate/up as one (2 * intermediate, hidden) matrix, so a layer runs
+  four gemms for the checkpoint's seven matrices.
+- KV cache: preallocated for the whole generation (prompt + max_new_tokens positions), one (layers, kv_heads,
+  capacity, head_dim) tensor each for keys and values. The capacity is known before the first step, so a growing
+  cache would only add copies (each growth copies the whole cache) and leave freed blocks of every intermediate size
+  behind; preallocated, peak reserved memory stays next to peak live memory and the attention operator writes a
+  step's keys and values in place. The positions and the rotary tables for the same capacity live with the cache.
+- Activations: allocated by the operators from the device's stream-ordered pool and freed when dropped; every step
+  has the same shapes, so the pool hands the same blocks back on the same stream.
+"""
+import time
+
+import numpy as np
+
+import paddle_rt
+
+import llama_ops as L
+
+DTYPES = ("float32", "bfloat16", "float16")
+ALIGN = 64        # elements: each parameter starts on a 256-byte (float32) boundary of the arena
+
+
+def numpy_dtype(name):
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def rope_tables(config, capacity, dtype):
+    """(sin, cos) of shape (capacity, head_dim / 2) as Hugging Face's default rotary embedding computes them: the
+    inverse frequencies and the angles in float32, then cast to the model's dtype."""
+    hd = config.head_dim
+    exponent = np.arange(0, hd, 2, dtype=np.int64).astype(np.float32) / np.float32(hd)
+    inv_freq = (np.float32(1.0) / (np.float32(config.rope_theta) ** exponent)).astype(np.float32)
+    angles = np.arange(capacity, dtype=np.float32)[:, None] * inv_freq[None, :]
+    return np.sin(angles).astype(dtype), np.cos(angles).astype(dtype)
+
+
+class KVCache:
+    """Keys and values of every layer for ``capacity`` positions, the position ids 0..capacity-1 and the rotary
+    tables, on the model's device; ``length`` positions are filled."""
+
+    def __init__(self, model, capacity):
+        c = model.config
+        shape = (c.num_hidden_layers, c.num_key_value_heads, capacity, c.head_dim)
+        dev = model.device
+        self.capacity = capacity
+        self.length = 0
+        self.k = paddle_rt.empty(shape, model.dtype, device=dev)
+        self.v = paddle_rt.empty(shape, model.dtype, device=dev)
+        self.pos = paddle_rt.tensor(np.arange(capacity, dtype=np.int64), device=dev)
+        sin, cos = rope_tables(c, capacity, numpy_dtype(model.dtype))
+        self.sin = paddle_rt.tensor(sin, device=dev)
+        self.cos = paddle_rt.tensor(cos, device=dev)
+
+    @property
+    def nbytes(self):
+        return self.k.nbytes + self.v.nbytes
+
+
+class LlamaModel:
+    """``LlamaModel(config, weights, device=None, dtype="float32")``: ``weights`` as read by
+    llama_checkpoint.read_weights (numpy arrays, Hugging Face's names)."""
+
+    def __init__(self, config, weights, device=None, dtype="float32"):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.config = config
+        self.dtype = dtype
+        self.device = paddle_rt.device(device) if device is not None else paddle_rt.get_device()
+        self._load(weights)
+
+    # ---- weights -----------------------------------------------------------------------------------------------
+    def _parameters(self, w):
+        """(name, host array) of every parameter as the model uses it (q/k/v and gate/up fused)."""
+        c = self.config
+        yield "embed", w["model.embed_tokens.weight"]
+        for n in range(c.num_hidden_layers):
+            p = f"model.layers.{n}."
+            yield f"{n}.in_norm", w[p + "input_layernorm.weight"]
+            yield f"{n}.qkv", np.concatenate([w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
+                                              w[p + "self_attn.v_proj.weight"]])
+            yield f"{n}.o", w[p + "self_attn.o_proj.weight"]
+            yield f"{n}.post_norm", w[p + "post_attention_layernorm.weight"]
+            yield f"{n}.gate_up", np.concatenate([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]])
+            yield f"{n}.down", w[p + "mlp.down_proj.weight"]
+        yield "norm", w["model.norm.weight"]
+        if not c.tie_word_embeddings:
+            yield "lm_head", w["lm_head.weight"]
+
+    def _load(self, weights):
+        dt = numpy_dtype(self.dtype)
+        params = [(name, np.ascontiguousarray(a.astype(dt, copy=False))) for name, a in self._parameters(weights)]
+        offsets, total = [], 0
+        for _, a in params:
+            offsets.append(total)
+            total += -(-a.size // ALIGN) * ALIGN
+        self.arena = paddle_rt.empty((total,), self.dtype, device=self.device)
+        stream = paddle_rt.current_stream(self.device)
+        self.w = {}
+        for (name, a), off in zip(params, offsets):
+            view = self.arena[off:off + a.size].view(a.shape)
+            paddle_rt.memcpy_async(view.data_ptr, a, a.nbytes, stream=stream, kind="H2D")
+            self.w[name] = view
+        if self.config.tie_word_embeddings:
+            self.w["lm_head"] = self.w["embed"]
+        stream.synchronize()
+
+    @property
+    def nbytes(self):
+        """Bytes of the weight arena."""
+        return self.arena.nbytes
+
+    # ---- the forward pass --------------------------------------------------------------------------------------
+    def new_cache(self, capacity):
+        return KVCache(self, capacity)
+
+    def forward(self, ids, cache):
+        """Run the tokens ``ids`` (an int64 tensor (seq,) on the device) at the next positions of ``cache``; returns
+        the logits of the last one, a (vocab,) tensor (on the device, not yet computed when this returns)."""
+        c = self.config
+        seq, start = ids.shape[0], cache.length
+        if start + seq > cache.capacity:
+            raise ValueError(f"the KV cache holds {cache.capacity} positions; {start} + {seq} do not fit")
+        hd, heads, kv_heads = c.head_dim, c.num_attention_heads, c.num_key_value_heads
+        q_end, k_end = heads * hd, (heads + kv_heads) * hd
+        pos = cache.pos[start:start + seq]
+        x = L.embedding(ids, self.w["embed"])                                        # the residual stream
+        h = L.rms_norm(x, self.w["0.in_norm"], c.rms_norm_eps)
+        for n in range(c.num_hidden_layers):
+            qkv = L.linear(h, self.w[f"{n}.qkv"])                                   # (seq, (heads + 2 kv) * hd)
+            q = L.rope(qkv[:, :q_end].view(seq, heads, hd), pos, cache.sin, cache.cos)
+            k = L.rope(qkv[:, q_end:k_end].view(seq, kv_heads, hd), pos, cache.sin, cache.cos)
+            a = L.attention(q, k, qkv[:, k_end:].view(seq, kv_heads, hd), cache.k[n], cache.v[n], start)
+            h = L.add_rms_norm(x, L.linear(a, self.w[f"{n}.o"]), self.w[f"{n}.post_norm"], c.rms_norm_eps)
+            act = L.silu_and_mul(L.linear(h, self.w[f"{n}.gate_up"]))
+            nxt = self.w[f"{n + 1}.in_norm"] if n + 1 < c.num_hidden_layers else self.w["norm"]
+            h = L.add_rms_norm(x, L.linear(act, self.w[f"{n}.down"]), nxt, c.rms_norm_eps)
+        cache.length = start + seq
+        return L.linear(h[seq - 1:seq], self.w["lm_head"])[0]
+
+    def token_ids(self, ids):
+        """Host token ids as the (seq,) int64 device tensor forward() takes."""
+        return paddle_rt.tensor(np.asarray(ids, dtype=np.int64).reshape(-1), device=self.device)
+
+
+class Sampling:
+    """Greedy (``temperature=0``) or sampled with temperature, top-k (0: all), top-p, from ``seed``."""
+
+    def __init__(self, temperature=0.0, top_k=0, top_p=1.0, seed=None):
+        self.temperature, self.top_k, self.top_p = float(temperature), int(top_k), float(top_p)
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def greedy(self):
+        return self.temperature == 0 or self.top_k == 1
+
+    def random_val(self):
+        return 0.0 if self.greedy else float(self.rng.random())
+
+
+def generate(model, prompt, max_new_tokens, sampling=None, eos_token_ids=(), on_token=None):
+    """Generate up to ``max_new_tokens`` after the host list ``prompt`` (stops after a token of ``eos_token_ids``).
+    Returns (new tokens, {"prefill_s": prompt to first token, "decode_s": the other tokens, "decode_tokens": their
+    number, "cache_bytes"}).
+
+    A sampled id stays on the device: the next step's embedding reads it there, so step t + 1 is enqueued before the
+    host reads token t (the one copy to the host per step, 8 bytes), and the host's Python work for a step overlaps
+    the device's work on the previous one. Two id buffers alternate: step s writes buffer s % 2, which the host has
+    read before it enqueues step s. After an eos token the one step enqueued beyond it is discarded."""
+    sampling = sampling or Sampling()
+    cache = model.new_cache(len(prompt) + max_new_tokens)
+    ids = [paddle_rt.empty((1,), "int64", device=model.device) for _ in range(2)]
+    eos = set(eos_token_ids)
+
+    def enqueue(s, inputs):
+        L.sample(model.forward(inputs, cache), ids[s % 2][0], sampling.random_val(), sampling.temperature,
+                 sampling.top_k, sampling.top_p)
+
+    def read(s):
+        t = int(ids[s % 2].numpy()[0])
+        if on_token:
+            on_token(t)
+        return t
+
+    t0 = time.perf_counter()
+    enqueue(0, model.token_ids(prompt))
+    tokens = [read(0)]
+    t1 = time.perf_counter()
+    steps = 1
+    while len(tokens) < max_new_tokens and tokens[-1] not in eos:
+        while steps < max_new_tokens and steps <= len(tokens) + 1:
+            enqueue(steps, ids[(steps - 1) % 2])
+            steps += 1
+        tokens.append(read(len(tokens)))
+    t2 = time.perf_counter()
+    model.device.synchronize()
+    return tokens, {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_tokens": len(tokens) - 1,
+                    "cache_bytes": cache.nbytes}

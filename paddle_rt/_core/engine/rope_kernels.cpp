@@ -1,0 +1,87 @@
+/* Rotary position embedding (InfiniCore's RoPE): x and out (seq, heads, dim) or (batch, seq, heads, dim); pos_ids
+ * (seq,) shared by every batch entry, or (batch, seq); sin and cos tables (max_pos, dim / 2). Element pairs are
+ * (2i, 2i + 1) for GPT-J (attrs[0] == 0) or (i, i + dim / 2) for GPT-NeoX; each pair rotates by the angle of row
+ * pos of the tables. Every position is checked against max_pos before anything is written; one outside leaves
+ * (position, max_pos) as the failure detail. A row is read whole before it is written (in place allowed). */
+#include "engine/host_float.h"
+#include "engine/op_families.h"
+
+using namespace prt_host;
+
+namespace {
+
+struct RopeShape {
+    int64_t batch, seq, heads, dim;
+    int lead;                         /* 1 when the operands have a batch axis */
+    int64_t pos_sb, pos_ss;           /* pos_ids strides (batch: 0 when shared) */
+};
+
+RopeShape rope_shape(const paddle_rt_op_call* c) {
+    RopeShape r;
+    const paddle_rt_tensor &y = c->out, &pos = c->inputs[1];
+    r.lead = y.ndim == 4 ? 1 : 0;
+    r.batch = r.lead ? y.shape[0] : 1;
+    r.seq = y.shape[r.lead];
+    r.heads = y.shape[r.lead + 1];
+    r.dim = y.shape[r.lead + 2];
+    r.pos_sb = pos.ndim == 2 ? pos.strides[0] : 0;
+    r.pos_ss = pos.strides[pos.ndim - 1];
+    return r;
+}
+
+template <typename C>
+C_Status rope(const paddle_rt_op_call* c) {
+    const RopeShape r = rope_shape(c);
+    const paddle_rt_tensor &y = c->out, &x = c->inputs[0], &pos = c->inputs[1], &sn = c->inputs[2],
+                           &cs = c->inputs[3];
+    const int64_t half = r.dim / 2, max_pos = sn.shape[0];
+    const bool neox = c->attrs[0] != 0;
+    for (int64_t b = 0; b < r.batch; b++)
+        for (int64_t s = 0; s < r.seq; s++) {
+            const int64_t p = get_index(pos.data, pos.dtype, b * r.pos_sb + s * r.pos_ss);
+            if (p < 0 || p >= max_pos) {
+                set_detail(c, p, max_pos);
+                return C_ERROR;
+            }
+        }
+    C* xr = reinterpret_cast<C*>(static_cast<char*>(c->workspace) + kDetailBytes);
+    C* yr = xr + r.dim;
+    C* sv = yr + r.dim;
+    C* cv = sv + half;
+    const int ex = esize(x.dtype), ey = esize(y.dtype);
+    const int64_t* xs = x.strides;
+    const int64_t* ys = y.strides;
+    const int L = r.lead;
+    for (int64_t b = 0; b < r.batch; b++)
+        for (int64_t s = 0; s < r.seq; s++) {
+            const int64_t p = get_index(pos.data, pos.dtype, b * r.pos_sb + s * r.pos_ss);
+            read_row<C>(static_cast<const char*>(sn.data) + p * sn.strides[0] * esize(sn.dtype), sn.dtype,
+                        sn.strides[1], half, sv);
+            read_row<C>(static_cast<const char*>(cs.data) + p * cs.strides[0] * esize(cs.dtype), cs.dtype,
+                        cs.strides[1], half, cv);
+            for (int64_t h = 0; h < r.heads; h++) {
+                const int64_t xo = (L ? b * xs[0] : 0) + s * xs[L] + h * xs[L + 1];
+                const int64_t yo = (L ? b * ys[0] : 0) + s * ys[L] + h * ys[L + 1];
+                read_row<C>(static_cast<const char*>(x.data) + xo * ex, x.dtype, xs[L + 2], r.dim, xr);
+                for (int64_t i = 0; i < half; i++) {
+                    const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+                    yr[i0] = xr[i0] * cv[i] - xr[i1] * sv[i];
+                    yr[i1] = xr[i0] * sv[i] + xr[i1] * cv[i];
+                }
+                write_row<C>(static_cast<char*>(y.data) + yo * ey, y.dtype, ys[L + 2], r.dim, yr);
+            }
+        }
+    return C_SUCCESS;
+}
+
+}  // namespace
+
+C_Status prt_rope_kernel(const paddle_rt_op_call* c) {
+    for (int d = 0; d < c->out.ndim; d++)
+        if (c->out.shape[d] == 0) return C_SUCCESS;
+    return c->dtype == FLOAT64 ? rope<double>(c) : rope<float>(c);
+}
+
+size_t prt_rope_workspace(const paddle_rt_op_call* c) {
+    return kDetailBytes + (size_t)(3 * c->out.shape[c->out.ndim - 1]) * (c->dtype == FLOAT64 ? 8 : 4);
+}
