@@ -86,12 +86,14 @@ inline void read_row(const void* p, int dt, int64_t s, int64_t n, C* d) {
     switch (dt) {
     case FLOAT32: {
         const float* q = static_cast<const float*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
+        if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = (C)q[i];       /* unit stride: vectorised */
+        else for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
         break;
     }
     case FLOAT64: {
         const double* q = static_cast<const double*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
+        if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = (C)q[i];
+        else for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
         break;
     }
     case FLOAT16: {
@@ -107,7 +109,8 @@ inline void read_row(const void* p, int dt, int64_t s, int64_t n, C* d) {
     }
     case BFLOAT16: {
         const uint16_t* q = static_cast<const uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = (C)bf16_to_f32(q[i * s]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = (C)bf16_to_f32(q[i]);
+        else for (int64_t i = 0; i < n; i++) d[i] = (C)bf16_to_f32(q[i * s]);
         break;
     }
     default:
@@ -120,12 +123,14 @@ inline void write_row(void* p, int dt, int64_t s, int64_t n, const C* v) {
     switch (dt) {
     case FLOAT32: {
         float* q = static_cast<float*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = (float)v[i];
+        if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = (float)v[i];
+        else for (int64_t i = 0; i < n; i++) q[i * s] = (float)v[i];
         break;
     }
     case FLOAT64: {
         double* q = static_cast<double*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = (double)v[i];
+        if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = (double)v[i];
+        else for (int64_t i = 0; i < n; i++) q[i * s] = (double)v[i];
         break;
     }
     case FLOAT16: {
@@ -141,7 +146,8 @@ inline void write_row(void* p, int dt, int64_t s, int64_t n, const C* v) {
     }
     case BFLOAT16: {
         uint16_t* q = static_cast<uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16((float)v[i]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = f32_to_bf16((float)v[i]);
+        else for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16((float)v[i]);
         break;
     }
     default:
