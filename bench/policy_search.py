@@ -13,10 +13,13 @@ figures of a fresh process.
     python bench/policy_search.py search [--top N] [--grid fine]   # the grid below on every trace, best first
     python bench/policy_search.py loo [--synthetic]          # leave-one-out over the six real traces (chosen on
                                                              # five, with --synthetic ties broken by them too)
+    python bench/policy_search.py heldout [--json F]         # issue 22: family-held-out validation on the corpus
+                                                             # (bench/traces + ../shared/traces), CORPUS_GRID
     python bench/policy_search.py sensitivity                # each parameter of the default at x0.5 and x2
                                                              # (grow_round, consolidate: their other values)
 
-``--traces DIR`` (default /work/shared/traces) names the real traces; ``--synthetic`` adds the workloads of
+``--traces DIR...`` (default bench/traces and /work/shared/traces) names the folders of logs (every log in them is
+loaded; REAL names the six of issue 15 for table/search/loo); ``--synthetic`` adds the workloads of
 bench/synthetic_traces.py (generated in memory) as generalisation checks. A configuration ranks by (real traces
 missing the goal, synthetic ones missing it, its worst max(peak / limit, allocations / PyTorch's) on the real traces,
 its mean peak / limit over every trace): the goal on the six real traces comes first, the synthetic workloads only
@@ -39,8 +42,23 @@ import paddle_rt                                                        # noqa: 
 from paddle_rt.tools import replay                                      # noqa: E402
 
 MiB = 1 << 20
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = (os.path.join(HERE, "traces"), "/work/shared/traces")
 REAL = ("resnet18_train", "mlp_varbatch", "bert_varlen", "unet_train", "lstm_lm_train", "vit_infer_varbatch")
-PEAK_FACTOR = 1.02
+PEAK_FACTOR = 1.02       # the full goal: peak reserved <= 1.02 x Paddle's (and device allocations <= PyTorch's)
+PEAK_LIMIT = 1.15        # the bound on every trace
+# The corpus by family (held-out validation leaves one family out at a time). A trace not listed is its own family.
+FAMILIES = {
+    "cnn_train": ("resnet18_train", "unet_train", "vae_train", "mixed_precision_train", "pointnet_varpoints",
+                  "tcn_forecast"),
+    "cnn_infer": ("cnn_infer_multires", "detect_varboxes", "diffusion_sample"),
+    "transformer_train": ("bert_varlen", "grad_accum_train", "clip_contrastive"),
+    "transformer_infer": ("vit_infer_varbatch", "conformer_varlen", "moe_infer_varlen"),
+    "generation": ("llama_generate_cat", "llama_generate_static", "seq2seq_beam", "llm_batched_varlen",
+                   "llm_paged_kv", "llm_long_context"),
+    "dense_sparse": ("mlp_varbatch", "dlrm_embeddings", "gnn_minibatch"),
+    "recurrent_rl": ("lstm_lm_train", "rl_rollout_ppo"),
+}
 
 # The grid of `search`: the growth rule's parameters (see alloc_config.py) around the values that have a reason.
 GRID = {
@@ -64,16 +82,36 @@ FINE_GRID = {
     "small_size": ["128K", "192K", "256K", "384K"],
     "small_chunk": ["2M", "3M"],
 }
+# The grid of `heldout` (issue 22, the corpus of bench/traces and ../shared/traces): smaller growth steps and caps
+# next to the earlier default's, whole-request rounding on or off.
+CORPUS_GRID = {
+    "grow_min": ["2M", "4M", "6M"],
+    "grow_step": ["10M", "12M", "14M"],
+    "grow_fraction": ["1/6", "1/4", "1/3"],
+    "grow_ratio": ["0.375", "0.5", "0.625"],
+    "grow_round": ["nearest", "up"],
+    "consolidate": ["fold"],
+    "small_size": ["64K", "128K"],
+    "small_chunk": ["2M"],
+}
 # The parameters `sensitivity` scales (x0.5, x2), with their unit for the conf string.
 SCALED = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "small_size", "small_chunk")
 
 
-def load_traces(folder, synthetic=False):
-    """{name: (trace in replay.load_trace's form, {"paddle": figures, "torch": figures})}."""
+def family_of(name):
+    for fam, names in FAMILIES.items():
+        if name in names:
+            return fam
+    return name
+
+
+def load_traces(folders, synthetic=False):
+    """{name: (trace in replay.load_trace's form, {"paddle": figures, "torch": figures})} for every log of
+    ``folders`` (a folder or a list of them)."""
+    from paddle_rt.tools import corpus
     out = {}
-    for name in REAL:
-        t = replay.load_trace(os.path.join(folder, f"{name}.csv.gz"))
-        out[name] = t
+    for path in corpus.corpus_files([folders] if isinstance(folders, str) else folders):
+        out[corpus.trace_name(path)] = replay.load_trace(path)
     if synthetic:
         import synthetic_traces
         for name in synthetic_traces.WORKLOADS:
@@ -105,9 +143,11 @@ def evaluate(conf, traces, device=None):
             limit = PEAK_FACTOR * anchor["paddle"]["peak_reserved"]
             t_allocs = anchor["torch"]["device_allocs"]
             peak, n = r["peak_reserved"], r["device_allocs"]
+            ratio = peak / anchor["paddle"]["peak_reserved"]
             res[name] = {"peak": peak, "allocs": n, "limit": limit, "torch_allocs": t_allocs,
-                         "paddle_peak": anchor["paddle"]["peak_reserved"],
+                         "paddle_peak": anchor["paddle"]["peak_reserved"], "ratio": ratio,
                          "peak_ok": peak <= limit, "allocs_ok": n <= t_allocs,
+                         "within_limit": n <= t_allocs and ratio <= PEAK_LIMIT,
                          "badness": max(peak / limit, n / t_allocs)}
     finally:
         alloc.configure(**{k: None for k in conf})
@@ -125,20 +165,33 @@ def score(res, names=None):
             sum(r["peak"] / r["limit"] for r in res.values()) / len(res))
 
 
+def corpus_score(res, names=None):
+    """Smaller is better, for the corpus's targets: (traces beyond the bound: allocations over PyTorch's or peak over
+    1.15 x Paddle's, traces missing the full goal, the worst peak / Paddle's of a trace whose allocations hold, the
+    mean peak / Paddle's). ``names``: the traces that count (default: all)."""
+    names = [n for n in (names or res)]
+    rs = [res[n] for n in names]
+    worst = max((r["ratio"] if r["allocs_ok"] else 9.0) for r in rs)
+    return (sum(not r["within_limit"] for r in rs), sum(r["badness"] > 1 for r in rs), round(worst, 6),
+            round(sum(r["ratio"] for r in rs) / len(rs), 6))
+
+
 def grid_confs(grid=GRID):
     keys = list(grid)
     for vals in itertools.product(*(grid[k] for k in keys)):
         yield dict(zip(keys, vals))
 
 
-def search(traces, select=None, grid=GRID, log=None):
-    """Every configuration of ``grid``, scored on the traces ``select`` (default: all); best first."""
+def search(traces, select=None, grid=GRID, log=None, scorer=None):
+    """Every configuration of ``grid``, scored on the traces ``select`` (default: all) by ``scorer`` (default:
+    score); best first."""
+    scorer = scorer or score
     rows = []
     t0 = time.perf_counter()
     confs = list(grid_confs(grid))
     for i, conf in enumerate(confs):
         res = evaluate(conf, traces)
-        rows.append((score(res, select), conf, res))
+        rows.append((scorer(res, select), conf, res))
         if log and (i + 1) % 500 == 0:
             log(f"{i + 1}/{len(confs)} configurations, {time.perf_counter() - t0:.0f} s")
     rows.sort(key=lambda r: r[0])
@@ -177,10 +230,66 @@ def scale(key, value, factor):
     return str(int(ac.parse_size(key, value) * factor))
 
 
+def family_table(res, names):
+    """(traces beyond the bound, traces missing the full goal, worst peak / Paddle's, worst allocations / PyTorch's)
+    over ``names``."""
+    rs = [res[n] for n in names]
+    return (sum(not r["within_limit"] for r in rs), sum(r["badness"] > 1 for r in rs), max(r["ratio"] for r in rs),
+            max(r["allocs"] / r["torch_allocs"] for r in rs))
+
+
+def heldout(traces, args, log):
+    """Family-held-out validation: every configuration of CORPUS_GRID replayed once on every trace; for each family,
+    the configuration that scores best (corpus_score) on the other families, and its figures on the held-out one. The
+    default: of those choices, the one whose result on the whole corpus (its worst trace first) is best."""
+    rows = search(traces, None, grid=CORPUS_GRID, log=log, scorer=corpus_score)
+    fams = {}
+    for n in traces:
+        fams.setdefault(family_of(n), []).append(n)
+    print(f"{len(rows)} configurations x {len(traces)} traces in {len(fams)} families")
+    print("\n| held-out family | traces | chosen on the other families | held out: beyond 1.15 / missing 1.02 | "
+          "worst peak / Paddle | worst allocs / PyTorch |")
+    print("|---|---|---|---:|---:|---:|")
+    chosen = []
+    for fam, names in fams.items():
+        others = [n for n in traces if n not in names]
+        sc, conf, res = min(rows, key=lambda r: corpus_score(r[2], others))
+        beyond, miss, worst, wa = family_table(res, names)
+        chosen.append((conf, res))
+        print(f"| {fam} | {', '.join(names)} | {conf_text(conf)} | {beyond} / {miss} | {worst:.3f} | {wa:.2f} |")
+    # the default: among the per-family choices, the one whose worst result on a family it was not chosen on (each
+    # choice is held out from one family; its worst over all families bounds what it does on an unseen one) is best
+    best = min(chosen, key=lambda c: corpus_score(c[1]))
+    conf, res = best
+    print(f"\ndefault (best worst result of the choices): {conf_text(conf)}; corpus score {corpus_score(res)}")
+    print(fmt_corpus(res))
+    print("\nits neighbours in the grid (one key changed): corpus score (beyond the bound, missing the full goal, worst "
+          "ratio (9: allocations over), mean ratio)")
+    for sc, other, _ in rows:
+        diff = [k for k in conf if other[k] != conf[k]]
+        if len(diff) == 1:
+            print(f"  {diff[0]}={other[diff[0]]}: {sc}")
+    if args.json:
+        json.dump({"chosen": [(c, r) for c, r in chosen], "default": conf,
+                   "top": [(sc, c) for sc, c, _ in rows[:50]]}, open(args.json, "w"), indent=1)
+    return 0
+
+
+def fmt_corpus(res):
+    lines = ["| trace | family | peak MiB | peak / Paddle | allocs (PyTorch's) | target |", "|---|---|---:|---:|---:|---|"]
+    for name in sorted(res, key=lambda n: (family_of(n), n)):
+        r = res[name]
+        v = "goal" if r["badness"] <= 1 else ("within 1.15" if r["within_limit"] else "MISS")
+        lines.append(f"| {name} | {family_of(name)} | {r['peak'] / MiB:.1f} | {r['ratio']:.3f} | {r['allocs']} "
+                     f"({r['torch_allocs']}) | {v} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python bench/policy_search.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("table", "search", "loo", "sensitivity"))
-    ap.add_argument("--traces", default="/work/shared/traces")
+    ap.add_argument("what", choices=("table", "search", "loo", "heldout", "sensitivity"))
+    ap.add_argument("--traces", nargs="+", default=list(CORPUS),
+                    help="folders of allocation logs (default: bench/traces and /work/shared/traces)")
     ap.add_argument("--synthetic", action="store_true", help="also the synthetic workloads (bench/synthetic_traces.py)")
     ap.add_argument("--conf", default="", help="table: key:value,... over the defaults")
     ap.add_argument("--top", type=int, default=15)
@@ -244,6 +353,9 @@ def main(argv=None):
             print(f"| {held} | {conf_text(conf)} | {r['peak'] / MiB:.1f} | {r['limit'] / MiB:.1f} | {r['allocs']} | "
                   f"{r['torch_allocs']} | {verdict} |")
         return 0
+
+    if args.what == "heldout":
+        return heldout(traces, args, log)
 
     if args.what == "sensitivity":
         base = default_conf()

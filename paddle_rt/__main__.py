@@ -1,4 +1,4 @@
-"""``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, bench, check, plot."""
+"""``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, capture, bench, check, plot."""
 import sys
 
 from paddle_rt.tools.cli import program
@@ -25,6 +25,7 @@ COMMANDS = {
     "demo": (_demo, "walk through what paddle_rt does on the bundled rt_cpu plugin"),
     "info": (_info, "plugins, device types, devices with properties and memory, implemented and missing hooks"),
     "replay": (_forward("replay"), "replay an RMM-format allocation log through the allocator"),
+    "capture": (_forward("capture"), "record the allocation log of a PyTorch CPU program (torch's profiler)"),
     "check": (_forward("check"), "conformance checks for a plugin .so (each check in a child process)"),
     "plot": (_forward("plot"), "memory timeline and segment map of a snapshot, a profiler trace or an allocation log"),
     "bench": (_forward("bench"), "run the benchmark suite: each figure with its target, met or missed"),

@@ -4,6 +4,8 @@
     paddle_rt.memory.record_history()            # start recording allocator events (with Python stacks)
     ...
     paddle_rt.memory.dump_snapshot("mem.json")   # history + current segments; plot: python -m paddle_rt plot mem.json
+    paddle_rt.memory.dump_trace("mem.csv.gz")    # the allocations and frees as an allocation log: python -m
+                                                 # paddle_rt replay mem.csv.gz
     paddle_rt.memory.record_history(False)       # stop (what was recorded stays until the next start)
 """
 import collections
@@ -24,7 +26,7 @@ __all__ = [
     "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
     "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "reset_allocator", "empty_cache", "memory_snapshot", "set_allocator_config",
-    "allocator_config", "get_allocator", "ALLOC_CONF_KEYS",
+    "allocator_config", "get_allocator", "ALLOC_CONF_KEYS", "dump_trace",
 ]
 
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
@@ -108,6 +110,15 @@ def is_recording_history():
     return h is not None and h.stop_ns is None
 
 
+def _recorded_entries():
+    """The recorded events so far (what the recorder still holds is delivered first)."""
+    with _lock:
+        h = _history
+        if h is not None and h.stop_ns is None:
+            _trace.flush()
+        return list(h.entries) if h is not None else []
+
+
 def history():
     """The recorded history and the current state of every allocator, as the dict :func:`dump_snapshot` writes::
 
@@ -120,11 +131,7 @@ def history():
     ``frames`` are ``{"filename", "line", "name"}``, innermost first. Pinned host memory appears as a device named
     ``"<device>/pinned"``."""
     from paddle_rt._core import allocator as _alloc
-    with _lock:
-        h = _history
-        if h is not None and h.stop_ns is None:
-            _trace.flush()
-        entries = list(h.entries) if h is not None else []
+    entries = _recorded_entries()
     devices = {}
     for a in list(_alloc._allocators):
         key = str(a.device) if a.kind == "device" else f"{a.device}/pinned"
@@ -168,3 +175,35 @@ def load_snapshot(path):
         raise InvalidArgument(f"load_snapshot: {path!r} has version {doc.get('version')!r}; this paddle_rt reads "
                               f"version {SNAPSHOT_VERSION}")
     return doc
+
+
+def dump_trace(path, device=None):
+    """Write the recorded allocations and frees of one device's allocator (:func:`record_history`) to ``path`` as an
+    allocation log in RMM's CSV format (``Thread,Time,Action,Pointer,Size,Stream``, gzip'd when ``path`` ends in
+    ``.gz``): the format ``python -m paddle_rt replay`` and ``paddle-rt capture`` use. Sizes are the bytes asked for
+    (not the allocator's rounded blocks); frees of blocks allocated before the history started are left out, so every
+    free matches a live allocation. ``device``: which device (default: the one device with recorded allocations).
+    Raises InvalidArgument when nothing was recorded or several devices were and none is named. Returns
+    ``(path, number of allocations, peak live requested bytes)``."""
+    from paddle_rt._core import alloc_log
+    events = {}
+    for e in _recorded_entries():
+        if e.get("memory") == "device" and e["kind"] in ("alloc", "free"):
+            events.setdefault(e["device"], []).append(
+                (0, e["time_ns"], e["kind"] == "alloc", e["addr"], e["requested"], e["stream"]))
+    if device is not None:
+        name = str(device)
+        if name not in events:
+            raise InvalidArgument(f"dump_trace: no allocation on {name} was recorded "
+                                  f"(record_history() before the work; recorded: {sorted(events) or 'nothing'})")
+    elif not events:
+        raise InvalidArgument("dump_trace: no allocation was recorded (call paddle_rt.memory.record_history() "
+                              "before the work)")
+    elif len(events) > 1:
+        raise InvalidArgument(f"dump_trace: allocations on {len(events)} devices were recorded "
+                              f"({', '.join(sorted(events))}); name one with device=")
+    else:
+        name = next(iter(events))
+    log = alloc_log.from_recording(events[name], f"dump_trace({name})")
+    allocs, peak = alloc_log.write(path, log, f"dump_trace({name})")
+    return os.fspath(path), allocs, peak

@@ -1,6 +1,7 @@
 """The default allocator policy (issue 15): the growth parameters as configuration keys (parsing, validation, the
 effective configuration), the growth rule of alloc_policy.chunk_for_miss on small sequences of requests, and the
-goal on the six real traces (peak reserved <= 1.02 x Paddle's auto-growth, device allocations <= PyTorch's)."""
+targets on the corpus of bench/traces and ../shared/traces (issue 22: device allocations <= PyTorch's, peak reserved
+<= 1.15 x Paddle's auto-growth, the full goal of 1.02 x on most)."""
 import gc
 import os
 
@@ -14,7 +15,6 @@ from conftest import TRACES, skip_without_traces
 
 MiB = 1 << 20
 KiB = 1 << 10
-REAL = ("resnet18_train", "mlp_varbatch", "bert_varlen", "unet_train", "lstm_lm_train", "vit_infer_varbatch")
 GROW_KEYS = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate")
 ALL_KEYS = alloc_config.CONF_KEYS
 
@@ -50,6 +50,7 @@ def d1():
     while _live:
         paddle_rt.raw_free(_live.pop(), d)
     gc.collect()
+    paddle_rt.reset_allocator(d)         # empty first: small_size may change only while nothing is held
     _clear(a)
     paddle_rt.reset_allocator(d)
 
@@ -63,9 +64,9 @@ def segments(d):
 def test_defaults_are_the_documented_ones(d1):
     c = paddle_rt.allocator_config(d1)
     assert (c["grow_min"], c["grow_step"], c["grow_ratio"], c["grow_round"], c["consolidate"]) == \
-        (4 * MiB, 32 * MiB, 1.0, "up", "release")
-    assert c["grow_fraction"] == pytest.approx(1 / 32)
-    assert (c["small_size"], c["small_chunk"]) == (256 * KiB, 2 * MiB)
+        (4 * MiB, 12 * MiB, 0.5, "up", "fold")
+    assert c["grow_fraction"] == pytest.approx(1 / 4)
+    assert (c["small_size"], c["small_chunk"]) == (128 * KiB, 2 * MiB)
     assert c["growth"] == "adaptive"
 
 
@@ -120,7 +121,7 @@ def test_keywords_win_over_the_environment(run_python):
 # -- the growth rule -------------------------------------------------------------------------------------------------
 def _grow_conf(d, **kw):
     conf = dict(grow_min="4M", grow_step="32M", grow_fraction="1/32", grow_ratio=1, grow_round="up",
-                consolidate="release", small_size="256K", small_chunk="2M")
+                consolidate="release", small_size="128K", small_chunk="2M")
     conf.update(kw)
     paddle_rt.set_allocator_config(d, **conf)
 
@@ -236,32 +237,48 @@ def test_consolidate_modes(d1, mode, reserved_after, frees):
 
 def test_small_requests_use_the_small_pool(d1):
     _grow_conf(d1)
-    xs = [m(256 * KiB, d1) for _ in range(8)]   # 8 fit one 2 MiB small chunk
+    xs = [m(128 * KiB, d1) for _ in range(16)]  # 16 fit one 2 MiB small chunk
     snap = paddle_rt.memory_snapshot(d1)
     assert [(s["segment_type"], s["total_size"]) for s in snap] == [("small", 2 * MiB)]
-    y = m(256 * KiB + 1, d1)                     # above small_size: the large pool
+    y = m(128 * KiB + 1, d1)                     # above small_size: the large pool
     assert sorted(s["segment_type"] for s in paddle_rt.memory_snapshot(d1)) == ["large", "small"]
     for p in xs + [y]:
         f(p, d1)
 
 
-# -- the goal on the real traces --------------------------------------------------------------------------------------
-@skip_without_traces
-def test_default_policy_meets_the_goal_on_every_real_trace(d1):
-    """Issue 15: with the default configuration, on each of the six traces, in one process (reset_allocator between
-    replays gives fresh-process figures): peak reserved <= 1.02 x Paddle's auto-growth model and device allocations
-    <= PyTorch's caching allocator model (the replay tool's models, which reproduce the traces README's anchors)."""
-    misses = []
-    for name in REAL:
-        trace = replay.load_trace(os.path.join(TRACES, f"{name}.csv.gz"))
+# -- the targets on the corpus ------------------------------------------------------------------------------------------
+CORPUS = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "traces"), TRACES)
+# The traces where the default misses a target (bench/RESULTS.md, issue 22; the README states them): peak reserved over
+# 1.15 x Paddle's, or device allocations over PyTorch's.
+KNOWN_MISSES = {"vit_infer_varbatch"}
+GOAL_AT_LEAST = 18       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 26
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(os.path.isdir(d) for d in CORPUS), reason="bench/traces or ../shared/traces missing")
+def test_default_policy_on_the_corpus(d1):
+    """Issue 22: with the default configuration, on each log of bench/traces and ../shared/traces (reset_allocator
+    between replays gives fresh-process figures, see below): device allocations <= PyTorch's caching allocator model
+    and peak reserved <= 1.15 x Paddle's auto-growth model everywhere but the known misses, and the full goal
+    (<= 1.02 x) on at least GOAL_AT_LEAST traces."""
+    from paddle_rt.tools import corpus
+    beyond, goal, names = [], 0, []
+    for path in corpus.corpus_files(CORPUS):
+        name = corpus.trace_name(path)
+        names.append(name)
+        trace = replay.load_trace(path)
         paddle = replay.run_model(replay.PaddleAutoGrowthModel(256, 0), trace)
         torch = replay.run_model(replay.TorchCachingModel(), trace)
         paddle_rt.reset_allocator(d1)
         r = replay.run_once(None, "rt_cpu:1", {}, trace)
-        if r["peak_reserved"] > 1.02 * paddle["peak_reserved"] or r["device_allocs"] > torch["device_allocs"]:
-            misses.append((name, r["peak_reserved"] / MiB, 1.02 * paddle["peak_reserved"] / MiB,
-                           r["device_allocs"], torch["device_allocs"]))
-    assert not misses
+        ratio, allocs_ok, verdict = corpus.verdict(r["peak_reserved"], r["device_allocs"], paddle["peak_reserved"],
+                                                   torch["device_allocs"])
+        goal += verdict == "goal"
+        if verdict == "MISS":
+            beyond.append((name, round(ratio, 3), r["device_allocs"], torch["device_allocs"]))
+    assert len(names) >= 25
+    assert {b[0] for b in beyond} <= KNOWN_MISSES, beyond
+    assert goal >= GOAL_AT_LEAST
 
 
 @skip_without_traces

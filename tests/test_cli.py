@@ -13,13 +13,14 @@ import pytest
 
 from conftest import REPO_ROOT, package_parent
 
-COMMANDS = ("demo", "info", "replay", "check", "plot", "bench")
+COMMANDS = ("demo", "info", "replay", "capture", "check", "plot", "bench")
 # Options each command's --help must list, with the default it must state (None: an option without a value).
 OPTIONS = {
     "demo": {},
     "info": {"--json": None},
     "replay": {"--device": "the current device", "--conf": None, "--baselines": None, "--no-min-capacity": None,
                "--json": None, "--plot": None, "--progress": None, "--no-progress": None},
+    "capture": {"--output": None},
     "check": {"--json": None, "--timeout": "20", "--only": None, "--list": None, "--strict": None},
     "plot": {"--output": None, "--device": None, "--conf": None, "--title": None, "--progress": None},
     "bench": {"--quick": None, "--json": None, "--only": "every area", "--list": None, "--strict": None},
@@ -89,7 +90,7 @@ def option_entries(help_text):
 
 @pytest.mark.parametrize("args,what", [(["nope"], "unknown command 'nope'"), (["--nope"], "unknown option '--nope'"),
                                        (["bench", "--nope"], "unrecognized arguments: --nope"),
-                                       (["replay"], "the following arguments are required: trace"),
+                                       (["replay"], "give one TRACE or --corpus DIR"),
                                        (["check", "--timeout", "soon"], "invalid float value: 'soon'")])
 def test_wrong_command_or_option_is_one_line_and_exit_2(args, what, tmp_path):
     _, prog = cli()

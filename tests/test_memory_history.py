@@ -182,3 +182,49 @@ def test_bad_arguments_and_paths(tmp_path):
     notjson.write_text('{"format": "paddle_rt.memory_snapshot", "version": 99, "devices": {}}')
     with pytest.raises(paddle_rt.InvalidArgument, match="version"):
         memory.load_snapshot(str(notjson))
+
+
+def _read_log(path):
+    import csv
+    import gzip
+    with gzip.open(path, "rt", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_dump_trace_writes_requested_sizes_and_replays(tmp_path):
+    from paddle_rt.tools import replay
+    before = paddle_rt.malloc(5000, "rt_cpu:0")      # allocated before the history: its free is left out
+    memory.record_history()
+    a = paddle_rt.malloc(1000, "rt_cpu:0")
+    b = paddle_rt.malloc(3000, "rt_cpu:0")
+    a.free()
+    before.free()
+    path = tmp_path / "mem.csv.gz"
+    out, allocs, peak = memory.dump_trace(path)
+    assert out == str(path) and allocs == 2 and peak == 4000
+    rows = _read_log(path)
+    assert list(rows[0]) == ["Thread", "Time", "Action", "Pointer", "Size", "Stream"]
+    assert [(r["Action"], int(r["Size"])) for r in rows] == [("allocate", 1000), ("allocate", 3000), ("free", 1000)]
+    assert rows[0]["Pointer"] == hex(a.ptr) and rows[1]["Pointer"] == hex(b.ptr)
+    t = replay.load_trace(str(path))            # the replay tool reads it back: same events, same peak
+    assert list(t[0]) == [1, 1, 0] and t[4] == 4000
+    b.free()
+
+
+def test_dump_trace_without_history_or_with_two_devices_is_refused(tmp_path):
+    memory.clear_history()
+    with pytest.raises(paddle_rt.InvalidArgument, match="no allocation was recorded"):
+        memory.dump_trace(tmp_path / "x.csv")
+    memory.record_history()
+    a = paddle_rt.malloc(100, "rt_cpu:0")
+    b = paddle_rt.malloc(100, "rt_cpu:1")
+    with pytest.raises(paddle_rt.InvalidArgument, match="2 devices"):
+        memory.dump_trace(tmp_path / "x.csv")
+    with pytest.raises(paddle_rt.InvalidArgument, match="no allocation on rt_cpu:2"):
+        memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:2")
+    assert not (tmp_path / "x.csv").exists()
+    _, allocs, _ = memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:1")
+    assert allocs == 1
+    assert (tmp_path / "x.csv").read_text().splitlines()[1].split(",")[2:] == ["allocate", hex(b.ptr), "100", "0"]
+    a.free()
+    b.free()

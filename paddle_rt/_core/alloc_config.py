@@ -21,27 +21,28 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``release``        ``empty_cache`` (default): idle chunks go back on ``empty_cache()`` and on the OOM ladder only;
                    ``free``: also as soon as a free makes a chunk idle (while the device's streams have
                    queued work, the chunk is kept and goes back with the next such free or ``empty_cache()``).
-``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 256 KiB (0 in paddle_compat).
+``small_size``     bytes, requests up to it use the small pool (0: one pool). Default 128 KiB (0 in paddle_compat).
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 
 The growth rule of ``growth:adaptive`` (alloc_policy.chunk_for_miss): a miss in the large pool asks the plugin for a
 target of ``grow_ratio * reserved``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * reserved)``
 (``reserved``: what the allocator holds at the miss), made a whole number of requests of the missing size
 (``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
-chunks. The defaults and the reason for each: bench/RESULTS.md (issue 15), found by bench/policy_search.py.
+chunks. The defaults: chosen by family-held-out validation on the corpus of bench/traces and ../shared/traces
+(bench/RESULTS.md, issue 22; ``python bench/policy_search.py heldout``).
 
 ``grow_min``       bytes, the smallest chunk adaptive growth asks for. Default 4 MiB.
-``grow_step``      bytes, the fixed part of the cap on a chunk. Default 32 MiB.
-``grow_fraction``  a number 0..1 (or a ratio such as ``1/32``), the proportional part of the cap. Default 1/32.
+``grow_step``      bytes, the fixed part of the cap on a chunk. Default 12 MiB.
+``grow_fraction``  a number 0..1 (or a ratio such as ``1/32``), the proportional part of the cap. Default 1/4.
 ``grow_ratio``     a number 0..4, the target as a multiple of what is held (1: the pool doubles while it is small).
-                   Default 1.
+                   Default 0.5.
 ``grow_round``     ``up`` (default: the smallest whole number of requests of the missing size at or above the
                    target), ``nearest``, ``down`` (at least one request), ``within`` (as ``up``, but no more requests
                    than fit in the cap ``max(grow_step, grow_fraction * reserved)``, at least one) or ``off`` (the
                    target as it is).
-``consolidate``    ``release`` (default): the pool's idle chunks go back to the plugin and the new chunk is sized by
-                   the rule alone; ``fold``: they go back and the new chunk is at least the request plus what went
-                   back; ``off``: they stay cached.
+``consolidate``    ``fold`` (default): the pool's idle chunks go back to the plugin and the new chunk is at least the
+                   request plus what went back; ``release``: they go back and the new chunk is sized by the rule
+                   alone; ``off``: they stay cached.
 """
 import os
 
@@ -61,14 +62,14 @@ ROUND_NAMES = ("nearest", "up", "down", "off", "within")
 CONSOLIDATE_NAMES = ("fold", "release", "off")
 
 KiB, MiB = 1 << 10, 1 << 20
-DEFAULT_SMALL_SIZE = 256 * KiB    # requests up to it go to the small pool
+DEFAULT_SMALL_SIZE = 128 * KiB    # requests up to it go to the small pool
 DEFAULT_SMALL_CHUNK = 2 * MiB     # the small pool's chunk size
 DEFAULT_GROW_MIN = 4 * MiB
-DEFAULT_GROW_STEP = 32 * MiB
-DEFAULT_GROW_FRACTION = 1 / 32
-DEFAULT_GROW_RATIO = 1.0
+DEFAULT_GROW_STEP = 12 * MiB
+DEFAULT_GROW_FRACTION = 1 / 4
+DEFAULT_GROW_RATIO = 0.5
 DEFAULT_GROW_ROUND = "up"
-DEFAULT_CONSOLIDATE = "release"
+DEFAULT_CONSOLIDATE = "fold"
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}

@@ -13,13 +13,13 @@ Two policies:
 * ``paddle_compat:1`` reproduces Paddle's auto-growth allocator exactly: one pool, a split leaves the free remainder
   at the low end, a miss asks the plugin for ``max(size, chunk_size)`` (``chunk_size`` 0 = exactly the rounded
   request), idle chunks go back only on ``empty_cache`` and when an allocation fails.
-* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 256 KiB: scalars, biases,
+* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 128 KiB: scalars, biases,
   norms, small index tensors) into a small pool of ``small_chunk``-sized chunks (default 2 MiB) so that they never
-  pin or fragment the big chunks. A miss in the large pool first gives the pool's idle chunks back
-  (``consolidate:release``: the request did not fit them, and the device should not keep holding bytes nothing asks
-  for), then grows by a target of ``grow_ratio * reserved`` (default 1: the pool doubles while it is small), at least
-  ``grow_min`` (4 MiB) and at most ``max(grow_step, grow_fraction * reserved)`` (32 MiB, or 1/32 of what is held
-  beyond 1 GiB), rounded up to a whole number of requests of the missing size (``grow_round:up``; at least one
+  pin or fragment the big chunks. A miss in the large pool first gives the pool's idle chunks back and asks for at
+  least the request plus what went back (``consolidate:fold``: the request did not fit them, and the device should
+  not keep holding bytes nothing asks for), and grows by a target of ``grow_ratio * reserved`` (default 0.5), at
+  least ``grow_min`` (4 MiB) and at most ``max(grow_step, grow_fraction * reserved)`` (12 MiB, or 1/4 of what is held
+  beyond 48 MiB), rounded up to a whole number of requests of the missing size (``grow_round:up``; at least one
   request: a request above the target gets a chunk of exactly its size). Growth follows the current demand, so the
   number of device allocations stays small while the unused tail of the newest chunk stays small against the total;
   a chunk holding a whole number of same-sized requests leaves no useless remainder for the next one (layers repeat
@@ -147,8 +147,9 @@ cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int
 
 
 # The event recorder (trace.pyx): one allocator event with the counters after it; called only while memory is traced.
-cdef void _trace_mem(AllocatorCore* c, int ev, uintptr_t addr, uint64_t size, uintptr_t stream) noexcept nogil:
-    trace_memory_event(c.device, c.kind, ev, addr, size, stream, c.stats[0][ST_ALLOCATED_BYTES].current,
+cdef void _trace_mem(AllocatorCore* c, int ev, uintptr_t addr, uint64_t size, uintptr_t stream,
+                     uint64_t requested=0) noexcept nogil:
+    trace_memory_event(c.device, c.kind, ev, addr, size, stream, requested, c.stats[0][ST_ALLOCATED_BYTES].current,
                        c.stats[0][ST_RESERVED_BYTES].current)
 
 
@@ -161,7 +162,7 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
     stat_add(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
     stat_add(c, pool, ST_ALLOCATION, 1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-        _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream)
+        _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream, requested)
 
 
 cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
@@ -295,7 +296,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     stat_add(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
     stat_add(c, pool, ST_ALLOCATION, -1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-        _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream)
+        _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream, b.requested)
     b.requested = 0
     if c.quick and pool == POOL_SMALL and _q_push(c, b):
         return 0

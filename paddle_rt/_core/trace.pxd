@@ -10,10 +10,11 @@ cdef int trace_mask
 # Append one record (nogil, thread-safe).
 cdef void trace_emit(const prt_trace_record* r) noexcept nogil
 # An allocator event (PRT_EV_*): `device` is the borrowed PyObject* of the Device, memkind 0 device / 1 pinned host,
-# allocated/reserved the allocator's counters after the event. Alloc and OOM events take the Python frames noted by
-# trace_note_caller() on this thread, if any.
+# `requested` the bytes the caller asked for (alloc and free; 0 for the others), allocated/reserved the allocator's
+# counters after the event. Alloc and OOM events take the Python frames noted by trace_note_caller() on this thread,
+# if any.
 cdef void trace_memory_event(void* device, int memkind, int ev, uintptr_t addr, uint64_t size, uintptr_t stream,
-                             int64_t allocated, int64_t reserved) noexcept nogil
+                             uint64_t requested, int64_t allocated, int64_t reserved) noexcept nogil
 # With the GIL, at the entry of a Python-API allocation while PRT_TRACE_STACKS is set: remember the caller's Python
 # frames for the allocation (or OOM) event this thread records next.
 cdef void trace_note_caller() noexcept

@@ -76,7 +76,7 @@ cdef void trace_emit(const prt_trace_record* r) noexcept nogil:
 
 
 cdef void trace_memory_event(void* device, int memkind, int ev, uintptr_t addr, uint64_t size, uintptr_t stream,
-                             int64_t allocated, int64_t reserved) noexcept nogil:
+                             uint64_t requested, int64_t allocated, int64_t reserved) noexcept nogil:
     cdef prt_trace_record r
     r.kind = ev
     r.op = memkind
@@ -84,7 +84,7 @@ cdef void trace_memory_event(void* device, int memkind, int ev, uintptr_t addr, 
     r.stream = stream
     r.addr = addr
     r.size = size
-    r.pos = 0
+    r.pos = requested                # a memory event has no queue position: the field holds the requested bytes
     r.t_ns = prt_now_ns()
     r.t_end_ns = 0
     r.t_enq_ns = 0
@@ -336,8 +336,8 @@ cdef list _take():
             out.append(e)
         else:
             out.append({"kind": kind, "device": dev, "memory": "pinned" if r.op == 1 else "device",
-                        "addr": r.addr, "size": r.size, "stream": r.stream, "time_ns": r.t_ns,
-                        "allocated": r.allocated, "reserved": r.reserved,
+                        "addr": r.addr, "size": r.size, "requested": r.pos, "stream": r.stream,
+                        "time_ns": r.t_ns, "allocated": r.allocated, "reserved": r.reserved,
                         "frames": _frames_as_dicts(frames, lines) if frames else []})
     for i in range(plugin.size()):
         p = &plugin[i]

@@ -352,18 +352,23 @@ def run_once(path, device, conf, trace=None, record=False, progress=None, sample
     return res
 
 
-def _probe(path, device, conf_text, capacity):
-    env = dict(os.environ)
-    env["RT_CPU_MEMORY_BYTES"] = str(capacity)
-    # the child runs in another folder: it gets the trace's absolute path
-    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", os.path.abspath(path), "--probe", "--no-min-capacity"]
+def replay_child(args, device, conf_text, env):
+    """``python -m paddle_rt.tools.replay ARGS [--device D] [--conf C]`` in a fresh process with ``env`` (the
+    CompletedProcess, text captured). The child runs in another folder: give it absolute paths."""
+    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", *args]
     if device:
         cmd += ["--device", device]
     if conf_text:
         cmd += ["--conf", conf_text]
     # cwd: the folder holding this paddle_rt, so that the child imports it (not sources in the caller's folder)
     parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=parent)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=parent)
+
+
+def _probe(path, device, conf_text, capacity):
+    env = dict(os.environ)
+    env["RT_CPU_MEMORY_BYTES"] = str(capacity)
+    r = replay_child([os.path.abspath(path), "--probe", "--no-min-capacity"], device, conf_text, env)
     if r.returncode not in (0, 3):
         raise SystemExit(f"replay: probe at {capacity} bytes failed unexpectedly:\n{r.stderr}")
     return r.returncode == 0
@@ -520,7 +525,10 @@ def _mib(n):
 
 def main(argv=None):
     ap = command_parser("replay", description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace", help="RMM-format CSV log (.csv or .csv.gz)")
+    ap.add_argument("trace", nargs="?", help="RMM-format CSV log (.csv or .csv.gz)")
+    ap.add_argument("--corpus", nargs="+", metavar="DIR", default=None,
+                    help="instead of one TRACE: every log of these folders, each replayed in a fresh process, in one "
+                         "table with both anchors and the allocator's targets (paddle_rt/tools/corpus.py)")
     ap.add_argument("--device", default=None, help="device to replay on (default: the current device)")
     ap.add_argument("--conf", default="", help="allocator config key:value,... (as PADDLE_RT_ALLOC_CONF)")
     ap.add_argument("--baselines", action="store_true",
@@ -535,8 +543,14 @@ def main(argv=None):
     bar.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if (args.trace is None) == (args.corpus is None):
+        ap.error("give one TRACE or --corpus DIR [DIR...]")
 
     try:
+        if args.corpus is not None:
+            from paddle_rt.tools import corpus
+            return corpus.main(args.corpus, args.conf, args.device, args.json,
+                               progress_factory(args.progress))
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
         print(f"paddle_rt {exc}" if str(exc).startswith("replay:") else f"paddle_rt replay: {exc}", file=sys.stderr)

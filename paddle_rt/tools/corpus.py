@@ -1,0 +1,131 @@
+"""``python -m paddle_rt replay --corpus DIR [DIR...]``: replay every allocation log of the folders, each in a fresh
+process, and print one table: paddle_rt's peak reserved and device allocations next to the two anchors (faithful
+models of Paddle's auto-growth rules and of PyTorch's caching allocator on an unbounded device) and the allocator's
+targets on each trace:
+
+- device allocations at most PyTorch's;
+- peak reserved at most ``LIMIT`` (1.15) times Paddle's on every trace;
+- the full goal, peak reserved at most ``GOAL`` (1.02) times Paddle's, on at least ``GOAL_SHARE`` (80%) of the traces.
+"""
+import json
+import os
+import sys
+
+MiB = 1 << 20
+GOAL = 1.02          # peak reserved / Paddle's: the full goal
+LIMIT = 1.15         # peak reserved / Paddle's: the bound on every trace
+GOAL_SHARE = 0.80    # the share of traces that meet the full goal
+
+
+def corpus_files(folders):
+    """Every .csv / .csv.gz log of ``folders`` (sorted by name within each folder); raises InvalidArgument for a
+    folder that does not exist or holds no log."""
+    from paddle_rt._core.errors import InvalidArgument
+    out = []
+    for d in folders:
+        if not os.path.isdir(d):
+            raise InvalidArgument(f"replay --corpus: {d}: no such folder")
+        logs = sorted(f for f in os.listdir(d) if f.endswith((".csv", ".csv.gz")))
+        if not logs:
+            raise InvalidArgument(f"replay --corpus: {d} holds no allocation log (.csv or .csv.gz)")
+        out += [os.path.join(d, f) for f in logs]
+    return out
+
+
+def trace_name(path):
+    name = os.path.basename(path)
+    return name[:-7] if name.endswith(".csv.gz") else name[:-4]
+
+
+def replay_fresh(path, conf_text="", device=None):
+    """The figures of ``replay PATH --json --baselines --no-min-capacity`` run in a fresh process (on rt_cpu an
+    unbounded device, like the anchors' models, unless RT_CPU_MEMORY_BYTES is set)."""
+    env = dict(os.environ)
+    env.setdefault("RT_CPU_MEMORY_BYTES", str(64 << 30))
+    from paddle_rt.tools import replay
+    r = replay.replay_child([os.path.abspath(path), "--json", "--baselines", "--no-min-capacity", "--no-progress"],
+                            device, conf_text, env)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise RuntimeError(f"replay of {path} failed: {last}")
+    return json.loads(r.stdout)
+
+
+def verdict(peak, allocs, paddle_peak, torch_allocs):
+    """(peak / Paddle's, allocations within PyTorch's, "goal" | "within 1.15" | "MISS")."""
+    ratio = peak / paddle_peak if paddle_peak else float("inf")
+    allocs_ok = allocs <= torch_allocs
+    if allocs_ok and ratio <= GOAL:
+        v = "goal"
+    elif allocs_ok and ratio <= LIMIT:
+        v = f"within {LIMIT:g}"
+    else:
+        v = "MISS"
+    return ratio, allocs_ok, v
+
+
+def row(path, res):
+    ratio, allocs_ok, v = verdict(res["peak_reserved"], res["device_allocs"], res["paddle"]["peak_reserved"],
+                                  res["torch"]["device_allocs"])
+    return {"trace": trace_name(path), "path": path, "peak_live": res["peak_live_requested"],
+            "peak_reserved": res["peak_reserved"], "device_allocs": res["device_allocs"],
+            "paddle_peak": res["paddle"]["peak_reserved"], "paddle_allocs": res["paddle"]["device_allocs"],
+            "torch_peak": res["torch"]["peak_reserved"], "torch_allocs": res["torch"]["device_allocs"],
+            "ratio": ratio, "allocs_ok": allocs_ok, "verdict": v}
+
+
+def summary(rows):
+    """{"traces", "goal", "goal_share", "within_limit", "targets_met", "misses": [(trace, ratio, allocs, torch's)]}."""
+    n = len(rows)
+    goal = sum(r["verdict"] == "goal" for r in rows)
+    within = sum(r["verdict"] != "MISS" for r in rows)
+    misses = [(r["trace"], round(r["ratio"], 3), r["device_allocs"], r["torch_allocs"]) for r in rows
+              if r["verdict"] != "goal"]
+    return {"traces": n, "goal": goal, "goal_share": goal / n if n else 0.0, "within_limit": within,
+            "targets_met": within == n and n > 0 and goal >= GOAL_SHARE * n, "misses": misses}
+
+
+def table(rows):
+    lines = ["| trace | peak live MiB | Paddle: peak MiB / allocs | PyTorch: peak MiB / allocs | paddle_rt: peak MiB / "
+             "allocs | peak / Paddle | allocs <= PyTorch | target |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['trace']} | {r['peak_live'] / MiB:.1f} | {r['paddle_peak'] / MiB:.1f} / "
+                     f"{r['paddle_allocs']} | {r['torch_peak'] / MiB:.1f} / {r['torch_allocs']} | "
+                     f"{r['peak_reserved'] / MiB:.1f} / {r['device_allocs']} | {r['ratio']:.3f} | "
+                     f"{'yes' if r['allocs_ok'] else 'NO'} | {r['verdict']} |")
+    return "\n".join(lines)
+
+
+def summary_text(s):
+    out = [f"{s['traces']} traces: full goal (peak <= {GOAL:g} x Paddle's, allocations <= PyTorch's) on {s['goal']} "
+           f"({100 * s['goal_share']:.0f}%, target {100 * GOAL_SHARE:.0f}%); peak <= {LIMIT:g} x Paddle's with "
+           f"allocations <= PyTorch's on {s['within_limit']} of {s['traces']}: targets "
+           f"{'met' if s['targets_met'] else 'MISSED'}"]
+    if s["misses"]:
+        out.append("not at the full goal: " + ", ".join(
+            f"{t} ({ratio:.3f}x{'' if a <= ta else f', {a} allocations > {ta}'})" for t, ratio, a, ta in s["misses"]))
+    return "\n".join(out)
+
+
+def main(folders, conf_text="", device=None, as_json=False, progress=None):
+    """Replay the corpus of ``folders`` and print its table (and whether the targets are met)."""
+    paths = corpus_files(folders)
+    bar = progress("corpus", total=len(paths), unit="trace") if progress else None
+    rows = []
+    try:
+        for p in paths:
+            rows.append(row(p, replay_fresh(p, conf_text, device)))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    s = summary(rows)
+    if as_json:
+        print(json.dumps({"rows": rows, "summary": s}, indent=1))
+    else:
+        print(table(rows))
+        print()
+        print(summary_text(s))
+    return 0

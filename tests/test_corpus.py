@@ -1,0 +1,102 @@
+"""``python -m paddle_rt replay --corpus DIR...`` (paddle_rt/tools/corpus.py): every log of the folders replayed in a
+fresh process, one table with both anchors and the targets; run as users run it, from a folder of their own."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import paddle_rt
+from paddle_rt._core import alloc_log
+from paddle_rt.tools import corpus, replay
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+MiB = 1 << 20
+
+
+def run(args, cwd):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.run([sys.executable, "-m", "paddle_rt", "replay", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def write_log(path, sizes):
+    """A log allocating ``sizes`` in turn, freeing every other one."""
+    events, t = [], 0
+    for i, n in enumerate(sizes):
+        events.append((0, t, True, 0x1000 * (i + 1), n, 0))
+        t += 1
+        if i % 2:
+            events.append((0, t, False, 0x1000 * i, sizes[i - 1], 0))
+            t += 1
+    alloc_log.write(str(path), events, "test")
+
+
+@pytest.fixture
+def folder(tmp_path):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write_log(d / "small.csv.gz", [3 * MiB, 5 * MiB, 700, 2 * MiB] * 3)
+    write_log(d / "large.csv", [30 * MiB, 12 * MiB, 4096, 9 * MiB, 40 * MiB])
+    (d / "notes.txt").write_text("not a log")
+    return tmp_path
+
+
+def test_corpus_table_from_a_relative_folder(folder):
+    r = run(["--corpus", "logs", "--json"], folder)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [row["trace"] for row in doc["rows"]] == ["large", "small"]           # sorted, notes.txt skipped
+    for row in doc["rows"]:
+        trace = replay.load_trace(os.path.join(folder, row["path"]))
+        # both anchors are the replay tool's models on that log
+        assert row["paddle_peak"] == replay.run_model(replay.PaddleAutoGrowthModel(256, 0), trace)["peak_reserved"]
+        assert row["torch_allocs"] == replay.run_model(replay.TorchCachingModel(), trace)["device_allocs"]
+        assert row["peak_live"] == trace[4]
+        assert row["ratio"] == pytest.approx(row["peak_reserved"] / row["paddle_peak"])
+        assert row["verdict"] == corpus.verdict(row["peak_reserved"], row["device_allocs"], row["paddle_peak"],
+                                                row["torch_allocs"])[2]
+    s = doc["summary"]
+    assert s["traces"] == 2 and s["goal"] == sum(row["verdict"] == "goal" for row in doc["rows"])
+    text = run(["--corpus", "logs"], folder)
+    assert text.returncode == 0
+    assert "| large |" in text.stdout and "| small |" in text.stdout and "2 traces: full goal" in text.stdout
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--corpus", "nowhere"], "nowhere: no such folder"),
+    (["--corpus", "empty"], "holds no allocation log"),
+])
+def test_corpus_bad_folders_are_one_line(tmp_path, args, expect):
+    (tmp_path / "empty").mkdir()
+    r = run(args, tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and expect in r.stderr
+
+
+def test_trace_and_corpus_exclude_each_other(folder):
+    r = run(["logs/large.csv", "--corpus", "logs"], folder)
+    assert r.returncode == 2 and "give one TRACE or --corpus" in r.stderr
+    r = run([], folder)
+    assert r.returncode == 2 and "give one TRACE or --corpus" in r.stderr
+
+
+@pytest.mark.parametrize("peak, allocs, expect", [(102, 5, "goal"), (103, 5, "within 1.15"), (115, 5, "within 1.15"),
+                                                   (116, 5, "MISS"), (100, 6, "MISS")])
+def test_verdicts(peak, allocs, expect):
+    assert corpus.verdict(peak, allocs, 100, 5)[2] == expect
+
+
+def test_summary_counts_the_targets():
+    rows = [{"trace": f"t{i}", "verdict": "goal", "ratio": 1.0, "device_allocs": 1, "torch_allocs": 2}
+            for i in range(8)]
+    rows += [{"trace": "w", "verdict": "within 1.15", "ratio": 1.1, "device_allocs": 1, "torch_allocs": 2},
+             {"trace": "m", "verdict": "MISS", "ratio": 1.3, "device_allocs": 1, "torch_allocs": 2}]
+    s = corpus.summary(rows)
+    assert (s["goal"], s["within_limit"], s["targets_met"]) == (8, 9, False)
+    assert s["misses"] == [("w", 1.1, 1, 2), ("m", 1.3, 1, 2)]
+    rows[-1]["verdict"] = "within 1.15"
+    assert corpus.summary(rows)["targets_met"] is True
+    rows[0]["verdict"] = "within 1.15"
+    assert corpus.summary(rows)["targets_met"] is False          # 7 of 10 at the full goal: under 80%
