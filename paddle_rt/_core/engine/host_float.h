@@ -86,12 +86,15 @@ inline void read_row(const void* p, int dt, int64_t s, int64_t n, C* d) {
     switch (dt) {
     case FLOAT32: {
         const float* q = static_cast<const float*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
+        if (std::is_same<C, float>::value && s == 1) memcpy(d, q, (size_t)n * sizeof(float));
+        else if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = (C)q[i];  /* unit stride: vectorised */
+        else for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
         break;
     }
     case FLOAT64: {
         const double* q = static_cast<const double*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
+        if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = (C)q[i];
+        else for (int64_t i = 0; i < n; i++) d[i] = (C)q[i * s];
         break;
     }
     case FLOAT16: {
@@ -107,7 +110,8 @@ inline void read_row(const void* p, int dt, int64_t s, int64_t n, C* d) {
     }
     case BFLOAT16: {
         const uint16_t* q = static_cast<const uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = (C)bf16_to_f32(q[i * s]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = (C)bf16_to_f32(q[i]);
+        else for (int64_t i = 0; i < n; i++) d[i] = (C)bf16_to_f32(q[i * s]);
         break;
     }
     default:
@@ -120,12 +124,15 @@ inline void write_row(void* p, int dt, int64_t s, int64_t n, const C* v) {
     switch (dt) {
     case FLOAT32: {
         float* q = static_cast<float*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = (float)v[i];
+        if (std::is_same<C, float>::value && s == 1) memcpy(q, v, (size_t)n * sizeof(float));
+        else if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = (float)v[i];
+        else for (int64_t i = 0; i < n; i++) q[i * s] = (float)v[i];
         break;
     }
     case FLOAT64: {
         double* q = static_cast<double*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = (double)v[i];
+        if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = (double)v[i];
+        else for (int64_t i = 0; i < n; i++) q[i * s] = (double)v[i];
         break;
     }
     case FLOAT16: {
@@ -141,7 +148,8 @@ inline void write_row(void* p, int dt, int64_t s, int64_t n, const C* v) {
     }
     case BFLOAT16: {
         uint16_t* q = static_cast<uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16((float)v[i]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = f32_to_bf16((float)v[i]);
+        else for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16((float)v[i]);
         break;
     }
     default:
@@ -195,7 +203,7 @@ inline void for_each_index(const int64_t* shape, int nd, F&& f) {
 
 /* Failure details a host kernel leaves at the start of its workspace (two int64: what, which) for the error the next
    synchronize raises (op.pyx reads them); every family that can fail at run time reserves kDetailBytes. */
-constexpr size_t kDetailBytes = 16;
+constexpr size_t kDetailBytes = 64;   /* 64: the rows after it stay cache-line aligned */
 
 inline void set_detail(const paddle_rt_op_call* c, int64_t a, int64_t b) {
     if (c->workspace && c->workspace_size >= kDetailBytes) {
