@@ -14,6 +14,7 @@ host-addressable devices. See :mod:`paddle_rt.ops` for the functions on tensors.
 from paddle_rt._core.tensor import TensorDesc, DTYPE_NAMES  # noqa: F401
 from paddle_rt._core.op import (  # noqa: F401
     Handle, OpDescriptor, register_kernel, unregister_kernel, kernels, blas_info, OP_IDS,
+    get_num_threads, set_num_threads, host_threads_info,
 )
 from paddle_rt._core.op_descriptors import (  # noqa: F401
     AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
@@ -23,6 +24,7 @@ from paddle_rt._core.op_descriptors import (  # noqa: F401
 
 __all__ = [
     "Handle", "TensorDesc", "OpDescriptor", "register_kernel", "unregister_kernel", "kernels", "blas_info", "OP_IDS",
+    "get_num_threads", "set_num_threads", "host_threads_info",
     "DTYPE_NAMES", "AddDescriptor", "SubDescriptor", "MulDescriptor", "SwiGLUDescriptor", "ReluDescriptor",
     "SiluDescriptor", "GeluDescriptor", "RearrangeDescriptor", "AxpbyDescriptor", "GemmDescriptor",
     "RMSNormDescriptor", "LayerNormDescriptor", "CausalSoftmaxDescriptor", "RoPEDescriptor",

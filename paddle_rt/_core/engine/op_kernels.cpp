@@ -1,9 +1,14 @@
 /* Host kernels of the operator layer: the operators of paddle_rt_op (include/paddle_rt/extension.h) on memory the
  * host can address. Floating-point dtypes compute in float (float16 and bfloat16 are widened in blocks and rounded
- * back to nearest even) or in double (float64); integers wrap around. gemm calls the BLAS that SciPy ships (the
- * entry points come from scipy.linalg.cython_blas at the first gemm, op.pyx); the rest is one fused pass per row or
- * per block. Linked into the op extension only (setup.py ENGINE_SOURCES). */
+ * back to nearest even) or in double (float64); integers wrap around. gemm calls numpy's BLAS (or SciPy's; the entry
+ * points are found at the first gemm, op.pyx) with that library's own threads; the rest is one fused pass per row or
+ * per block, split over paddle_rt's host thread pool (host_parallel.h) in ranges of whole rows or blocks, so every
+ * element is computed by the same arithmetic whatever the thread count (results are bit-identical at 1 or N
+ * threads). float32 exp, erf, gelu, silu and swiglu go through glibc's vector math (vector_math.h). Linked into the
+ * op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/op_kernels.h"
+#include "engine/host_parallel.h"
+#include "engine/vector_math.h"
 
 #include <limits.h>
 #include <math.h>
@@ -17,13 +22,15 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-/* glibc's libmvec: four expf at once (SSE), the same accuracy as expf (4 ulp). */
-extern "C" __m128 _ZGVbN4v_expf(__m128);
 #endif
 
 namespace {
 
 constexpr int kBlock = 512;           /* elements per block of the widened (float) paths: 2 KiB, stays in L1 */
+/* Work per chunk of the thread pool: below it a call runs on its stream's worker alone (a pool thread's wake-up
+   costs ~5-20 us; 32 K elements of a cheap op take about as long). */
+constexpr int64_t kGrainElems = 32768;
+constexpr int64_t kSpan = 16384;       /* a long row is split into spans of this many elements */
 
 /* BLAS gemm with integer arguments of type I (int: LP64, int64_t: ILP64) */
 template <typename T, typename I>
@@ -44,9 +51,9 @@ inline float bf16_to_f32(uint16_t h) {
 inline uint16_t f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN stays a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                              /* round to nearest even */
-    return (uint16_t)(u >> 16);
+    const uint16_t nan = (uint16_t)((u >> 16) | 0x40);                        /* NaN stays a (quiet) NaN */
+    const uint16_t rounded = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);   /* round to nearest even */
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;                     /* a select, no branch */
 }
 
 inline float f16_to_f32(uint16_t h) {
@@ -82,13 +89,7 @@ __attribute__((target("avx,f16c"))) void f32_row_to_f16_f16c(const float* s, uin
 #endif
 
 /* x[i] = exp(x[i]) */
-inline void exp_inplace(float* x, int64_t n) {
-    int64_t i = 0;
-#if defined(__x86_64__)
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _ZGVbN4v_expf(_mm_loadu_ps(x + i)));
-#endif
-    for (; i < n; i++) x[i] = expf(x[i]);
-}
+inline void exp_inplace(float* x, int64_t n) { prt_vm_apply(PRT_VM_EXP, x, nullptr, x, n); }
 
 inline void exp_inplace(double* x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = exp(x[i]);
@@ -113,7 +114,8 @@ void load_row(const char* p, int dt, int64_t s, int64_t n, float* d) {
     }
     case BFLOAT16: {
         const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(q[i * s]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(q[i]);   /* vectorised (-O3) */
+        else for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(q[i * s]);
         break;
     }
     case FLOAT64: {
@@ -144,7 +146,8 @@ void store_row(char* p, int dt, int64_t s, int64_t n, const float* v) {
     }
     case BFLOAT16: {
         uint16_t* q = reinterpret_cast<uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16(v[i]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = f32_to_bf16(v[i]);   /* branch-free: vectorised (-O3) */
+        else for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16(v[i]);
         break;
     }
     case FLOAT64: {
@@ -254,6 +257,53 @@ void for_rows(const Layout& L, F&& f) {
 
 int64_t last(const Layout& L, int j) { return L.st[j][L.nd - 1]; }
 
+int64_t rows_of(const Layout& L) {
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < L.nd; d++) rows *= L.shape[d];
+    return rows;
+}
+
+/* p[j] = the start of row r (all dimensions but the last) in operand j. */
+void row_start(const Layout& L, int64_t r, char** p) {
+    for (int j = 0; j < L.k; j++) p[j] = L.base[j];
+    for (int d = L.nd - 2; d >= 0; d--) {
+        const int64_t i = r % L.shape[d];
+        r /= L.shape[d];
+        for (int j = 0; j < L.k; j++) p[j] += i * L.st[j][d] * L.esize[j];
+    }
+}
+
+/* Calls f(ptrs, i0, i1) for the elements [i0, i1) of every row, rows cut into spans of kSpan, the spans split over
+   the thread pool (elementwise ops and copies: each element on its own, so the split never changes a result). */
+template <typename F>
+void for_spans(const Layout& L, F&& f) {
+    const int64_t n = L.shape[L.nd - 1];
+    const int64_t span = n < kSpan ? n : kSpan;
+    const int64_t per_row = (n + span - 1) / span;
+    prt::parallel_for(rows_of(L) * per_row, std::max<int64_t>(1, kGrainElems / span), [&](int64_t u0, int64_t u1) {
+        char* p[kMaxOperands];
+        for (int64_t u = u0; u < u1; u++) {
+            const int64_t i0 = (u % per_row) * span;
+            if (u == u0 || i0 == 0) row_start(L, u / per_row, p);
+            f(p, i0, std::min(n, i0 + span));
+        }
+    });
+}
+
+/* Calls f(ptrs, r) for every row r, ranges of rows split over the thread pool (row_elems: the work of one row).
+   Each row is computed by one thread with the same arithmetic as at one thread. */
+template <typename F>
+void for_rows_parallel(const Layout& L, int64_t row_elems, F&& f) {
+    prt::parallel_for(rows_of(L), std::max<int64_t>(1, kGrainElems / std::max<int64_t>(row_elems, 1)),
+                      [&](int64_t r0, int64_t r1) {
+        char* p[kMaxOperands];
+        for (int64_t r = r0; r < r1; r++) {
+            row_start(L, r, p);
+            f(p, r);
+        }
+    });
+}
+
 /* ---- elementwise ---------------------------------------------------------------------------------------------- */
 template <typename C>
 inline void ew_block(int op, const C* a, const C* b, C* o, C* t, int64_t n, const double* attrs) {
@@ -267,17 +317,29 @@ inline void ew_block(int op, const C* a, const C* b, C* o, C* t, int64_t n, cons
         break;
     }
     case PADDLE_RT_OP_SWIGLU:       /* a * b * sigmoid(b) = a * b / (1 + exp(-b)) */
+        if (std::is_same<C, float>::value) {
+            prt_vm_apply(PRT_VM_SWIGLU, (const float*)a, (const float*)b, (float*)o, n);
+            break;
+        }
         for (int64_t i = 0; i < n; i++) t[i] = -b[i];
         exp_inplace(t, n);
         for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i] / ((C)1 + t[i]);
         break;
     case PADDLE_RT_OP_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > (C)0 ? a[i] : (a[i] == a[i] ? (C)0 : a[i]); break;
     case PADDLE_RT_OP_SILU:         /* x * sigmoid(x) */
+        if (std::is_same<C, float>::value) {
+            prt_vm_apply(PRT_VM_SILU, (const float*)a, nullptr, (float*)o, n);
+            break;
+        }
         for (int64_t i = 0; i < n; i++) t[i] = -a[i];
         exp_inplace(t, n);
         for (int64_t i = 0; i < n; i++) o[i] = a[i] / ((C)1 + t[i]);
         break;
     case PADDLE_RT_OP_GELU:
+        if (std::is_same<C, float>::value) {
+            prt_vm_apply(attrs[0] != 0 ? PRT_VM_GELU_TANH : PRT_VM_GELU_ERF, (const float*)a, nullptr, (float*)o, n);
+            break;
+        }
         if (attrs[0] != 0) {        /* tanh approximation */
             const C k0 = (C)0.7978845608028654, k1 = (C)0.044715;
             for (int64_t i = 0; i < n; i++) {
@@ -302,24 +364,24 @@ C_Status ew_float(const paddle_rt_op_call* c) {
     Layout L = layout_of(c, k);
     if (numel(L) == 0) return C_SUCCESS;
     coalesce(L);
-    const int64_t n = L.shape[L.nd - 1];
+
     const int dt_o = c->out.dtype, dt_a = c->inputs[0].dtype, dt_b = k == 3 ? c->inputs[1].dtype : dt_a;
     const bool direct = sizeof(C) == 8 || (dt_o == FLOAT32 && dt_a == FLOAT32 && dt_b == FLOAT32);
     const int64_t so = last(L, 0), sa = last(L, 1), sb = k == 3 ? last(L, 2) : 0;
-    alignas(64) C ba[kBlock], bb[kBlock], bo[kBlock], bt[kBlock];
-    for_rows(L, [&](char* const* p, int64_t) {
+    for_spans(L, [&](char* const* p, int64_t j0, int64_t j1) {
+        alignas(64) C ba[kBlock], bb[kBlock], bo[kBlock], bt[kBlock];
         if (direct && so == 1 && sa == 1 && (k == 2 || sb == 1)) {
             C* o = reinterpret_cast<C*>(p[0]);
             const C* a = reinterpret_cast<const C*>(p[1]);
             const C* b = k == 3 ? reinterpret_cast<const C*>(p[2]) : a;
-            for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-                int64_t m = std::min<int64_t>(kBlock, n - i0);
+            for (int64_t i0 = j0; i0 < j1; i0 += kBlock) {
+                int64_t m = std::min<int64_t>(kBlock, j1 - i0);
                 ew_block<C>(op, a + i0, b + i0, o + i0, bt, m, c->attrs);
             }
             return;
         }
-        for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-            int64_t m = std::min<int64_t>(kBlock, n - i0);
+        for (int64_t i0 = j0; i0 < j1; i0 += kBlock) {
+            int64_t m = std::min<int64_t>(kBlock, j1 - i0);
             load_row(p[1] + i0 * sa * L.esize[1], dt_a, sa, m, ba);
             if (k == 3) {
                 load_row(p[2] + i0 * sb * L.esize[2], dt_b, sb, m, bb);
@@ -340,11 +402,12 @@ C_Status ew_int(const paddle_rt_op_call* c) {
     const int64_t n = L.shape[L.nd - 1];
     const int64_t so = last(L, 0), sa = last(L, 1), sb = last(L, 2);
     const int op = c->op;
-    for_rows(L, [&](char* const* p, int64_t) {
+    (void)n;
+    for_spans(L, [&](char* const* p, int64_t i0, int64_t i1) {
         T* o = reinterpret_cast<T*>(p[0]);
         const T* a = reinterpret_cast<const T*>(p[1]);
         const T* b = reinterpret_cast<const T*>(p[2]);
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = i0; i < i1; i++) {
             U x = (U)a[i * sa], y = (U)b[i * sb];
             U r = op == PADDLE_RT_OP_ADD ? (U)(x + y) : op == PADDLE_RT_OP_SUB ? (U)(x - y) : (U)(x * y);
             o[i * so] = (T)r;
@@ -383,15 +446,29 @@ C_Status rearrange_kernel(const paddle_rt_op_call* c) {
     coalesce(L);
     const int64_t n = L.shape[L.nd - 1], so = last(L, 0), sa = last(L, 1);
     const int es = L.esize[0];
-    for_rows(L, [&](char* const* p, int64_t) {
-        if (so == 1 && sa == 1) { memmove(p[0], p[1], (size_t)(n * es)); return; }
+    (void)n;
+    /* An in-place or overlapping rearrange (memmove semantics) stays on one thread: spans would race. */
+    const int64_t lo0 = (int64_t)(uintptr_t)L.base[0], lo1 = (int64_t)(uintptr_t)L.base[1];
+    int64_t ext0 = es, ext1 = es;
+    for (int d = 0; d < L.nd; d++) {
+        ext0 += (L.shape[d] - 1) * std::abs(L.st[0][d]) * es;
+        ext1 += (L.shape[d] - 1) * std::abs(L.st[1][d]) * es;
+    }
+    const bool overlap = lo0 < lo1 + ext1 && lo1 < lo0 + ext0;
+    auto span = [&](char* const* p, int64_t i0, int64_t i1) {
+        char* o = p[0] + i0 * so * es;
+        const char* a = p[1] + i0 * sa * es;
+        const int64_t m = i1 - i0;
+        if (so == 1 && sa == 1) { memmove(o, a, (size_t)(m * es)); return; }
         switch (es) {
-        case 1: copy_row<uint8_t>(p[0], so, p[1], sa, n); break;
-        case 2: copy_row<uint16_t>(p[0], so, p[1], sa, n); break;
-        case 4: copy_row<uint32_t>(p[0], so, p[1], sa, n); break;
-        default: copy_row<uint64_t>(p[0], so, p[1], sa, n); break;
+        case 1: copy_row<uint8_t>(o, so, a, sa, m); break;
+        case 2: copy_row<uint16_t>(o, so, a, sa, m); break;
+        case 4: copy_row<uint32_t>(o, so, a, sa, m); break;
+        default: copy_row<uint64_t>(o, so, a, sa, m); break;
         }
-    });
+    };
+    if (overlap) for_rows(L, [&](char* const* p, int64_t) { span(p, 0, L.shape[L.nd - 1]); });
+    else for_spans(L, span);
     return C_SUCCESS;
 }
 
@@ -402,13 +479,15 @@ C_Status norm_kernel(const paddle_rt_op_call* c) {
     Layout L = layout_of(c, 2);
     if (numel(L) == 0) return C_SUCCESS;
     const int64_t d = L.shape[L.nd - 1], so = last(L, 0), sx = last(L, 1);
-    C* x = static_cast<C*>(c->workspace);
-    C* w = x + d;
+    C* w = static_cast<C*>(c->workspace) + d;      /* the weights, read by every thread */
     C* b = w + d;
     load_row(static_cast<const char*>(c->inputs[1].data), c->inputs[1].dtype, c->inputs[1].strides[0], d, w);
     if (layer) load_row(static_cast<const char*>(c->inputs[2].data), c->inputs[2].dtype, c->inputs[2].strides[0], d, b);
     const C eps = (C)c->attrs[0];
-    for_rows(L, [&](char* const* p, int64_t) {
+    std::atomic<int> failed{0};
+    for_rows_parallel(L, d, [&](char* const* p, int64_t) {
+        C* x = static_cast<C*>(prt_parallel_scratch((size_t)d * sizeof(C)));   /* this thread's row */
+        if (!x) { failed.store(1); return; }
         load_row(p[1], c->inputs[0].dtype, sx, d, x);
         if (layer) {
             C s = 0;
@@ -426,7 +505,7 @@ C_Status norm_kernel(const paddle_rt_op_call* c) {
         }
         store_row(p[0], c->out.dtype, so, d, x);
     });
-    return C_SUCCESS;
+    return failed.load() ? C_ERROR : C_SUCCESS;
 }
 
 template <typename C>
@@ -435,8 +514,10 @@ C_Status causal_softmax_kernel(const paddle_rt_op_call* c) {
     if (numel(L) == 0) return C_SUCCESS;
     const int64_t total = L.shape[L.nd - 1], n = L.shape[L.nd - 2];
     const int64_t so = last(L, 0), sx = last(L, 1);
-    C* x = static_cast<C*>(c->workspace);
-    for_rows(L, [&](char* const* p, int64_t r) {
+    std::atomic<int> failed{0};
+    for_rows_parallel(L, total, [&](char* const* p, int64_t r) {
+        C* x = static_cast<C*>(prt_parallel_scratch((size_t)total * sizeof(C)));   /* this thread's row */
+        if (!x) { failed.store(1); return; }
         const int64_t i = r % n;
         const int64_t kept = std::min<int64_t>(total, i + total - n + 1);
         load_row(p[1], c->inputs[0].dtype, sx, kept, x);
@@ -451,7 +532,7 @@ C_Status causal_softmax_kernel(const paddle_rt_op_call* c) {
         for (int64_t j = kept; j < total; j++) x[j] = 0;
         store_row(p[0], c->out.dtype, so, total, x);
     });
-    return C_SUCCESS;
+    return failed.load() ? C_ERROR : C_SUCCESS;
 }
 
 /* x, out: (seq, heads, dim); pos: (seq,) integers; sin, cos: (max_pos, dim / 2). */
@@ -463,35 +544,53 @@ C_Status rope_kernel(const paddle_rt_op_call* c) {
     const paddle_rt_tensor &pos = c->inputs[1], &sn = c->inputs[2], &cs = c->inputs[3];
     const int64_t max_pos = sn.shape[0];
     const bool neox = c->attrs[0] != 0;
-    C* x = static_cast<C*>(c->workspace);
-    C* y = x + dim;
-    C* sv = y + dim;
-    C* cv = sv + half;
     const int pes = prt_dtype_size(pos.dtype);
-    for (int64_t s = 0; s < L.shape[0]; s++) {
+    auto position = [&](int64_t s) -> int64_t {
         const char* pp = static_cast<const char*>(pos.data) + s * pos.strides[0] * pes;
-        int64_t p = pos.dtype == INT64 ? *reinterpret_cast<const int64_t*>(pp)
-                  : pos.dtype == INT32 ? *reinterpret_cast<const int32_t*>(pp)
-                  : pos.dtype == UINT32 ? (int64_t)*reinterpret_cast<const uint32_t*>(pp)
-                  : (int64_t)*reinterpret_cast<const uint64_t*>(pp);
-        if (p < 0 || p >= max_pos) return C_ERROR;   /* a position beyond the tables: refuse, never read past them */
-        load_row(static_cast<const char*>(sn.data) + p * sn.strides[0] * prt_dtype_size(sn.dtype), sn.dtype,
-                 sn.strides[1], half, sv);
-        load_row(static_cast<const char*>(cs.data) + p * cs.strides[0] * prt_dtype_size(cs.dtype), cs.dtype,
-                 cs.strides[1], half, cv);
-        for (int64_t h = 0; h < heads; h++) {
-            const char* xr = L.base[1] + (s * L.st[1][0] + h * L.st[1][1]) * L.esize[1];
-            char* orow = L.base[0] + (s * L.st[0][0] + h * L.st[0][1]) * L.esize[0];
-            load_row(xr, c->inputs[0].dtype, sx, dim, x);
-            for (int64_t i = 0; i < half; i++) {
-                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-                y[a] = x[a] * cv[i] - x[b] * sv[i];
-                y[b] = x[a] * sv[i] + x[b] * cv[i];
-            }
-            store_row(orow, c->out.dtype, so, dim, y);
-        }
+        return pos.dtype == INT64 ? *reinterpret_cast<const int64_t*>(pp)
+             : pos.dtype == INT32 ? *reinterpret_cast<const int32_t*>(pp)
+             : pos.dtype == UINT32 ? (int64_t)*reinterpret_cast<const uint32_t*>(pp)
+             : (int64_t)*reinterpret_cast<const uint64_t*>(pp);
+    };
+    for (int64_t s = 0; s < L.shape[0]; s++) {
+        const int64_t p = position(s);
+        if (p < 0 || p >= max_pos) return C_ERROR;   /* a position beyond the tables: refuse before writing anything */
     }
-    return C_SUCCESS;
+    std::atomic<int> failed{0};
+    /* tokens split over the thread pool; each (token, head) row computed alone */
+    prt::parallel_for(L.shape[0], std::max<int64_t>(1, kGrainElems / std::max<int64_t>(heads * dim, 1)),
+                      [&](int64_t s0, int64_t s1) {
+        C* x = static_cast<C*>(prt_parallel_scratch((size_t)(3 * dim) * sizeof(C)));   /* this thread's rows */
+        if (!x) { failed.store(1); return; }
+        C* y = x + dim;
+        C* sv = y + dim;
+        C* cv = sv + half;
+        for (int64_t s = s0; s < s1; s++) {
+            const int64_t p = position(s);
+            load_row(static_cast<const char*>(sn.data) + p * sn.strides[0] * prt_dtype_size(sn.dtype), sn.dtype,
+                     sn.strides[1], half, sv);
+            load_row(static_cast<const char*>(cs.data) + p * cs.strides[0] * prt_dtype_size(cs.dtype), cs.dtype,
+                     cs.strides[1], half, cv);
+            for (int64_t h = 0; h < heads; h++) {
+                const char* xr = L.base[1] + (s * L.st[1][0] + h * L.st[1][1]) * L.esize[1];
+                char* orow = L.base[0] + (s * L.st[0][0] + h * L.st[0][1]) * L.esize[0];
+                load_row(xr, c->inputs[0].dtype, sx, dim, x);
+                if (neox) {             /* halves: contiguous, vectorised */
+                    for (int64_t i = 0; i < half; i++) {
+                        y[i] = x[i] * cv[i] - x[i + half] * sv[i];
+                        y[i + half] = x[i] * sv[i] + x[i + half] * cv[i];
+                    }
+                } else {                /* interleaved pairs */
+                    for (int64_t i = 0; i < half; i++) {
+                        y[2 * i] = x[2 * i] * cv[i] - x[2 * i + 1] * sv[i];
+                        y[2 * i + 1] = x[2 * i] * sv[i] + x[2 * i + 1] * cv[i];
+                    }
+                }
+                store_row(orow, c->out.dtype, so, dim, y);
+            }
+        }
+    });
+    return failed.load() ? C_ERROR : C_SUCCESS;
 }
 
 /* ---- gemm ------------------------------------------------------------------------------------------------------- */
