@@ -17,3 +17,4 @@ cdef struct CopyOp:
     int nbufs
     Py_buffer bufs[2]
     PyObject* keep                  # owned reference to what must stay alive until the copy ran (or NULL)
+    void* stage                     # a small pageable source copied at enqueue (src points here), freed by the worker

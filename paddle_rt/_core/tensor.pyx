@@ -595,7 +595,8 @@ def zeros(shape, dtype="float32", device=None, stream=None):
 
 def tensor(data, dtype=None, device=None, stream=None):
     """A tensor holding a copy of ``data`` (anything numpy.asarray takes; bfloat16 through ml_dtypes), copied
-    ordered on ``stream`` (the host data stays referenced until the copy ran)."""
+    ordered on ``stream`` (data up to memcpy.STAGE_MAX_BYTES is staged at once; larger host data stays referenced
+    until the copy ran)."""
     cdef int32_t code
     cdef int64_t sh[8]
     if isinstance(data, Tensor):
