@@ -23,7 +23,7 @@ from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMSET,
+    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D, PRT_OPK_MEMSET,
 )
 
 from paddle_rt._core import errors
@@ -414,22 +414,60 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
         elif op.kind != K_H2H and s.device.cdev() != op.dev:
             raise errors.InvalidArgument(f"{s.device!r}: memcpy_async: the memory is on another device than the "
                                          f"stream {s.name}")
-        # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
-        op.use_async = s.ctx.has_pstream and _async_hook(op) and (
-            s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
-        _check_hooks(op, f"{s.device!r}: memcpy_async", True)
-        if _stages(op):
-            _stage_source(op)
-        if op.nbufs:
-            keep = (dst, src)
-            Py_INCREF(keep)
-            op.keep = <PyObject*>keep
-        # the profiler's operation kinds follow K_H2H..K_P2P in order
-        s.enqueue(_copy_op_run, op, 0, (0 if op.use_async else PRT_OP_NEEDS_IDLE) |
-                  prt_op_kind(PRT_OPK_MEMCPY_H2H + op.kind), op.n)
+        _submit(s, op, dst, src, "memcpy_async")
     except BaseException:
         _free_op(op)
         raise
+
+
+cdef int _submit(Stream s, CopyOp* op, object dst, object src, str call) except -1:
+    """Enqueue a planned copy on s (on error the caller frees op; once enqueued, the worker does)."""
+    # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
+    op.use_async = s.ctx.has_pstream and _async_hook(op) and (
+        s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
+    _check_hooks(op, f"{s.device!r}: {call}", True)
+    cdef bint planned_async
+    if _stages(op):
+        _stage_source(op)
+        if op.iface.memory_copy_h2d != NULL:
+            # an idle stream copies the few staged bytes at once on this thread, through the synchronous hook: no
+            # round trip through the worker and back (a busy stream queues the copy as planned)
+            planned_async = op.use_async
+            op.use_async = False
+            if s.run_now_if_idle(_copy_op_run, op, 0, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_MEMCPY_H2D), op.n):
+                return 0     # ran (and freed op)
+            op.use_async = planned_async
+    if op.nbufs:
+        keep = (dst, src)
+        Py_INCREF(keep)
+        op.keep = <PyObject*>keep
+    # the profiler's operation kinds follow K_H2H..K_P2P in order
+    s.enqueue(_copy_op_run, op, 0, (0 if op.use_async else PRT_OP_NEEDS_IDLE) |
+              prt_op_kind(PRT_OPK_MEMCPY_H2H + op.kind), op.n)
+    return 0
+
+
+cdef int upload_async(Stream s, uintptr_t dst, object src, size_t n) except -1:
+    """Enqueue the copy of n bytes of the C-contiguous host buffer src to the device address dst of s's device (the
+    upload of paddle_rt.tensor(): no endpoint inference; staged when small, like memcpy_async)."""
+    cdef CopyOp* op = _new_op()
+    s._check_open()
+    try:
+        _endpoint(src, False, op, "src", "tensor upload")
+        if <size_t>op.bufs[0].len < n:
+            raise errors.InvalidArgument(f"{s.device!r}: tensor upload: the host buffer has {op.bufs[0].len} bytes, "
+                                         f"{n} needed")
+        op.kind = K_H2D
+        op.dst = <void*>dst
+        op.src = <const void*>op.bufs[0].buf
+        op.n = n
+        op.iface = s.device.iface
+        op.dev = s.device.cdev()
+        _submit(s, op, None, src, "tensor upload")
+    except BaseException:
+        _free_op(op)
+        raise
+    return 0
 
 
 cdef bint _stages(CopyOp* op) noexcept:
