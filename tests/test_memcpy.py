@@ -321,3 +321,20 @@ def test_pinned_host_allocation_is_host_memory_for_copies():
     assert np.array_equal(out, np.asarray(h))
     h.free()
     d.free()
+
+
+def test_small_upload_to_an_idle_stream_completes_before_returning():
+    """On an idle stream a staged copy runs at once on the calling thread (no round trip through the worker): the
+    stream's completed position has reached it when memcpy_async returns; paddle_rt.tensor() uploads the same way."""
+    a = paddle_rt.malloc(1024)
+    with Stream() as s:
+        s.synchronize()
+        src = np.arange(1024, dtype=np.uint8)
+        paddle_rt.memcpy_async(a, src, stream=s)
+        assert s.position == 1 and s.completed_position == 1
+        t = paddle_rt.tensor(np.arange(256, dtype=np.float32), stream=s)
+        assert s.completed_position == s.position
+        assert (t.numpy() == np.arange(256)).all()
+    out = np.zeros(1024, np.uint8)
+    paddle_rt.memcpy(out, a)
+    assert (out == src).all()

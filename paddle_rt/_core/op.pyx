@@ -297,15 +297,15 @@ def _pool_trace(bint on):
 
 
 def _pool_trace_take():
-    """For tests: the recorded chunks as (job, slot, t0_ns, t1_ns) tuples (slot 0: the calling thread; 1..: the
-    pool's threads), and clear the record."""
+    """For tests: the recorded chunks as (job, slot, begin, end, t0_ns, t1_ns) tuples (slot 0: the calling thread;
+    1..: the pool's threads; [begin, end) the chunk's range), and clear the record."""
     cdef int64_t cap = 1 << 14
     cdef prt_parallel_event* ev = <prt_parallel_event*>c_malloc(sizeof(prt_parallel_event) * cap)
     if ev == NULL:
         raise MemoryError()
     try:
         n = prt_parallel_trace_take(ev, cap)
-        return [(ev[i].job, ev[i].slot, ev[i].t0, ev[i].t1) for i in range(n)]
+        return [(ev[i].job, ev[i].slot, ev[i].begin, ev[i].end, ev[i].t0, ev[i].t1) for i in range(n)]
     finally:
         c_free(ev)
 

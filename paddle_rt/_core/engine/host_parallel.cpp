@@ -36,7 +36,7 @@ pthread_cond_t g_work = PTHREAD_COND_INITIALIZER;   /* pool threads: a job arriv
 pthread_cond_t g_done = PTHREAD_COND_INITIALIZER;   /* callers: chunks of their job finished */
 Job* g_head = nullptr;                  /* open jobs, oldest first (under g_mu) */
 Job* g_tail = nullptr;
-int g_running = 0;                      /* threads running chunks now (under g_mu) */
+std::atomic<int> g_running{0};          /* threads running chunks now (changed under g_mu, read without it) */
 int g_started = 0;                      /* pool threads started (under g_mu) */
 std::atomic<int> g_limit{0};            /* 0: not configured yet */
 std::atomic<int> g_source{0};
@@ -49,9 +49,9 @@ std::atomic<int> g_trace_on{0};
 prt_parallel_event g_trace[kTraceCap];
 std::atomic<int64_t> g_trace_n{0};
 
-void record(uint64_t job, int slot, int64_t t0, int64_t t1) {
+void record(uint64_t job, int slot, int64_t b, int64_t e, int64_t t0, int64_t t1) {
     int64_t i = g_trace_n.fetch_add(1);
-    if (i < kTraceCap) g_trace[i] = prt_parallel_event{job, slot, 0, t0, t1};
+    if (i < kTraceCap) g_trace[i] = prt_parallel_event{job, slot, 0, b, e, t0, t1};
 }
 
 int affinity_count() {
@@ -114,12 +114,14 @@ int64_t run_chunks(Job* j, int slot) {
     int64_t ran = 0;
     const bool trace = g_trace_on.load(std::memory_order_relaxed) != 0;
     for (;;) {
+        /* a pool thread gives way at a chunk boundary when a caller arrived above the limit (callers always run) */
+        if (slot > 0 && g_running.load(std::memory_order_relaxed) > g_limit.load(std::memory_order_relaxed)) break;
         int64_t c = j->next.fetch_add(1, std::memory_order_relaxed);
         if (c >= j->nchunks) break;
         int64_t b = c * j->chunk, e = b + j->chunk < j->n ? b + j->chunk : j->n;
         int64_t t0 = trace ? prt_now_ns() : 0;
         j->body(j->ctx, b, e);
-        if (trace) record(j->id, slot, t0, prt_now_ns());
+        if (trace) record(j->id, slot, b, e, t0, prt_now_ns());
         ran++;
     }
     return ran;
@@ -181,6 +183,12 @@ void prt_parallel_for(int64_t n, int64_t grain, prt_parallel_body body, void* ct
     if (grain < 1) grain = 1;
     const int threads = n > grain ? limit() : 1;
     if (threads <= 1) {
+        if (__builtin_expect(g_trace_on.load(std::memory_order_relaxed) != 0, 0) && n > grain) {
+            int64_t t0 = prt_now_ns();
+            body(ctx, 0, n);
+            record(g_next_id.fetch_add(1), 0, 0, n, t0, prt_now_ns());
+            return;
+        }
         body(ctx, 0, n);
         return;
     }
@@ -250,7 +258,7 @@ void* prt_parallel_scratch(size_t bytes) {
 }
 
 void prt_parallel_trace(int on) {
-    g_trace_n.store(0);
+    if (on) g_trace_n.store(0);    /* turning it on starts a new record; off keeps it for prt_parallel_trace_take */
     g_trace_on.store(on ? 1 : 0);
 }
 

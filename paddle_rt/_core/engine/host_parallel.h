@@ -7,8 +7,10 @@
  *   first parallel call; prt_parallel_set_threads changes the limit at run time (paddle_rt.op.set_num_threads).
  * - Started lazily: no thread exists before the first call that splits work.
  * - No oversubscription: a thread that calls prt_parallel_for always works on its own call (the stream's worker is
- *   busy anyway); pool threads join only while fewer than `threads` threads run chunks. Two streams submitting at
- *   once on a 2-thread limit therefore each run alone, and one stream alone gets the whole pool.
+ *   busy anyway); pool threads join only while fewer than `threads` threads run chunks, and give way at their next
+ *   chunk boundary when a caller arrives above the limit (a pool thread's chunk in progress is the only overlap).
+ *   Two streams submitting at once on a 2-thread limit therefore each run alone, and one stream alone gets the
+ *   whole pool.
  * - Pool threads sleep on a condition variable between calls (no spinning), so numpy's OpenBLAS threads (gemm goes
  *   through them) have the cores to themselves during a gemm.
  * - Chunks are contiguous ranges [begin, end) of the index space; which thread runs which chunk varies, so a body
@@ -43,12 +45,13 @@ int prt_parallel_started(void);
    NULL when out of memory. For a kernel's per-chunk rows. */
 void* prt_parallel_scratch(size_t bytes);
 
-/* Test evidence (paddle_rt.op._pool_trace): when on, each chunk records (job, thread slot, start ns, end ns) into a
-   fixed ring of `cap` entries. Slot 0 is the calling thread, 1.. the pool's threads. */
+/* Test evidence (paddle_rt.op._pool_trace): when on, each chunk records (job, thread slot, its range, start and end
+   ns) into a fixed buffer (16 K chunks). Slot 0 is the calling thread, 1.. the pool's threads. */
 typedef struct {
     uint64_t job;
     int32_t slot;
     int32_t _pad;
+    int64_t begin, end;
     int64_t t0, t1;
 } prt_parallel_event;
 void prt_parallel_trace(int on);

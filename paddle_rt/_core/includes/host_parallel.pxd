@@ -12,6 +12,8 @@ cdef extern from "engine/host_parallel.h" nogil:
     ctypedef struct prt_parallel_event:
         uint64_t job
         int32_t slot
+        int64_t begin
+        int64_t end
         int64_t t0
         int64_t t1
     void prt_parallel_trace(int on)
