@@ -56,6 +56,7 @@ from paddle_rt import ccl  # noqa: E402,F401  (paddle_rt.ccl: communicators and 
 from paddle_rt import profiler  # noqa: E402,F401  (paddle_rt.profiler.profile(): Chrome traces, key averages)
 from paddle_rt._core.tensor import Tensor, empty, zeros, tensor  # noqa: E402,F401
 from paddle_rt import op, ops  # noqa: E402,F401  (the operator layer and the ops on tensors)
+from paddle_rt import plugins  # noqa: E402,F401  (paddle_rt.plugins.rt_cpu_path() and rt_cpu's bookkeeping)
 
 __all__ = [
     "PaddleRTError", "PluginLoadError", "PluginNotFoundError", "NotASharedLibraryError", "MissingEntryPointError",
@@ -65,5 +66,5 @@ __all__ = [
     "Plugin", "load_plugin", "list_plugins", "device_types", "REQUIRED_HOOKS", "ALL_HOOKS",
     "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
     "reinitialize_after_fork", "get_include", "get_cython_include", "ccl", "profiler",
-    "Tensor", "empty", "zeros", "tensor", "op", "ops",
+    "Tensor", "empty", "zeros", "tensor", "op", "ops", "plugins",
 ] + list(_memory.__all__) + list(_streams.__all__) + list(_pool.__all__)

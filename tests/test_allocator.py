@@ -1046,3 +1046,51 @@ def test_reset_allocator_refuses_while_memory_is_live(d1):
     a.free()
     paddle_rt.reset_allocator(d1)
     assert paddle_rt.max_memory_allocated(d1) == 0
+
+
+def _allocator_state(d):
+    return (paddle_rt.memory_reserved(d), paddle_rt.memory_stats(d), paddle_rt.memory_snapshot(d),
+            plugins.rt_cpu_live_bytes(d.index))
+
+
+def test_refused_reset_allocator_changes_nothing(d1):
+    """Issue 27: with 1 MiB live and a 2 MiB idle chunk, the refused reset keeps the idle chunk (it used to give it
+    back: reserved 3 MiB -> 1 MiB, num_device_free 0 -> 1), the counters, the peaks and the snapshot."""
+    paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
+    live = paddle_rt.malloc(MiB, device=d1)
+    try:
+        paddle_rt.malloc(2 * MiB, device=d1).free()
+        before = _allocator_state(d1)
+        assert before[0] == 3 * MiB and before[1]["num_device_free"] == 0
+        with pytest.raises(paddle_rt.InvalidArgument,
+                           match=r"reset of the device allocator: 1048576 bytes are still held"):
+            paddle_rt.reset_allocator(d1)
+        assert _allocator_state(d1) == before
+    finally:
+        live.free()
+    paddle_rt.reset_allocator(d1)
+    assert paddle_rt.memory_reserved(d1) == 0 and plugins.rt_cpu_live_bytes(1) == 0
+
+
+def test_reset_allocator_refused_inside_a_stream_callback_changes_nothing(d1):
+    """Nothing live, but the call comes from a callback of a busy stream of the device: the idle chunk may still be in
+    use by queued work, so the reset is refused and nothing changes (not even the release-deferred counter)."""
+    paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
+    paddle_rt.malloc(2 * MiB, device=d1).free()
+    s = paddle_rt.Stream(d1)
+    seen = []
+
+    def in_callback():
+        before = _allocator_state(d1)
+        try:
+            paddle_rt.reset_allocator(d1)
+        except paddle_rt.InvalidArgument as e:
+            seen.append((str(e), before, _allocator_state(d1)))
+
+    s.add_callback(in_callback)
+    s.synchronize()
+    (msg, before, after), = seen
+    assert "still held" in msg and before == after and before[0] == 2 * MiB
+    paddle_rt.reset_allocator(d1)                  # outside the callback: the chunk goes back
+    assert paddle_rt.memory_reserved(d1) == 0
+    s.close()

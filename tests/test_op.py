@@ -183,6 +183,106 @@ def test_register_kernel_takes_precedence_and_runs_on_the_stream():
         paddle_rt.op.register_kernel("add", "rt_cpu", "float32", "not a function")
 
 
+def test_register_and_unregister_take_effect_on_cached_and_held_descriptors():
+    """Issue 27: a kernel registered after ops.relu(x) ran (its descriptor cached) runs at the next ops.relu(x), and
+    in a descriptor held from before; unregistered, the host kernel runs again in both."""
+    calls = []
+
+    @KERNEL
+    def k(call):                   # leaves out untouched, so the sentinel shows which kernel ran
+        calls.append(call)
+        return 0
+
+    x = paddle_rt.tensor(np.array([-1.0, 2.0, -3.0], np.float32))
+    out, held_out = paddle_rt.empty((3,)), paddle_rt.empty((3,))
+    np.testing.assert_array_equal(paddle_rt.ops.relu(x, out=out).numpy(), [0, 2, 0])
+    held = op.ReluDescriptor(op.Handle(), held_out, x)
+    assert held.kernel_source == "host"
+    paddle_rt.op.register_kernel("relu", "rt_cpu", "float32", k)
+    try:
+        sentinel = np.full(3, 7.0, np.float32)
+        out, held_out = paddle_rt.tensor(sentinel), paddle_rt.tensor(sentinel)      # same layouts
+        paddle_rt.ops.relu(x, out=out)
+        held(held_out, x)
+        np.testing.assert_array_equal(out.numpy(), sentinel)
+        np.testing.assert_array_equal(held_out.numpy(), sentinel)
+        assert len(calls) == 2 and held.kernel_source == "registered"
+    finally:
+        assert paddle_rt.op.unregister_kernel("relu", "rt_cpu", "float32") is True
+    np.testing.assert_array_equal(paddle_rt.ops.relu(x, out=out).numpy(), [0, 2, 0])
+    np.testing.assert_array_equal(held(held_out, x).numpy(), [0, 2, 0])
+    assert len(calls) == 2 and held.kernel_source == "host"
+    assert paddle_rt.op.unregister_kernel("relu", "rt_cpu", "float32") is False     # nothing registered
+    for args, match in [(("conv", "rt_cpu", "float32"), "unknown operator 'conv'"),
+                        (("relu", None, "float32"), "device_type must be a device type name"),
+                        (("relu", "", "float32"), "device_type must be a device type name"),
+                        (("relu", "rt_cpu", "float128"), "float128")]:
+        for fn in (paddle_rt.op.unregister_kernel, lambda *a: paddle_rt.op.register_kernel(*a, k)):
+            with pytest.raises(paddle_rt.InvalidArgument, match=match):
+                fn(*args)
+
+
+def test_unregistering_the_only_kernel_fails_at_the_next_call_not_on_the_stream(build_plugin):
+    """On a device with no host kernels, a descriptor whose registered kernel went away raises NotSupportedError at
+    its next call (no NULL kernel reaches the stream); registered again, it runs again."""
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern_unreg"'})
+    paddle_rt.load_plugin(so)
+    dev = paddle_rt.device("kern_unreg:0")
+    calls = []
+
+    @KERNEL
+    def k(call):
+        calls.append(call)
+        return 0
+
+    a = paddle_rt.tensor(np.ones(4, np.float32), device=dev)
+    paddle_rt.op.register_kernel("sub", "kern_unreg", "float32", k)
+    d = op.SubDescriptor(op.Handle(dev), a, a, a)
+    d(a, a, a).synchronize()
+    paddle_rt.op.unregister_kernel("sub", "kern_unreg", "float32")
+    for _ in range(2):
+        with pytest.raises(paddle_rt.NotSupportedError, match="operator sub has no kernel for dtype float32"):
+            d(a, a, a)
+    paddle_rt.op.register_kernel("sub", "kern_unreg", "float32", k)
+    try:
+        d(a, a, a).synchronize()
+        assert len(calls) == 2
+    finally:
+        paddle_rt.op.unregister_kernel("sub", "kern_unreg", "float32")
+
+
+def test_axpby_hook_dtype_rule_on_a_device_without_host_kernels(build_plugin):
+    """Issue 27: a plugin's blas_axpby is not chosen for a dtype it cannot serve (Paddle calls it with float32 and
+    float64 only): without host kernels that is NotSupportedError at the descriptor, naming op, dtype and device
+    type, and y is untouched. float64 keeps the hook there, its alpha and beta rounded to float (the README limit)."""
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern_axdt"'})
+    paddle_rt.load_plugin(so)
+    dev = paddle_rt.device("kern_axdt:0")
+    h = op.Handle(dev)
+    for dtype in ("float16", "bfloat16"):
+        y = paddle_rt.zeros((8,), dtype, device=dev)
+        with pytest.raises(paddle_rt.NotSupportedError) as e:
+            op.AxpbyDescriptor(h, y, y)
+        for part in ("operator axpby", f"dtype {dtype}", "'kern_axdt'", "blas_axpby serves float32 and float64"):
+            assert part in str(e.value)
+        with pytest.raises(paddle_rt.NotSupportedError, match=f"axpby has no kernel for dtype {dtype}"):
+            paddle_rt.ops.axpby(y, y, alpha=2.0)
+    y64 = op.TensorDesc((8,), "float64")
+    assert op.AxpbyDescriptor(h, y64, y64, 0.1, 1 + 1e-12).kernel_source == "hook"
+
+
+def test_host_axpby_float32_on_a_plugin_without_blas_axpby(build_plugin):
+    """The host kernel reads y (out) as axpby's second operand in every float dtype, not only float64."""
+    so = build_plugin("kernels", {"DEVICE_TYPE": '"kern_host32"', "HOST_ADDRESSABLE": None, "NO_AXPBY": None})
+    paddle_rt.load_plugin(so)
+    dev = paddle_rt.device("kern_host32:0")
+    for dtype in ("float32", "float16"):
+        x = paddle_rt.tensor(np.arange(6, dtype=dtype), device=dev)
+        y = paddle_rt.tensor(np.ones(6, dtype), device=dev)
+        paddle_rt.ops.axpby(x, y, alpha=2.0, beta=-3.0)
+        np.testing.assert_array_equal(y.numpy(), 2 * np.arange(6) - 3)
+
+
 def test_host_kernels_serve_any_host_addressable_plugin(build_plugin):
     """Without blas_axpby, axpby on a host-addressable device runs paddle_rt's host kernel (y is read as well as
     written); the other operators too."""

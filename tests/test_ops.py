@@ -337,6 +337,39 @@ def test_axpby_on_rt_cpu(rng):
     assert d.kernel_source == "hook"
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_axpby_half_on_rt_cpu_runs_the_host_kernel(dtype, rng):
+    """Issue 27: rt_cpu's blas_axpby serves float32 and float64 only (as Paddle calls it), so float16/bfloat16 go to
+    the host kernel (computed in float32, rounded once) instead of failing on the stream with C_ERROR."""
+    x, y = rand((1000,), dtype, rng), rand((1000,), dtype, rng)
+    tx, ty = paddle_rt.tensor(x), paddle_rt.tensor(y)
+    assert paddle_rt.op.AxpbyDescriptor(paddle_rt.op.Handle(), ty, tx, 0.5, -2.0).kernel_source == "host"
+    ops.axpby(tx, ty, alpha=0.5, beta=-2.0)
+    want = (np.float32(0.5) * x.astype(np.float32) + np.float32(-2.0) * y.astype(np.float32)).astype(np_dtype(dtype))
+    rtol = float(ml_dtypes.finfo(np_dtype(dtype)).eps)
+    np.testing.assert_allclose(ty.numpy().astype(np.float64), want.astype(np.float64), rtol=rtol, atol=rtol)
+
+
+def test_axpby_float64_keeps_float64_scalars(rng):
+    """Issue 27: blas_axpby takes float alpha/beta (0.1 -> 0.10000000149011612, 1 + 1e-12 -> 1.0), so on a
+    host-addressable device a float64 axpby whose scalars are not float32 values runs the host kernel, in float64;
+    with float32-exact scalars the plugin's hook still serves it."""
+    x, y = rng.uniform(-1, 1, 1000), rng.uniform(1e5, 1e6, 1000)
+    tx, ty = paddle_rt.tensor(x), paddle_rt.tensor(y)
+    alpha, beta = 0.1, 1 + 1e-12
+    h = paddle_rt.op.Handle()
+    assert paddle_rt.op.AxpbyDescriptor(h, ty, tx, alpha, beta).kernel_source == "host"
+    ops.axpby(tx, ty, alpha=alpha, beta=beta)
+    want = alpha * x + beta * y
+    np.testing.assert_allclose(ty.numpy(), want, rtol=1e-15, atol=0)
+    # what the hook's float scalars would give is off by far more than that
+    assert np.max(np.abs((np.float32(alpha) * x + np.float32(beta) * y) - want) / want) > 1e-12
+    assert paddle_rt.op.AxpbyDescriptor(h, ty, tx, 2.0, 0.5).kernel_source == "hook"
+    ty2 = paddle_rt.tensor(y)
+    ops.axpby(tx, ty2, alpha=2.0, beta=0.5)
+    np.testing.assert_array_equal(ty2.numpy(), 2.0 * x + 0.5 * y)
+
+
 # -- streams, events and copies ------------------------------------------------------------------------------------------
 def test_ops_order_with_copies_and_events_on_two_streams(rng):
     dev = paddle_rt.get_device()

@@ -476,6 +476,21 @@ def test_rt_cpu_can_be_disabled(run_python, plugin_root):
     assert not any(out["bundled"])
 
 
+def test_plugins_module_after_a_bare_import(run_python):
+    """Issue 27: the README's ``paddle_rt.plugins.rt_cpu_path()`` works after ``import paddle_rt`` alone (a fresh
+    interpreter, so no test has imported paddle_rt.plugins before)."""
+    res = run_python("""
+        import sys, os
+        import paddle_rt
+        assert "paddle_rt.plugins" in sys.modules
+        path = paddle_rt.plugins.rt_cpu_path()
+        print(path, any(os.path.samefile(p.path, path) for p in paddle_rt.list_plugins()))
+    """)
+    assert res.returncode == 0, res.stderr
+    path, loaded = res.stdout.split()
+    assert os.path.isabs(path) and path.endswith("librt_cpu.so") and loaded == "True"
+
+
 def test_empty_device_type_is_refused(build_plugin):
     so = build_plugin("minimal", {"DEVICE_TYPE": '""'})
     before = registry_snapshot()

@@ -960,20 +960,40 @@ cdef class DeviceAllocator:
         plugin (as :meth:`empty_cache`), every counter and peak is zeroed, and the chunk serial numbers (best fit's
         tie order, the only thing the policy carries from one allocation to the next besides the cache itself)
         restart. The configuration is kept. Raises InvalidArgument while memory is still allocated (or held by
-        busy streams), changing nothing."""
+        busy streams), changing nothing: the live-memory condition is checked before any chunk goes back."""
         cdef AllocatorCore* c = self.core
+        cdef int64_t live, held
+        cdef bint idle
+        with nogil:
+            c.cx.mu.lock()
+            live = c.stats[0][ST_ALLOCATED_BYTES].current
+            held = c.stats[0][ST_RESERVED_BYTES].current
+            c.cx.mu.unlock()
+        if live or core_deferred_pending(c):
+            self._refuse_reset(live)
+        stream_device_quiesce(None if c.kind == KIND_HOST else self.device)
+        with nogil:
+            idle = _streams_idle(c)    # inside a stream callback the device's streams may still be busy
+        if not idle:
+            self._refuse_reset(held)
         self.empty_cache()
-        cdef int64_t held = c.stats[0][ST_RESERVED_BYTES].current
-        if held or core_deferred_pending(c):
-            raise errors.InvalidArgument(
-                f"{self.device}: reset of the {self.kind} allocator: {held} bytes are still held (live allocations, "
-                f"frees deferred by record_stream, or chunks busy streams may use); free them and synchronize first")
+        with nogil:
+            c.cx.mu.lock()
+            held = c.stats[0][ST_RESERVED_BYTES].current
+            c.cx.mu.unlock()
+        if held or core_deferred_pending(c):   # memory allocated by another thread meanwhile
+            self._refuse_reset(held)
         self.reset_accumulated_stats()
         with nogil:
             c.cx.mu.lock()
             memset(c.stats, 0, sizeof(c.stats))
             c.chunk_serial = 0
             c.cx.mu.unlock()
+
+    def _refuse_reset(self, int64_t held):
+        raise errors.InvalidArgument(
+            f"{self.device}: reset of the {self.kind} allocator: {held} bytes are still held (live allocations, "
+            f"frees deferred by record_stream, or chunks busy streams may use); free them and synchronize first")
 
     def snapshot(self):
         """Segments (chunks) with their blocks, ordered by address."""

@@ -36,6 +36,7 @@ cdef class OpDescriptor:
     cdef readonly str kernel_source      # "registered", "plugin", "hook", "host"
     cdef readonly bint destroyed
     cdef bytes _cname                    # the op's name for error records (nogil; module-lifetime bytes)
+    cdef uint64_t _generation            # the kernel registry's generation when the kernel was picked
 
     # Fill call.op/dtype/n_inputs and the layouts (`out`, `ins`: what calls must pass; `layouts`, `out_layout`
     # (default: out): what the kernel sees, e.g. broadcast to out's dimensions), pick the kernel and compute the workspace. Raises NotSupportedError when no kernel serves (op, dtype, device type).

@@ -7,7 +7,7 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memcpy
 
-from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_DataType, C_DeviceInterface
+from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_DataType, C_DeviceInterface, FLOAT32, FLOAT64
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.stream cimport Stream, StreamCtx, stream_of_device
@@ -61,6 +61,9 @@ _HOST_FAILURES = {
 cdef dict _registered = {}      # paddle_rt.op.register_kernel / op_register_kernel
 cdef dict _from_plugins = {}    # paddle_rt_ext_register_kernels of the plugins
 cdef set _plugins_asked = set() # device types whose plugin export was called
+# Bumped by every register/unregister: a descriptor whose generation differs picks its kernel again at its next call,
+# so a registration takes effect on descriptors made before it (ops' cached ones included).
+cdef uint64_t _generation = 0
 
 
 cdef struct OpLaunch:
@@ -147,12 +150,21 @@ cdef int _ask_plugin(Plugin p) except -1:
 
 cdef int op_register_kernel(int op, str device_type, int32_t dtype, paddle_rt_kernel_fn fn,
                             paddle_rt_workspace_fn ws, str source) except -1:
+    global _generation
     if op < 1 or op >= PADDLE_RT_OP_COUNT:
         raise errors.InvalidArgument(f"register_kernel: unknown operator id {op}")
     if fn == NULL:
         raise errors.InvalidArgument(f"register_kernel({OP_NAMES[op]!r}, {device_type!r}): the kernel is NULL")
     _registered[(device_type, op, dtype)] = (<uintptr_t>fn, <uintptr_t>ws, source)
+    _generation += 1
     return 0
+
+
+def _registry_key(str call, op, device_type, dtype):
+    """(device type, op id, dtype code) of register_kernel/unregister_kernel's arguments, checked alike."""
+    if not isinstance(device_type, str) or not device_type:
+        raise errors.InvalidArgument(f"{call}: device_type must be a device type name (str), not {device_type!r}")
+    return device_type, _op_id(op), dtype_code_of(dtype)
 
 
 cdef uintptr_t _address(object f, str what) except? 0:
@@ -172,18 +184,26 @@ cdef uintptr_t _address(object f, str what) except? 0:
 def register_kernel(op, device_type, dtype, kernel, workspace=None):
     """Register a C kernel ``C_Status kernel(const paddle_rt_op_call*)`` (paddle_rt/extension.h) for ``op`` on
     devices of ``device_type`` in ``dtype``, with an optional ``size_t workspace(const paddle_rt_op_call*)``.
-    ``kernel``/``workspace``: an address, a PyCapsule or a ctypes function pointer (kept alive by the caller).
-    Takes precedence over plugin and host kernels for descriptors created afterwards."""
-    cdef int o = _op_id(op)
-    cdef int32_t d = dtype_code_of(dtype)
+    ``kernel``/``workspace``: an address, a PyCapsule or a ctypes function pointer (kept alive by the caller until
+    it is unregistered and the calls enqueued with it have run). Takes precedence over plugin and host kernels, for
+    descriptors created before the registration too (ops' cached ones included: each picks its kernel again at its
+    next call)."""
+    t, o, d = _registry_key("register_kernel", op, device_type, dtype)
     cdef uintptr_t k = _address(kernel, "kernel")
     cdef uintptr_t w = _address(workspace, "workspace")
-    op_register_kernel(o, str(device_type), d, <paddle_rt_kernel_fn>k, <paddle_rt_workspace_fn>w, "registered")
+    op_register_kernel(o, t, d, <paddle_rt_kernel_fn>k, <paddle_rt_workspace_fn>w, "registered")
 
 
 def unregister_kernel(op, device_type, dtype):
-    """Remove a kernel registered with :func:`register_kernel` (existing descriptors keep theirs)."""
-    _registered.pop((str(device_type), _op_id(op), dtype_code_of(dtype)), None)
+    """Remove a kernel registered with :func:`register_kernel` (same argument checks); descriptors, those made
+    before included, go back to the plugin's or the host kernel at their next call. Returns whether one was
+    registered."""
+    global _generation
+    key = _registry_key("unregister_kernel", op, device_type, dtype)
+    if _registered.pop(key, None) is None:
+        return False
+    _generation += 1
+    return True
 
 
 def kernels(device_type=None):
@@ -194,6 +214,15 @@ def kernels(device_type=None):
             if device_type is None or t == device_type:
                 out[(t, OP_NAMES[o], dtype_name(d))] = src
     return out
+
+
+cdef bint _axpby_hook_serves(int32_t dtype, const double* attrs) noexcept:
+    """Whether the plugin's blas_axpby computes axpby in ``dtype`` with the caller's alpha and beta: Paddle calls the
+    hook with float32 and float64 only (its gradient accumulation), and its alpha and beta are C floats, so a float64
+    call goes to it only when both are float32 values (otherwise they would be rounded)."""
+    if dtype == FLOAT32:
+        return True
+    return dtype == FLOAT64 and <double><float>attrs[0] == attrs[0] and <double><float>attrs[1] == attrs[1]
 
 
 cdef object _blas = None     # {"library", "interface"} of the BLAS the host gemm calls, once found
@@ -423,6 +452,9 @@ cdef class OpDescriptor:
     cdef int _pick_kernel(self, Device dev, int op, int32_t dtype) except -1:
         cdef str dt = dev.type
         cdef paddle_rt_workspace_fn ws = NULL
+        cdef bint host = device_host_addressable(dev)
+        self.kernel = NULL
+        self.hook, self.plugin_kernel, self.workspace_size = HOOK_NONE, False, 0
         key = (dt, op, dtype)
         entry = _registered.get(key) or _from_plugins.get(key)
         if entry is not None:
@@ -431,25 +463,31 @@ cdef class OpDescriptor:
             self.plugin_kernel = True
             self.kernel_source = entry[2]
             self.workspace_size = ws(&self.call) if ws != NULL else 0
+            self._generation = _generation         # picked (a failure leaves it stale: picked again next call)
             return 0
-        if op == PADDLE_RT_OP_AXPBY and dev.iface.blas_axpby != NULL:
+        # float64 with scalars the hook would round: the host kernel where there is one, else the hook (README limit)
+        if op == PADDLE_RT_OP_AXPBY and dev.iface.blas_axpby != NULL and (
+                _axpby_hook_serves(dtype, self.call.attrs) or (dtype == FLOAT64 and not host)):
             self.hook = HOOK_AXPBY
             self.kernel_source = "hook"
+            self._generation = _generation
             return 0
-        if device_host_addressable(dev):
+        if host:
             self.kernel = prt_host_kernel(op, dtype)
             if self.kernel != NULL:
                 if op == PADDLE_RT_OP_GEMM:
                     _ensure_blas()
                 self.kernel_source = "host"
                 self.workspace_size = prt_host_workspace(&self.call)
+                self._generation = _generation
                 return 0
         raise errors.NotSupportedError(
             f"{dev}: operator {self.name} has no kernel for dtype {dtype_name(dtype)} on device type {dt!r}. "
             f"Provide one: paddle_rt.op.register_kernel({self.name!r}, {dt!r}, {dtype_name(dtype)!r}, kernel) at run "
             f"time, or export paddle_rt_ext_register_kernels from the plugin (paddle_rt/extension.h)"
-            + ("" if device_host_addressable(dev) else "; paddle_rt's host kernels serve host-addressable devices "
-               "only"))
+            + ("; the plugin's blas_axpby serves float32 and float64 only" if op == PADDLE_RT_OP_AXPBY and
+               dev.iface.blas_axpby != NULL else "")
+            + ("" if host else "; paddle_rt's host kernels serve host-addressable devices only"))
 
     cdef int _check_operand(self, object t, TensorDesc want, int index, Device dev) except -1:
         if isinstance(t, Tensor) and (<Tensor>t).storage.device is dev and want.same_layout(<Tensor>t):
@@ -479,6 +517,8 @@ cdef class OpDescriptor:
         if self.destroyed:
             raise errors.InvalidArgument(f"{dev}: operator {self.name}: the descriptor was destroyed")
         self.handle.check_open()
+        if self._generation != _generation:           # a kernel was (un)registered since the pick
+            self._pick_kernel(dev, self.call.op, self.call.dtype)
         if len(ins) != n:
             raise errors.InvalidArgument(f"{dev}: operator {self.name} takes {n} inputs after out, not {len(ins)}")
         self._check_operand(out, self.out_desc, -1, dev)

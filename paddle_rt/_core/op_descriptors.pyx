@@ -163,8 +163,10 @@ cdef class RearrangeDescriptor(OpDescriptor):
 
 
 cdef class AxpbyDescriptor(OpDescriptor):
-    """``AxpbyDescriptor(handle, y, x, alpha=1.0, beta=1.0)``: y = alpha * x + beta * y in place, through the
-    plugin's ``blas_axpby`` when it has one (contiguous x and y of one shape)."""
+    """``AxpbyDescriptor(handle, y, x, alpha=1.0, beta=1.0)``: y = alpha * x + beta * y in place (contiguous x and
+    y of one shape), through the plugin's ``blas_axpby`` in float32, and in float64 when alpha and beta are float32
+    values (the hook's scalars are C floats); else the host kernel on host-addressable devices. On other devices
+    float64 keeps the hook with alpha and beta rounded to float32, and other dtypes raise NotSupportedError here."""
     def __init__(self, Handle handle, y, x, alpha=1.0, beta=1.0):
         cdef _Rules r = _Rules(handle, "axpby")
         cdef TensorDesc yd = r.desc(y, "y"), xd = r.desc(x, "x")

@@ -364,8 +364,9 @@ C_Status ew_float(const paddle_rt_op_call* c) {
     Layout L = layout_of(c, k);
     if (numel(L) == 0) return C_SUCCESS;
     coalesce(L);
-
-    const int dt_o = c->out.dtype, dt_a = c->inputs[0].dtype, dt_b = k == 3 ? c->inputs[1].dtype : dt_a;
+    /* axpby's second operand is out (y) itself: it has no inputs[1] */
+    const int dt_o = c->out.dtype, dt_a = c->inputs[0].dtype,
+              dt_b = k == 2 ? dt_a : op == PADDLE_RT_OP_AXPBY ? dt_o : c->inputs[1].dtype;
     const bool direct = sizeof(C) == 8 || (dt_o == FLOAT32 && dt_a == FLOAT32 && dt_b == FLOAT32);
     const int64_t so = last(L, 0), sa = last(L, 1), sb = k == 3 ? last(L, 2) : 0;
     for_spans(L, [&](char* const* p, int64_t j0, int64_t j1) {
