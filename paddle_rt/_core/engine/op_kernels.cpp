@@ -474,6 +474,35 @@ C_Status rearrange_kernel(const paddle_rt_op_call* c) {
 }
 
 /* ---- row-wise normalisations and softmax ---------------------------------------------------------------------- */
+/* Row reductions in kLanes interleaved partial results, combined in a fixed order at the end: the compiler vectorises
+   them (a single running sum cannot be reordered without -ffast-math), and a row's result does not depend on the
+   thread count (one thread computes a whole row). */
+constexpr int kLanes = 16;
+
+template <typename C, typename F>
+inline C row_sum(int64_t n, F&& term) {
+    C acc[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; j++) acc[j] += term(i + j);
+    for (; i < n; i++) acc[i % kLanes] += term(i);
+    for (int w = kLanes / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+template <typename C>
+inline C row_max(const C* x, int64_t n) {      /* n >= 1; the sequential loop's result, NaN handling included */
+    C acc[kLanes];
+    for (int j = 0; j < kLanes; j++) acc[j] = x[0];
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    for (; i < n; i++) acc[i % kLanes] = x[i] > acc[i % kLanes] ? x[i] : acc[i % kLanes];
+    C m = acc[0];
+    for (int j = 1; j < kLanes; j++) m = acc[j] > m ? acc[j] : m;
+    return m;
+}
 template <typename C>
 C_Status norm_kernel(const paddle_rt_op_call* c) {
     const bool layer = c->op == PADDLE_RT_OP_LAYER_NORM;
@@ -491,16 +520,12 @@ C_Status norm_kernel(const paddle_rt_op_call* c) {
         if (!x) { failed.store(1); return; }
         load_row(p[1], c->inputs[0].dtype, sx, d, x);
         if (layer) {
-            C s = 0;
-            for (int64_t i = 0; i < d; i++) s += x[i];
-            const C mean = s / (C)d;
-            C v = 0;
-            for (int64_t i = 0; i < d; i++) { C t = x[i] - mean; v += t * t; }
+            const C mean = row_sum<C>(d, [x](int64_t i) { return x[i]; }) / (C)d;
+            const C v = row_sum<C>(d, [x, mean](int64_t i) { C t = x[i] - mean; return t * t; });
             const C r = (C)1 / std::sqrt(v / (C)d + eps);
             for (int64_t i = 0; i < d; i++) x[i] = (x[i] - mean) * r * w[i] + b[i];
         } else {
-            C s = 0;
-            for (int64_t i = 0; i < d; i++) s += x[i] * x[i];
+            const C s = row_sum<C>(d, [x](int64_t i) { return x[i] * x[i]; });
             const C r = (C)1 / std::sqrt(s / (C)d + eps);
             for (int64_t i = 0; i < d; i++) x[i] = x[i] * r * w[i];
         }
@@ -522,12 +547,10 @@ C_Status causal_softmax_kernel(const paddle_rt_op_call* c) {
         const int64_t i = r % n;
         const int64_t kept = std::min<int64_t>(total, i + total - n + 1);
         load_row(p[1], c->inputs[0].dtype, sx, kept, x);
-        C m = x[0];
-        for (int64_t j = 1; j < kept; j++) m = x[j] > m ? x[j] : m;
+        const C m = row_max(x, kept);
         for (int64_t j = 0; j < kept; j++) x[j] -= m;
         exp_inplace(x, kept);
-        C s = 0;
-        for (int64_t j = 0; j < kept; j++) s += x[j];
+        const C s = row_sum<C>(kept, [x](int64_t j) { return x[j]; });
         const C inv = (C)1 / s;
         for (int64_t j = 0; j < kept; j++) x[j] *= inv;
         for (int64_t j = kept; j < total; j++) x[j] = 0;
