@@ -306,7 +306,8 @@ def set_num_threads(n):
 def host_threads_info():
     """{"threads", "source", "started", "vector_isa", "vector_erf"}: the thread limit, where it came from
     ("PADDLE_RT_NUM_THREADS", "affinity", or "affinity (PADDLE_RT_NUM_THREADS=... ignored: not a positive integer)"),
-    the pool threads started so far, and the vector math in use (libmvec's "avx2" or "sse" forms)."""
+    the pool threads started so far, and the vector math in use (libmvec's "avx512", "avx2" or "sse" forms, or
+    "scalar")."""
     import os
     cdef int src = prt_parallel_source()
     if src == 1:

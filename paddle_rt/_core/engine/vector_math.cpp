@@ -1,24 +1,22 @@
-/* Vectorised float32 elementwise math (vector_math.h): glibc's libmvec in 8 lanes (AVX2) or 4 lanes (SSE), found
- * once at load. Linked into the op extension only (setup.py ENGINE_SOURCES). */
+/* Vectorised float32 elementwise math (vector_math.h): glibc's libmvec in 16 lanes (AVX-512), 8 (AVX2) or 4 (SSE),
+ * found once at load; the arithmetic around the calls is one loop body written with GCC's vector types, compiled
+ * once per width. Linked into the op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/vector_math.h"
 
 #include <dlfcn.h>
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-/* libmvec's SSE expf (GLIBC_2.22, present wherever libmvec is): the fallback every x86-64 build links. */
-extern "C" __m128 _ZGVbN4v_expf(__m128);
-#endif
+/* The vector types below are passed to libmvec in registers of their own width inside functions compiled for that
+   width; GCC's note that such arguments change the ABI elsewhere does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace {
 
 struct Mvec {
-    void* exp8 = nullptr;     /* __m256 (*)(__m256), AVX2 */
-    void* erf8 = nullptr;
-    void* erf4 = nullptr;     /* __m128 (*)(__m128), SSE */
-    bool avx2 = false;
+    void* exp[3] = {nullptr, nullptr, nullptr};     /* 4, 8, 16 lanes: vf (*)(vf) */
+    void* erf[3] = {nullptr, nullptr, nullptr};
+    int width = 0;                                  /* 0: scalar loop, 1: SSE, 2: AVX2, 3: AVX-512 */
 };
 
 Mvec load_mvec() {
@@ -26,14 +24,15 @@ Mvec load_mvec() {
 #if defined(__x86_64__)
     void* h = dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
     if (!h) h = dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (h) {
-        m.erf4 = dlsym(h, "_ZGVbN4v_erff");
-        if (__builtin_cpu_supports("avx2")) {
-            m.exp8 = dlsym(h, "_ZGVdN8v_expf");
-            m.erf8 = dlsym(h, "_ZGVdN8v_erff");
-            m.avx2 = m.exp8 != nullptr;
-        }
-        /* the handle stays open for the life of the process (its functions are in use) */
+    if (!h) return m;   /* the handle stays open for the life of the process (its functions are in use) */
+    static const char* const kExp[3] = {"_ZGVbN4v_expf", "_ZGVdN8v_expf", "_ZGVeN16v_expf"};
+    static const char* const kErf[3] = {"_ZGVbN4v_erff", "_ZGVdN8v_erff", "_ZGVeN16v_erff"};
+    const bool isa[3] = {true, __builtin_cpu_supports("avx2") != 0, __builtin_cpu_supports("avx512f") != 0};
+    for (int w = 0; w < 3; w++) {
+        if (!isa[w]) continue;
+        m.exp[w] = dlsym(h, kExp[w]);
+        m.erf[w] = dlsym(h, kErf[w]);
+        if (m.exp[w]) m.width = w + 1;
     }
 #endif
     return m;
@@ -54,94 +53,63 @@ inline float scalar_op(int op, float a, float b) {
     }
 }
 
-#if defined(__x86_64__)
-typedef __m128 (*v4fn)(__m128);
+void apply_scalar(int op, const float* a, const float* b, float* o, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = scalar_op(op, a[i], b ? b[i] : 0.0f);
+}
 
-void apply_sse(int op, const float* a, const float* b, float* o, int64_t n) {
-    const v4fn erf4 = reinterpret_cast<v4fn>(g_mvec.erf4);
-    if (op == PRT_VM_GELU_ERF && !erf4) {
-        for (int64_t i = 0; i < n; i++) o[i] = scalar_op(op, a[i], 0.0f);
+#if defined(__x86_64__)
+typedef float vf4 __attribute__((vector_size(16)));
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf16 __attribute__((vector_size(64)));
+
+/* The loop, for a vector type V of W lanes; inlined into one function per instruction set below. */
+template <typename V, int W>
+__attribute__((always_inline)) inline void apply_lanes(int op, const float* a, const float* b, float* o, int64_t n,
+                                                       void* expv, void* erfv) {
+    typedef V (*vfn)(V);
+    const vfn vexp = reinterpret_cast<vfn>(expv);
+    const vfn verf = reinterpret_cast<vfn>(erfv);
+    if (op == PRT_VM_GELU_ERF && !verf) {
+        apply_scalar(op, a, b, o, n);
         return;
     }
-    const __m128 one = _mm_set1_ps(1.0f), half = _mm_set1_ps(0.5f), rs2 = _mm_set1_ps(0.70710678118654752f),
-                 k0 = _mm_set1_ps(0.7978845608028654f), k1 = _mm_set1_ps(0.044715f), m2 = _mm_set1_ps(-2.0f),
-                 zero = _mm_setzero_ps();
-    int64_t i = 0;
-    for (; i < n; i += 4) {
-        float ta[4] = {0, 0, 0, 0}, tb[4] = {0, 0, 0, 0};
-        const int64_t m = n - i < 4 ? n - i : 4;
-        __m128 x, y = zero, r;
-        if (m == 4) {
-            x = _mm_loadu_ps(a + i);
-            if (op == PRT_VM_SWIGLU) y = _mm_loadu_ps(b + i);
-        } else {
-            memcpy(ta, a + i, (size_t)m * 4);
-            if (op == PRT_VM_SWIGLU) memcpy(tb, b + i, (size_t)m * 4);
-            x = _mm_loadu_ps(ta);
-            y = _mm_loadu_ps(tb);
+    const V zero = {};
+    for (int64_t i = 0; i < n; i += W) {
+        const int64_t m = n - i < W ? n - i : W;
+        V x = zero, y = zero, r;
+        if (m == W) {                              /* one unaligned load each */
+            memcpy(&x, a + i, sizeof(V));
+            if (op == PRT_VM_SWIGLU) memcpy(&y, b + i, sizeof(V));
+        } else {                                   /* the tail, zero-padded */
+            memcpy(&x, a + i, (size_t)m * 4);
+            if (op == PRT_VM_SWIGLU) memcpy(&y, b + i, (size_t)m * 4);
         }
         switch (op) {
-        case PRT_VM_EXP: r = _ZGVbN4v_expf(x); break;
-        case PRT_VM_GELU_ERF: r = _mm_mul_ps(_mm_mul_ps(half, x), _mm_add_ps(one, erf4(_mm_mul_ps(x, rs2)))); break;
+        case PRT_VM_EXP: r = vexp(x); break;
+        case PRT_VM_GELU_ERF: r = 0.5f * x * (1.0f + verf(x * 0.70710678118654752f)); break;
         case PRT_VM_GELU_TANH: {
-            __m128 u = _mm_mul_ps(k0, _mm_add_ps(x, _mm_mul_ps(k1, _mm_mul_ps(x, _mm_mul_ps(x, x)))));
-            r = _mm_div_ps(x, _mm_add_ps(one, _ZGVbN4v_expf(_mm_mul_ps(m2, u))));
+            const V u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+            r = x / (1.0f + vexp(-2.0f * u));
             break;
         }
-        case PRT_VM_SILU: r = _mm_div_ps(x, _mm_add_ps(one, _ZGVbN4v_expf(_mm_sub_ps(zero, x)))); break;
-        default: r = _mm_div_ps(_mm_mul_ps(x, y), _mm_add_ps(one, _ZGVbN4v_expf(_mm_sub_ps(zero, y)))); break;
+        case PRT_VM_SILU: r = x / (1.0f + vexp(zero - x)); break;
+        default: r = x * y / (1.0f + vexp(zero - y)); break;
         }
-        if (m == 4) _mm_storeu_ps(o + i, r);
-        else {
-            _mm_storeu_ps(ta, r);
-            memcpy(o + i, ta, (size_t)m * 4);
-        }
+        if (m == W) memcpy(o + i, &r, sizeof(V));
+        else memcpy(o + i, &r, (size_t)m * 4);
     }
 }
 
+void apply_sse(int op, const float* a, const float* b, float* o, int64_t n) {
+    apply_lanes<vf4, 4>(op, a, b, o, n, g_mvec.exp[0], g_mvec.erf[0]);
+}
+
 __attribute__((target("avx2"))) void apply_avx2(int op, const float* a, const float* b, float* o, int64_t n) {
-    typedef __m256 (*v8fn)(__m256);
-    const v8fn exp8 = reinterpret_cast<v8fn>(g_mvec.exp8);
-    const v8fn erf8 = reinterpret_cast<v8fn>(g_mvec.erf8);
-    if (op == PRT_VM_GELU_ERF && !erf8) {
-        apply_sse(op, a, b, o, n);
-        return;
-    }
-    const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f),
-                 rs2 = _mm256_set1_ps(0.70710678118654752f), k0 = _mm256_set1_ps(0.7978845608028654f),
-                 k1 = _mm256_set1_ps(0.044715f), m2 = _mm256_set1_ps(-2.0f), zero = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-        float ta[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        const int64_t m = n - i < 8 ? n - i : 8;
-        __m256 x, y = zero, r;
-        if (m == 8) {
-            x = _mm256_loadu_ps(a + i);
-            if (op == PRT_VM_SWIGLU) y = _mm256_loadu_ps(b + i);
-        } else {
-            memcpy(ta, a + i, (size_t)m * 4);
-            if (op == PRT_VM_SWIGLU) memcpy(tb, b + i, (size_t)m * 4);
-            x = _mm256_loadu_ps(ta);
-            y = _mm256_loadu_ps(tb);
-        }
-        switch (op) {
-        case PRT_VM_EXP: r = exp8(x); break;
-        case PRT_VM_GELU_ERF:
-            r = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, erf8(_mm256_mul_ps(x, rs2))));
-            break;
-        case PRT_VM_GELU_TANH: {
-            __m256 u = _mm256_mul_ps(k0, _mm256_add_ps(x, _mm256_mul_ps(k1, _mm256_mul_ps(x, _mm256_mul_ps(x, x)))));
-            r = _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_mul_ps(m2, u))));
-            break;
-        }
-        case PRT_VM_SILU: r = _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x)))); break;
-        default: r = _mm256_div_ps(_mm256_mul_ps(x, y), _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, y)))); break;
-        }
-        if (m == 8) _mm256_storeu_ps(o + i, r);
-        else {
-            _mm256_storeu_ps(ta, r);
-            memcpy(o + i, ta, (size_t)m * 4);
-        }
-    }
+    apply_lanes<vf8, 8>(op, a, b, o, n, g_mvec.exp[1], g_mvec.erf[1]);
+}
+
+__attribute__((target("avx512f"))) void apply_avx512(int op, const float* a, const float* b, float* o, int64_t n) {
+    apply_lanes<vf16, 16>(op, a, b, o, n, g_mvec.exp[2], g_mvec.erf[2]);
 }
 #endif
 
@@ -149,13 +117,19 @@ __attribute__((target("avx2"))) void apply_avx2(int op, const float* a, const fl
 
 void prt_vm_apply(int op, const float* a, const float* b, float* o, int64_t n) {
 #if defined(__x86_64__)
-    if (g_mvec.avx2) apply_avx2(op, a, b, o, n);
-    else apply_sse(op, a, b, o, n);
-#else
-    for (int64_t i = 0; i < n; i++) o[i] = scalar_op(op, a[i], b ? b[i] : 0.0f);
+    switch (g_mvec.width) {
+    case 3: apply_avx512(op, a, b, o, n); return;
+    case 2: apply_avx2(op, a, b, o, n); return;
+    case 1: apply_sse(op, a, b, o, n); return;
+    default: break;
+    }
 #endif
+    apply_scalar(op, a, b, o, n);
 }
 
-const char* prt_vm_isa(void) { return g_mvec.avx2 ? "avx2" : "sse"; }
+const char* prt_vm_isa(void) {
+    static const char* const kNames[4] = {"scalar", "sse", "avx2", "avx512"};
+    return kNames[g_mvec.width];
+}
 
-int prt_vm_vector_erf(void) { return (g_mvec.avx2 ? g_mvec.erf8 : g_mvec.erf4) != nullptr; }
+int prt_vm_vector_erf(void) { return g_mvec.width > 0 && g_mvec.erf[g_mvec.width - 1] != nullptr; }
