@@ -35,10 +35,17 @@ __version__ = "0.1.0"
 
 
 def get_include():
-    """The folder holding ``paddle_rt/device_ext.h`` (add it to an extension's include path). The Cython ``.pxd``
-    files are installed with the package, so ``cimport paddle_rt._core.allocator`` works with the package's parent on
-    Cython's include path (``paddle_rt.get_cython_include()``)."""
+    """The folder holding ``paddle_rt/device_ext.h`` (add it to a plugin's or a C extension's include path). A C++
+    extension that cimports paddle_rt's ``.pxd`` files needs every folder of :func:`get_include_dirs` (this one
+    included) and the package's parent on Cython's include path (:func:`get_cython_include`)."""
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
+def get_include_dirs():
+    """Every folder a C++ extension that cimports paddle_rt's ``.pxd`` files needs on its include path: the folder of
+    ``get_include()`` and the package's ``_core`` folder (the ``engine/`` headers the ``.pxd`` files include)."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    return [get_include(), _os.path.join(here, "_core")]
 
 
 def get_cython_include():
@@ -65,6 +72,6 @@ __all__ = [
     "CollectiveError", "CollectiveTimeout", "ProfilerError",
     "Plugin", "load_plugin", "list_plugins", "device_types", "REQUIRED_HOOKS", "ALL_HOOKS",
     "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
-    "reinitialize_after_fork", "get_include", "get_cython_include", "ccl", "profiler",
+    "reinitialize_after_fork", "get_include", "get_include_dirs", "get_cython_include", "ccl", "profiler",
     "Tensor", "empty", "zeros", "tensor", "op", "ops", "plugins",
 ] + list(_memory.__all__) + list(_streams.__all__) + list(_pool.__all__)

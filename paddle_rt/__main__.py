@@ -1,6 +1,7 @@
-"""``python -m paddle_rt COMMAND``: demo, info, replay, bench, check, plot."""
-import argparse
+"""``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, bench, check, plot."""
 import sys
+
+from paddle_rt.tools.cli import program
 
 
 def _info(args):
@@ -30,22 +31,32 @@ COMMANDS = {
 }
 
 
+def usage(prog):
+    """The text of ``paddle-rt --help``: every command with one line."""
+    lines = [f"usage: {prog} COMMAND [OPTIONS...]", "",
+             "paddle_rt: a device runtime for PaddlePaddle custom-device plugins (bundled: rt_cpu).", "", "commands:"]
+    lines += [f"  {name:8s} {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", f"`{prog} COMMAND --help` lists the command's options and their defaults."]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: python -m paddle_rt COMMAND [ARGS...]\n\ncommands:")
-        for name, (_, text) in COMMANDS.items():
-            print(f"  {name:8s} {text}")
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
-            return 2
+    prog = program()
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(prog))
         return 0
+    if argv[0] not in COMMANDS:
+        what = "option" if argv[0].startswith("-") else "command"
+        print(f"{prog}: unknown {what} {argv[0]!r}; the commands are {', '.join(COMMANDS)} (see `{prog} --help`)",
+              file=sys.stderr)
+        return 2
     fn, _ = COMMANDS[argv[0]]
     try:
         return fn(argv[1:]) or 0
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("paddle_rt.tools."):
-            print(f"paddle_rt: the command {argv[0]!r} is not available in this build ({exc.name} missing)",
+            print(f"{prog}: the command {argv[0]!r} is not available in this build ({exc.name} missing)",
                   file=sys.stderr)
             return 2
         raise

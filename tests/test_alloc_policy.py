@@ -10,10 +10,10 @@ import paddle_rt
 from paddle_rt._core import alloc_config
 from paddle_rt.tools import replay
 
+from conftest import TRACES, skip_without_traces
+
 MiB = 1 << 20
 KiB = 1 << 10
-TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
 REAL = ("resnet18_train", "mlp_varbatch", "bert_varlen", "unet_train", "lstm_lm_train", "vit_infer_varbatch")
 GROW_KEYS = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate")
 ALL_KEYS = alloc_config.CONF_KEYS
@@ -246,7 +246,7 @@ def test_small_requests_use_the_small_pool(d1):
 
 
 # -- the goal on the real traces --------------------------------------------------------------------------------------
-@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
+@skip_without_traces
 def test_default_policy_meets_the_goal_on_every_real_trace(d1):
     """Issue 15: with the default configuration, on each of the six traces, in one process (reset_allocator between
     replays gives fresh-process figures): peak reserved <= 1.02 x Paddle's auto-growth model and device allocations
@@ -264,7 +264,7 @@ def test_default_policy_meets_the_goal_on_every_real_trace(d1):
     assert not misses
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
+@skip_without_traces
 def test_reset_allocator_gives_fresh_process_figures(d1, run_python):
     """The in-process figures above are those of a fresh process (the replay command)."""
     path = os.path.join(TRACES, "lstm_lm_train.csv.gz")

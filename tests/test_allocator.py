@@ -19,13 +19,9 @@ import paddle_rt
 from paddle_rt import plugins
 from paddle_rt._core import alloc_config
 
-from conftest import run_python_code, include_dir
+from conftest import TRACES, TRACES_MISSING, run_python_code, include_dir
 
 MiB = 1 << 20
-# The workload traces live in shared/ beside the checkout (as on the developers' machines and in CI);
-# PADDLE_RT_TRACES points elsewhere.
-TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
 
 # Paddle 3.3.1's requests, as measured: (min_chunk, padding) -> [(request, plugin allocation)].
 ABI_TABLE = {
@@ -204,7 +200,7 @@ def test_paddle_compat_replays_like_paddle(d1, chunk):
     """On the first 1500 events of a real trace, paddle_compat asks the plugin for the same sizes in the same order
     as Paddle's rules and ends with the same block layout in every chunk (the remainder at the low end)."""
     if not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")):
-        pytest.skip("traces not available")
+        pytest.skip(TRACES_MISSING)
     paddle_rt.set_allocator_config(d1, paddle_compat=1, chunk_size=chunk)
     model = PaddleModel(chunk=chunk)
     live, mlive = {}, {}

@@ -466,7 +466,7 @@ def test_buffer_too_small_wrong_device_and_bad_arguments(comms):
         ccl.send(big, -1, comm=comms[0], dtype="float32")
     with pytest.raises(paddle_rt.InvalidArgument, match="count must be a non-negative int"):
         ccl.all_reduce(big, big, comm=comms[0], count=-1, dtype="float32")
-    with pytest.raises(paddle_rt.InvalidArgument, match="must be an Allocation"):
+    with pytest.raises(paddle_rt.InvalidArgument, match="must be a paddle_rt.Tensor or an Allocation"):
         ccl.all_reduce(np.zeros(4, np.float32), big, comm=comms[0], dtype="float32")
     with pytest.raises(paddle_rt.InvalidArgument, match="comm must be a Communicator"):
         ccl.all_reduce(big, big, comm=None, dtype="float32")

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -40,7 +41,7 @@ def run_ranks(n, scenario, env=None, timeout=150, keep_going=False):
     child.setdefault("RT_CPU_DEVICE_COUNT", "2")
     child.update(env or {})
     cmd = [exe] + (["-disable-auto-cleanup"] if keep_going else []) + ["-n", str(n), sys.executable, WORKER,
-                                                                        scenario]
+                                                                        *scenario.split()]
     p = subprocess.run(cmd, cwd=parent, env=child, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
 
@@ -77,7 +78,10 @@ def test_mismatched_counts_dtypes_roots_raise_collective_error():
     assert rc == 0, out
     assert ok_ranks(out, "mismatch") == [0, 1], out
     assert "count ranges from 8 to 16" in out
-    assert "dtype ranges" in out and "root ranges from 0 to 1" in out
+    assert "root ranges from 0 to 1" in out
+    # dtypes by name, not by their C_DataType numbers (int32 = 8, float32 = 11)
+    assert "dtype: int32 on some ranks, float32 on others" in out, out
+    assert "dtype ranges" not in out, out
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -93,6 +97,79 @@ def test_rank_that_dies_is_named_and_survivors_keep_running(n):
     assert ok_ranks(out, "dies") == list(range(n - 1)), out
     assert "all_reduce #1 did not complete within 2000 ms" in out, out
     assert f"rank(s) {n - 1} did not join it" in out, out
+
+
+def test_two_groups_of_a_split_run_different_collectives_on_tensors():
+    """COMM_WORLD.Split into two groups (all_reduce in one, all_gather + broadcast in the other, at the same time),
+    plus Dup and Create_group communicators: MPICH's handles of these are negative ints (0x84000002)."""
+    rc, out = run_ranks(4, "groups", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"})
+    assert rc == 0, out
+    assert ok_ranks(out, "groups") == [0, 1, 2, 3], out
+
+
+@pytest.mark.parametrize("absent", [1, 0])
+def test_rank_that_never_calls_from_mpi_is_named(absent):
+    """Bootstrap: the others raise CollectiveTimeout naming the missing rank after PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT
+    (rank 0 missing: named by the ranks that wait for its answer)."""
+    rc, out = run_ranks(3, f"bootstrap_absent {absent}", env={"PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT": "3"},
+                        timeout=120)
+    assert rc == 0, out
+    assert ok_ranks(out, "bootstrap_absent") == [0, 1, 2], out
+    assert out.count(f"rank(s) [{absent}] did not call from_mpi") == 2, out
+
+
+def test_wait_timeout_across_processes_asks_the_peers():
+    rc, out = run_ranks(3, "wait_timeout", env={"RT_CPU_CCL_TIMEOUT_MS": "30000"})
+    assert rc == 0, out
+    assert ok_ranks(out, "wait_timeout") == [0, 1, 2], out
+    assert out.count("asked over MPI: rank(s) 2 had not reached collective #0") == 2, out
+
+
+def _timed_ranks(n, scenario, env):
+    t0 = time.monotonic()
+    rc, out = run_ranks(n, scenario, env=env, keep_going=True, timeout=120)
+    return rc, out, time.monotonic() - t0
+
+
+def test_exit_after_a_dead_peer_does_not_hang():
+    """A rank exits without MPI_Finalize; the survivors raise CollectiveError naming it and then leave Python
+    normally: MPI_Finalize's collective step, which would wait for ever for the dead rank, is skipped (measured: the
+    whole job ends about 1 s after the 3 s limit; before, the survivors hung in MPI_Finalize)."""
+    rc, out, took = _timed_ranks(3, "exit_after_dead_peer", {"RT_CPU_CCL_TIMEOUT_MS": "3000"})
+    assert ok_ranks(out, "exit_after_dead_peer") == [0, 1], out
+    assert "rank(s) 2 did not join it" in out, out
+    assert took < 60, (took, out)
+
+
+def test_without_disable_auto_cleanup_mpich_ends_the_job_when_a_rank_exits():
+    t0 = time.monotonic()
+    rc, out = run_ranks(3, "exit_after_dead_peer", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"}, timeout=120)
+    took = time.monotonic() - t0
+    assert rc in (3, 9), out          # the leaving rank's code, or the SIGKILL that ended the others
+    assert ok_ranks(out, "exit_after_dead_peer") == [] and "raised" not in out, out
+    assert took < 15, (took, out)
+
+
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_a_rank_killed_by_a_signal_ends_the_job(keep_going):
+    """What the README says MPICH does: a rank killed with SIGKILL makes MPICH's process manager end the others
+    (with or without -disable-auto-cleanup) before any exception; the job ends at once with the signal's code."""
+    t0 = time.monotonic()
+    rc, out = run_ranks(3, "killed", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"}, keep_going=keep_going, timeout=120)
+    took = time.monotonic() - t0
+    assert rc == 9, out
+    assert ok_ranks(out, "killed") == [] and "raised" not in out, out
+    assert took < 15, (took, out)     # far below the 20 s collective limit: the survivors were ended, not failed
+
+
+def test_exit_after_a_timed_out_wait_is_prompt():
+    """Work.wait(1) times out while the plugin's own limit is 60 s: exit aborts the collective instead of waiting for
+    that limit (issue 27, item 5), and the absent rank's normal exit meets the others in MPI_Finalize."""
+    rc, out, took = _timed_ranks(3, "exit_after_timeout", {"RT_CPU_CCL_TIMEOUT_MS": "60000"})
+    assert rc == 0, out
+    assert ok_ranks(out, "exit_after_timeout") == [0, 1, 2], out
+    assert out.count("did not complete within 1 s") == 2, out
+    assert took < 45, (took, out)
 
 
 # -- one process (MPI's singleton init, in a child so that the test process stays without MPI) --------------------------

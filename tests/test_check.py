@@ -165,12 +165,17 @@ def test_table_output_and_bad_arguments(capsys, tmp_path):
 
 
 def test_not_a_plugin(capsys, tmp_path):
+    """A file that is not a shared library at all is one line saying what to give instead (exit 2), not a table of
+    skipped checks."""
     bogus = tmp_path / "bogus.so"
     bogus.write_text("not an ELF file")
-    rc, by_name, _ = run(capsys, bogus)
-    assert rc == 1
-    assert by_name["handshake"]["result"] == "fail"
-    assert "not a loadable shared library" in by_name["handshake"]["detail"]
+    assert check.main([str(bogus), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert "bogus.so is not a shared library" in line and "give the plugin's shared library" in line
+    assert check.main([str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
 
 
 def test_callback_delivered_twice_fails(capsys, build_plugin):

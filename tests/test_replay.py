@@ -10,12 +10,9 @@ import pytest
 
 import paddle_rt
 from paddle_rt.tools import replay
+from conftest import TRACES, TRACES_MISSING, skip_without_traces
 
 MiB = 1 << 20
-# The workload traces live in shared/ beside the checkout (as on the developers' machines and in CI);
-# PADDLE_RT_TRACES points elsewhere.
-TRACES = os.environ.get("PADDLE_RT_TRACES", os.path.normpath(os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")))
 
 
 def write_trace(path, events, gz=False):
@@ -63,7 +60,7 @@ def test_bad_trace_from_the_command_line(tmp_path, capsys):
     assert "bad.csv:2: free of 0x10 which is not live" in err
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     assert replay.main([str(tmp_path / "x.csv")]) == 2
-    assert "missing columns" in capsys.readouterr().err
+    assert "is not an RMM allocation log (no column Action, Pointer, Size)" in capsys.readouterr().err
     assert replay.main([str(tmp_path / "none.csv")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert replay.main([p, "--conf", "growth"]) == 2
@@ -103,7 +100,7 @@ def test_min_capacity_bisection(tmp_path):
     assert 7 * MiB <= cap <= 8 * MiB + 64 * 1024
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
+@skip_without_traces
 @pytest.mark.parametrize("name,paddle,torch", [
     ("resnet18_train", (297.8, 169), (308.0, 27)),
     ("mlp_varbatch", (202.2, 38), (190.0, 15)),
@@ -116,7 +113,7 @@ def test_models_reproduce_the_anchors(name, paddle, torch):
     assert (round(t["peak_reserved"] / MiB, 1), t["device_allocs"]) == torch
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")), reason="traces missing")
+@skip_without_traces
 @pytest.mark.parametrize("name", ["resnet18_train", "mlp_varbatch"])
 def test_default_policy_beats_both_on_real_traces(name, capsys):
     """The issue's target: on rt_cpu's default hints and an unbounded device, peak reserved no higher than Paddle's
@@ -249,7 +246,7 @@ def test_replay_figures_do_not_depend_on_the_process_history():
     same process gives the figures of a fresh process (unet_train differed by 24 MiB when ties went by address)."""
     trace = os.path.join(TRACES, "unet_train.csv.gz")
     if not os.path.exists(trace):
-        pytest.skip("shared/traces is not beside the checkout")
+        pytest.skip(TRACES_MISSING)
     fresh = _fresh_replay(trace)
     again = replay.run_once(trace, "rt_cpu:1", {})
     replay.run_once(os.path.join(TRACES, "resnet18_train.csv.gz"), "rt_cpu:1", {})

@@ -71,9 +71,12 @@ cdef class Communicator:
     cdef readonly bint destroyed
     cdef readonly bint across_processes  # made by from_mpi: the other ranks are in other processes
     cdef readonly object mpi_comm        # from_mpi: the mpi4py communicator it was made over
+    cdef object _mpi_peers               # from_mpi: {rank: (host name, pid)} of its processes
     cdef bint _host_calls                # made by paddle_rt_ext_ccl_comm_init_rank_mpi: see CclBatch.host_calls
     cdef object _order_stream            # host calls: the stream of the latest collective (_order_after_other_streams)
     cdef object _error          # the first asynchronous failure (the communicator is then in error)
+    cdef bint _gave_up          # a Work.wait(timeout) on it expired: destroy aborts what is still running
+    cdef bint _aborted          # abort() ran
     cdef uint64_t _seq          # collectives issued
     cdef dict _last             # Stream -> last Work issued on it
     cdef object __weakref__
@@ -91,6 +94,7 @@ cdef class Work:
     cdef object peer
     cdef object args                     # (count, dtype name, op, root) for mismatch reports
     cdef object _keep                    # buffers kept alive until the call ran
+    cdef object _recorder                # callable(stream, position) recording its tensors there, or None
     cdef object _exc
     cdef bint _finished
     cdef int _wait_done(self, object timeout) except -1

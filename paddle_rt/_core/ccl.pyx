@@ -11,7 +11,8 @@ Across processes. ``Communicator.from_mpi()`` (ccl_mpi.py) makes a communicator 
 MPI communicator (``mpiexec``). With a plugin that exports ``paddle_rt_ext_ccl_comm_init_rank_mpi`` (MPI as its
 transport: rt_cpu), the worker calls the hooks with the NULL stream once the stream's earlier work is done, and the
 plugin runs the collective to completion in that call; failures carry the plugin's reason and missing ranks
-(``paddle_rt_ext_ccl_comm_failure``), since the other ranks' progress is not visible in this process.
+(``paddle_rt_ext_ccl_comm_failure``), since the other ranks' progress is not visible in this process; an expired
+``Work.wait(timeout)`` asks the peers through the plugin (``paddle_rt_ext_ccl_comm_find_missing``).
 
 Groups. ``with group():`` collects the calls made by this thread and, at the end of the block, gives each stream one
 operation whose worker makes that stream's calls between ``xccl_group_start`` and ``xccl_group_end``. The ABI's
@@ -62,6 +63,7 @@ from paddle_rt._core.includes.ccl_support cimport (
 )
 from paddle_rt._core.includes.ccl_ext cimport (
     PaddleRtCclError, paddle_rt_ext_ccl_comm_failure_fn, paddle_rt_ext_ccl_comm_init_rank_mpi_fn,
+    paddle_rt_ext_ccl_comm_abort_fn, paddle_rt_ext_ccl_comm_find_missing_fn,
 )
 from paddle_rt._core.includes.dl cimport dlsym
 
@@ -243,9 +245,9 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
     if st != C_SUCCESS and st != C_WARNING:
         if init_mpi != NULL:
             raise errors.PluginError(repr(dev), "paddle_rt_ext_ccl_comm_init_rank_mpi", st,
-                                     f"rank {rank} of {nranks}: the plugin could not join the MPI processes (its "
-                                     f"reason is on stderr: MPI not initialized with MPI_THREAD_MULTIPLE, another "
-                                     f"MPI ABI, or a rank did not join in time)")
+                                     f"rank {rank} of {nranks}: every rank arrived, but the plugin could not join "
+                                     f"the MPI processes (its reason is on stderr: MPI not initialized with "
+                                     f"MPI_THREAD_MULTIPLE, another MPI ABI, or a rank failed in the plugin)")
         raise errors.PluginError(repr(dev), "xccl_comm_init_rank", st,
                                  f"rank {rank} of {nranks}: the id is not from this process, the rank is "
                                  f"already taken, or another rank gave a different nranks")
@@ -264,9 +266,17 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
 
 
 def mpi_comm_handle(comm):
-    """The C handle (MPI_Comm) of an mpi4py communicator, as an int."""
+    """The C handle (MPI_Comm) of an mpi4py communicator as the signed int64 the extension takes. mpi4py's
+    ``MPI._handleof`` gives the handle widened to an unsigned pointer-sized int: MPICH's ``int`` handles of
+    communicators made by Split/Dup/Create_group have the top bit set (0x84000002), so they arrive sign-extended
+    (0xffffffff84000002). The handle is ``MPI._sizeof(comm)`` bytes wide: keep those bits and read them as a signed
+    C integer of that width (an ``int`` for MPICH, a pointer for ABIs with pointer handles)."""
     from mpi4py import MPI
-    return int(MPI._handleof(comm))
+    bits = 8 * int(MPI._sizeof(comm))
+    h = int(MPI._handleof(comm)) & ((1 << bits) - 1)
+    if h >> (bits - 1):
+        h -= 1 << bits
+    return h
 
 
 def comm_from_unique_id_mpi(nranks, unique_id, rank, device, mpi_comm):
@@ -295,8 +305,10 @@ cdef class Communicator:
     def from_mpi(cls, device=None, comm=None):
         """Rank ``comm.Get_rank()`` of a communicator over the processes of the mpi4py communicator ``comm``
         (default ``MPI.COMM_WORLD``), on ``device`` (default: device ``rank % device_count`` of the current
-        device's plugin). Rank 0 asks the plugin for a unique id (``xccl_get_unique_id``), MPI broadcasts it, every
-        rank calls ``xccl_comm_init_rank`` (InfiniCCL's ``infinicclCommInitRank``), or the plugin's
+        device's plugin); ``comm`` may be any intracommunicator (Split, Dup, Create_group). Rank 0 asks the plugin
+        for a unique id (``xccl_get_unique_id``) and sends it to every rank once all arrived (else every rank that
+        did raises CollectiveTimeout naming the missing ones after PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT seconds, default
+        30); every rank calls ``xccl_comm_init_rank`` (InfiniCCL's ``infinicclCommInitRank``), or the plugin's
         ``paddle_rt_ext_ccl_comm_init_rank_mpi`` extension when it exports one (rt_cpu: MPI is then its transport).
         Collective over ``comm``: every process calls it. Needs ``pip install "paddle_rt[mpi]"``."""
         from paddle_rt._core import ccl_mpi
@@ -346,8 +358,45 @@ cdef class Communicator:
         for w in list(self._last.values()):
             w.wait(timeout)
 
+    def _set_mpi_peers(self, peers):
+        self._mpi_peers = dict(peers)
+
+    def _peers_missing(self, missing):
+        """Collectives across processes: ranks named missing; when one is a dead process, leave MPI alone at exit
+        (ccl_mpi.note_missing)."""
+        if self.across_processes and missing and self._mpi_peers:
+            from paddle_rt._core import ccl_mpi
+            ccl_mpi.note_missing(self._mpi_peers, missing)
+
+    def abort(self):
+        """Give up the collectives still running on this communicator, as ``ncclCommAbort``: with a plugin that
+        exports ``paddle_rt_ext_ccl_comm_abort`` (rt_cpu does), the ranks of this process waiting in them fail at once
+        (their Works raise CollectiveError "aborted") instead of waiting for the plugin's time limit; the
+        communicator is then in error (only ``destroy`` is left). Returns True when the plugin aborted, False when it
+        cannot (the collectives then end at its own time limit)."""
+        if self.destroyed or self.handle == NULL:
+            return False
+        if self._error is None:
+            self._error = errors.CollectiveError(
+                f"{self.device!r}: the communicator (rank {self.rank} of {self.nranks}) was aborted", "abort",
+                repr(self.device), self.rank, self.nranks)
+        return self._abort_running()
+
+    def _abort_running(self):
+        cdef paddle_rt_ext_ccl_comm_abort_fn fn = <paddle_rt_ext_ccl_comm_abort_fn>_plugin_ext(
+            self.device, b"paddle_rt_ext_ccl_comm_abort")
+        cdef C_Status st = C_SUCCESS
+        if fn == NULL or self.handle == NULL or not self.device.alive():
+            return False
+        self._aborted = True
+        with nogil:
+            st = fn(self.handle)
+        return st == C_SUCCESS
+
     def destroy(self):
-        """Wait for the collectives issued on it, then ``xccl_destroy_comm``. Later calls raise; destroying twice
+        """Wait for the collectives issued on it, then ``xccl_destroy_comm``. After a failed collective or an
+        expired ``Work.wait(timeout)``, what still runs is aborted first (:meth:`abort`), so that destroy (and
+        exit) return promptly instead of waiting for the plugin's time limit. Later calls raise; destroying twice
         does nothing."""
         cdef C_Status st = C_SUCCESS
         cdef C_CCLComm h = self.handle
@@ -355,8 +404,12 @@ cdef class Communicator:
             return
         pending = list(self._last.values())
         self._last.clear()
+        if (self._error is not None or self._gave_up) and any(not (<Work>w).done() for w in pending):
+            self._abort_running()
         for w in pending:
             (<Work>w)._wait_done(None)
+            if self._aborted:
+                (<Work>w)._forget_error()     # the abort's own consequence: not an error left to report
         _drain()
         self.destroyed = True
         self.handle = NULL
@@ -477,18 +530,21 @@ cdef class Work:
             raise errors.InvalidArgument(f"ccl.Work.wait: timeout must be a number of seconds, not {timeout!r}")
         self._wait_done(timeout)
         if self._exc is not None:
-            s = self.stream
-            if s.ctx != NULL:
-                errs = <list>s.ctx.errors
-                errs[:] = [e for e in errs if e[1] is not self._exc]
+            self._forget_error()
             raise self._exc
+
+    def _forget_error(self):
+        """Take this Work's failure off its stream's pending errors (it is reported another way)."""
+        cdef Stream s = self.stream
+        if self._exc is not None and s.ctx != NULL:
+            errs = <list>s.ctx.errors
+            errs[:] = [e for e in errs if e[1] is not self._exc]
 
     def _missing_text(self):
         """(missing ranks, text)"""
         cdef Clique q = self.comm.clique
         if self.comm.across_processes:
-            return [], ("the other ranks are in other processes; the plugin reports the missing ranks when its "
-                        "time limit expires")
+            return self._missing_across_processes()
         if self.kind in (K_SEND, K_RECV):
             other = K_RECV if self.kind == K_SEND else K_SEND
             src, dst = (self.comm.rank, self.peer) if self.kind == K_SEND else (self.peer, self.comm.rank)
@@ -505,8 +561,37 @@ cdef class Work:
             parts.append(f"rank(s) {behind} called it but their streams had not reached it")
         return never + behind, "; ".join(parts)
 
+    def _missing_across_processes(self):
+        """(missing ranks, text) of a collective whose other ranks are in other processes: this rank's own stream
+        has not reached it, or the peers asked through the plugin (paddle_rt_ext_ccl_comm_find_missing)."""
+        cdef Communicator c = self.comm
+        cdef Clique q = c.clique
+        cdef paddle_rt_ext_ccl_comm_find_missing_fn fn
+        cdef PaddleRtCclError why
+        cdef int e
+        cdef size_t i
+        if self.kind in (K_SEND, K_RECV):
+            other = "recv" if self.kind == K_SEND else "send"
+            return [self.peer], (f"rank {self.peer} has not completed the matching {other} (message #{self.seq})")
+        if prt_ccl_load_u64(&q.started[c.rank]) <= self.seq:
+            return [c.rank], (f"this rank's stream {self.stream.name} had not reached it (the work before it on "
+                              f"that stream is still running)")
+        fn = <paddle_rt_ext_ccl_comm_find_missing_fn>_plugin_ext(c.device, b"paddle_rt_ext_ccl_comm_find_missing")
+        if fn == NULL or c.handle == NULL:
+            return None, "the other ranks are in other processes and the plugin cannot ask them"
+        memset(&why, 0, sizeof(why))
+        with nogil:
+            e = fn(c.handle, &why)
+        why.text[sizeof(why.text) - 1] = 0
+        if e != 1:
+            return None, "the plugin runs no collective of this communicator now"
+        missing = [why.missing[i] for i in range(min(why.n_missing, 64))]
+        return missing, (<bytes>why.text).decode(errors="replace")
+
     def _timeout_error(self, timeout):
+        self.comm._gave_up = True
         missing, text = self._missing_text()
+        self.comm._peers_missing(missing)
         dev = repr(self.comm.device)
         msg = (f"{dev}: ccl.{self.collective} #{self.seq} (rank {self.comm.rank} of {self.comm.nranks}) did not "
                f"complete within {timeout:g} s: {text or 'every rank started it; the plugin has not finished'}")
@@ -519,9 +604,13 @@ cdef class Work:
         dev = repr(c.device)
         head = f"{dev}: ccl.{self.collective} #{self.seq} (rank {c.rank} of {c.nranks}) failed"
         missing = None
+        if c._aborted:
+            why = "the communicator was aborted (comm.abort(), or destroy after a failure) before it completed"
+            return errors.CollectiveError(f"{head}: {why}", self.collective, dev, c.rank, c.nranks, self.seq, None)
         plugin = _plugin_failure(c) if c.across_processes else None
         if plugin is not None and (comm_error or (status != C_SUCCESS and status != C_WARNING)):
             why, missing = plugin
+            c._peers_missing(missing)
             if missing:
                 why += f" (missing rank(s): {missing})"
             why += "; the communicator is now in error"
@@ -822,6 +911,10 @@ cdef object _enqueue(Stream s, list items, bint grouped):
     for w in works:
         w.position = pos
         w.comm._last[s] = w
+        rec = (<Work>w)._recorder
+        if rec is not None:
+            (<Work>w)._recorder = None
+            rec(s, pos)
     return pos
 
 

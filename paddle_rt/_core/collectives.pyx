@@ -12,6 +12,7 @@ from paddle_rt._core.device_ext cimport (
 )
 from paddle_rt._core.device cimport Device
 from paddle_rt._core.stream cimport Stream, current_stream
+from paddle_rt._core.tensor cimport Tensor
 from paddle_rt._core.ccl cimport (
     CclCall, Communicator, Work, prepare_call, submit_call, free_call_arrays, K_ALL_REDUCE, K_BROADCAST, K_REDUCE, K_ALL_GATHER,
     K_REDUCE_SCATTER, K_SEND, K_RECV, K_ALL_TO_ALL,
@@ -74,14 +75,28 @@ def _rank_value(r, Communicator comm, what, where):
     return r
 
 
+def _tensor_buffer(Tensor t, what, Communicator comm, where):
+    """(ptr, size) of a contiguous Tensor of comm's device."""
+    if t.device is not comm.device:
+        raise errors.InvalidArgument(f"{where}: {what} is a Tensor of {t.device!r}, but the communicator (rank "
+                                     f"{comm.rank}) is on {comm.device!r}")
+    if not t.is_contiguous():
+        raise errors.InvalidArgument(f"{where}: {what} is a non-contiguous Tensor (shape {t.shape}, strides "
+                                     f"{t.strides} elements, {t.dtype}); collectives move one contiguous range: pass "
+                                     f"{what}.contiguous()")
+    return int(t.data_ptr), int(t.nbytes)
+
+
 def _buffer(obj, what, Communicator comm, where):
-    """(ptr, size) of device memory of comm's device."""
+    """(ptr, size) of device memory of comm's device: an Allocation, or a contiguous Tensor."""
     if obj is None:
-        raise errors.InvalidArgument(f"{where}: {what} is required (an Allocation of {comm.device!r})")
+        raise errors.InvalidArgument(f"{where}: {what} is required (a Tensor or an Allocation of {comm.device!r})")
+    if isinstance(obj, Tensor):
+        return _tensor_buffer(obj, what, comm, where)
     dev = getattr(obj, "device", None)
     if not isinstance(dev, Device) or not hasattr(obj, "ptr") or not hasattr(obj, "size"):
-        raise errors.InvalidArgument(f"{where}: {what} must be an Allocation (paddle_rt.malloc) of {comm.device!r}, "
-                                     f"not {type(obj).__name__}")
+        raise errors.InvalidArgument(f"{where}: {what} must be a paddle_rt.Tensor or an Allocation (paddle_rt.malloc) "
+                                     f"of {comm.device!r}, not {type(obj).__name__}")
     if getattr(obj, "freed", False):
         raise errors.InvalidArgument(f"{where}: {what} {obj!r} was freed")
     if dev is not comm.device:
@@ -123,14 +138,40 @@ def _moving_dtype(dtype, where):
     return name, cval, size
 
 
-def _dtype_of(dtype, bufs):
-    if dtype is not None:
-        return dtype
-    for b in bufs:
-        d = getattr(b, "dtype", None)
-        if d is not None:
-            return d
-    return None
+def _dtype_of(dtype, bufs, where):
+    """The dtype of a call: the tensors' (they must agree with each other and with an explicit ``dtype``), else the
+    explicit one (Allocations carry none)."""
+    names = [(what, (<Tensor>b).dtype) for what, b in zip(("send", "recv"), bufs) if isinstance(b, Tensor)]
+    if len(bufs) == 1 and names:
+        names = [("buf", names[0][1])]
+    if len({n for _, n in names}) > 1:
+        raise errors.InvalidArgument(f"{where}: the tensors' dtypes differ ("
+                                     f"{', '.join(f'{w} is {n}' for w, n in names)})")
+    if dtype is None:
+        return names[0][1] if names else None
+    if names:
+        want = _dtype_info(dtype, where)[0]
+        if want != names[0][1]:
+            raise errors.InvalidArgument(f"{where}: dtype={dtype!r} but {names[0][0]} is a {names[0][1]} Tensor "
+                                         f"(leave dtype out for tensors)")
+    return dtype
+
+
+def _tensor_recorder(list used, list written):
+    """What an operator does with its operands, for a collective: once it has a stream position, the tensors it
+    writes note it as their pending writer (Tensor.numpy and friends wait for it), and every tensor used on a stream
+    other than its own is record_stream'd there (its memory is not reused before the collective ran)."""
+    used = [b for b in used if isinstance(b, Tensor)]
+    written = [b for b in written if isinstance(b, Tensor)]
+    if not used:
+        return None
+
+    def record(Stream s, pos):
+        for t in written:
+            (<Tensor>t).storage.note_writer(s, pos)
+        for t in used:
+            (<Tensor>t).storage.used_on(s)
+    return record
 
 
 cdef object _check_comm(object comm, str name):
@@ -161,7 +202,7 @@ cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, roo
     _check_comm(comm, name)
     cdef Communicator cm = comm
     where = _where(cm, name)
-    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv)), where)
+    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv), where), where)
     opv = _op_value(op, where)
     if kind == K_REDUCE:
         root = _rank_value(root, cm, "root", where)
@@ -198,6 +239,7 @@ cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, roo
     c.peer = root if root is not None else 0
     w.args = (name, count, dname, opv, root)
     w._keep = (send, recv)
+    w._recorder = _tensor_recorder([send, recv], [recv])
     return submit_call(w, c)
 
 
@@ -205,7 +247,7 @@ cdef tuple _single_buffer_args(buf, rank, str rank_name, Communicator cm, count,
     """Validate the arguments of a one-buffer collective (broadcast, send, recv), in this order: the dtype (data
     movement: any non-complex type), the root/peer rank, the buffer, the count (default buf.size // itemsize) and that
     the buffer holds count elements. Returns (dtype name, C_DataType value, rank, buffer address, count)."""
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,)), where)
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (buf,), where), where)
     rank = _rank_value(rank, cm, rank_name, where)
     bp, bsize = _buffer(buf, "buf", cm, where)
     if count is None:
@@ -231,6 +273,7 @@ def broadcast(buf, root=0, comm=None, stream=None, count=None, dtype=None):
     c.peer = root
     w.args = ("broadcast", count, dname, None, root)
     w._keep = (buf,)
+    w._recorder = _tensor_recorder([buf], [buf])
     return submit_call(w, c)
 
 
@@ -241,7 +284,7 @@ def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
     _check_comm(comm, "all_gather")
     cdef Communicator cm = comm
     where = _where(cm, "all_gather")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
     if count is None:
@@ -260,6 +303,7 @@ def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
     c.dtype = <C_DataType>cval
     w.args = ("all_gather", count, dname, None, None)
     w._keep = (send, recv)
+    w._recorder = _tensor_recorder([send, recv], [recv])
     return submit_call(w, c)
 
 
@@ -292,6 +336,7 @@ cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
     w.peer = peer
     w.args = (name, count, dname, None, peer)
     w._keep = (buf,)
+    w._recorder = _tensor_recorder([buf], [buf] if kind == K_RECV else [])
     return submit_call(w, c)
 
 
@@ -301,7 +346,7 @@ def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
     _check_comm(comm, "all_to_all")
     cdef Communicator cm = comm
     where = _where(cm, "all_to_all")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
     if send is recv:
@@ -332,6 +377,7 @@ def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
     c.dtype = <C_DataType>cval
     w.args = ("all_to_all", count, dname, None, None)
     w._keep = (send, recv)
+    w._recorder = _tensor_recorder([send, recv], [recv])
     return submit_call(w, c)
 
 
@@ -348,6 +394,7 @@ cdef Work _raw_call(int kind, Communicator cm, object stream, uintptr_t sp, uint
     c.peer = peer
     w.args = args
     w._keep = keep
+    w._recorder = _tensor_recorder(list(keep), [keep[1]])
     submit_call(w, c)
     return w
 
@@ -369,7 +416,7 @@ def all_gather_v(send, recv, recv_counts, comm=None, stream=None, dtype=None):
     _check_comm(comm, "all_gather_v")
     cdef Communicator cm = comm
     where = _where(cm, "all_gather_v")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv)), where)
+    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
     counts = _counts_value(recv_counts, cm, "recv_counts", where)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
@@ -401,7 +448,7 @@ def reduce_scatter_v(send, recv, send_counts, op="sum", comm=None, stream=None, 
     _check_comm(comm, "reduce_scatter_v")
     cdef Communicator cm = comm
     where = _where(cm, "reduce_scatter_v")
-    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv)), where)
+    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv), where), where)
     opv = _op_value(op, where)
     counts = _counts_value(send_counts, cm, "send_counts", where)
     sp, ssize = _buffer(send, "send", cm, where)

@@ -270,7 +270,9 @@ cdef Device _device_of(Plugin p, int index):
     cdef int n = p.device_count()
     if index < 0 or index >= n:
         raise errors.DeviceError(
-            f"device index {index} is out of range for {p.device_type!r}: it has {n} device(s) (0..{n - 1})")
+            f"device index {index} is out of range for {p.device_type!r}: it has {n} device(s) (0..{n - 1}); "
+            + (f"use {p.device_type}:0 to {p.device_type}:{n - 1}" if n else "the plugin reports no device")
+            + " (paddle_rt.devices() lists every device)")
     d = p._devices[index]
     if d is None:
         with p._lock:
@@ -325,7 +327,9 @@ def device(spec=None, index=None):
     if t not in _plugin_mod._by_type:
         raise errors.DeviceError(
             f"bad device string {spec!r}: unknown device type {t!r} "
-            f"(registered: {', '.join(_plugin_mod._by_type) or 'none'})")
+            f"(registered: {', '.join(_plugin_mod._by_type) or 'none'}); write 'type:index' with a registered type, "
+            f"e.g. '{next(iter(_plugin_mod._by_type), 'rt_cpu')}:0' (paddle_rt.devices() lists every device), or "
+            f"load the plugin of {t!r} first (paddle_rt.load_plugin(path), or its folder in CUSTOM_DEVICE_ROOT)")
     return _device_of(_plugin_mod._by_type[t], 0 if i is None else i)
 
 

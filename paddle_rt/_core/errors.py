@@ -16,24 +16,29 @@ class PaddleRTError(RuntimeError):
 
 # -- loading plugins -------------------------------------------------------------------------------------------------
 class PluginLoadError(PaddleRTError):
-    """A plugin could not be loaded. ``path`` is the file, ``reason`` what went wrong."""
+    """A plugin could not be loaded. ``path`` is the file, ``reason`` what went wrong; the message ends with what to
+    do next (the class's ``next_step``)."""
+    next_step = "`paddle-rt check FILE` runs each check of a plugin on its own and says which one fails"
 
     def __init__(self, path, reason):
         self.path = str(path)
         self.reason = reason
-        super().__init__(f"cannot load plugin {self.path}: {reason}")
+        super().__init__(f"cannot load plugin {self.path}: {reason}; {self.next_step}")
 
 
 class PluginNotFoundError(PluginLoadError, FileNotFoundError):
-    pass
+    next_step = ("give the path of the plugin's shared library (the .so file its build produced; "
+                 "paddle_rt.list_plugins() shows the plugins already loaded)")
 
 
 class NotASharedLibraryError(PluginLoadError):
-    pass
+    next_step = ("give the plugin's compiled shared library (a .so built with -shared -fPIC for this machine), "
+                 "not a source, archive or data file")
 
 
 class MissingEntryPointError(PluginLoadError):
-    pass
+    next_step = ("a plugin exports `void InitPlugin(CustomRuntimeParams*)` as Paddle's device_ext.h declares "
+                 "(paddle_rt.get_include()); check the library is the plugin and not one of its dependencies")
 
 
 class PluginVersionError(PluginLoadError):

@@ -5,16 +5,24 @@ checkout's bench/ (thin wrappers over these modules); the C-level loops they tim
 Every module of this package that defines ``measure(quick: bool) -> list[dict]`` is one area (its module name, e.g.
 ``allocator``); each dict is one figure::
 
-    {"area": str, "name": str, "value": float, "unit": str, "target": str or None, "met": bool or None, "note": str}
+    {"area": str, "name": str, "value": float, "unit": str, "target": str or None, "met": bool or None, "note": str,
+     "low": float or None, "high": float or None, "verdict": "met" | "noise" | "MISSED" | None}
 
-``target`` is the figure's goal as text (e.g. ``"<= 100 ns"``) and ``met`` whether this run reached it (None for
-figures without a target). ``quick=True`` uses fewer repetitions and smaller sizes (the whole suite in well under a
+``value`` is the median over the repetitions and ``low``/``high`` the spread (the lowest and highest repetition; None
+for a figure measured once). ``target`` is the figure's goal as text (e.g. ``"<= 100 ns"``). A target counts as
+missed only when the whole spread misses it: ``verdict`` is ``"met"`` when the median meets it, ``"noise"`` when the
+median misses it but some repetition meets it (noise cannot be told from a regression: run again on a quiet
+machine), ``"MISSED"`` when every repetition misses it; ``met`` is False only for ``"MISSED"`` (None for figures
+without a target). Build figures with :func:`figure` (repetitions) or :func:`result` (one value). ``quick=True`` uses fewer repetitions and smaller sizes (the whole suite in well under a
 minute on two cores). Ratios are measured within one run, both sides interleaved; figures are medians.
 """
 import importlib
 import pkgutil
 
-__all__ = ["ORDER", "AreaSkipped", "area_names", "load_area", "result", "at_most", "at_least", "format_rows"]
+import statistics
+
+__all__ = ["ORDER", "AreaSkipped", "area_names", "load_area", "result", "figure", "normalized", "at_most", "at_least",
+           "format_rows"]
 
 ORDER = ("allocator", "streams", "pool", "ccl")     # the others follow, by name
 
@@ -37,9 +45,41 @@ def load_area(name):
 
 
 def result(area, name, value, unit, target=None, met=None, note=""):
-    """One figure in the suite's form."""
-    return {"area": area, "name": name, "value": float(value), "unit": unit, "target": target,
-            "met": None if met is None else bool(met), "note": note}
+    """One figure in the suite's form, measured once (no spread): its verdict is its value's."""
+    return normalized({"area": area, "name": name, "value": float(value), "unit": unit, "target": target,
+                       "met": None if met is None else bool(met), "note": note})
+
+
+def normalized(row):
+    """``row`` with the keys a figure made without :func:`figure` may lack (``low``, ``high``: None; ``verdict``
+    from ``met``)."""
+    row.setdefault("low", None)
+    row.setdefault("high", None)
+    if "verdict" not in row:
+        row["verdict"] = None if row["met"] is None else ("met" if row["met"] else "MISSED")
+    return row
+
+
+def figure(area, name, samples, unit, at_most=None, at_least=None, note=""):
+    """A figure measured over repetitions (``samples``, one value per repetition, each taken alternately with its
+    baseline where it has one): its median with its spread, judged against ``at_most`` or ``at_least`` (a bound in
+    ``unit``) so that only a spread wholly beyond the bound is a miss."""
+    samples = [float(x) for x in samples]
+    if not samples:
+        raise ValueError(f"figure {name!r}: no samples")
+    value, low, high = statistics.median(samples), min(samples), max(samples)
+    row = {"area": area, "name": name, "value": value, "unit": unit, "target": None, "met": None, "note": note,
+           "low": low if len(samples) > 1 else None, "high": high if len(samples) > 1 else None, "verdict": None}
+    if at_most is not None or at_least is not None:
+        if at_most is not None:
+            row["target"] = f"<= {_bound(at_most, unit)}"
+            median_met, best_met = value <= at_most, low <= at_most
+        else:
+            row["target"] = f">= {_bound(at_least, unit)}"
+            median_met, best_met = value >= at_least, high >= at_least
+        row["verdict"] = "met" if median_met else ("noise" if best_met else "MISSED")
+        row["met"] = row["verdict"] != "MISSED"
+    return row
 
 
 def _bound(bound, unit):
@@ -60,6 +100,7 @@ def format_rows(rows, width=62):
     """A plain-text table of an area's rows: name, value, unit, the target and whether it was met, the note."""
     out = []
     for r in rows:
-        tgt = f"  target {r['target']}: {'met' if r['met'] else 'missed'}" if r["target"] else ""
+        verdict = normalized(dict(r))["verdict"]
+        tgt = f"  target {r['target']}: {'missed' if verdict == 'MISSED' else verdict}" if r["target"] else ""
         out.append(f"  {r['name']:{width}s} {r['value']:10.2f} {r['unit']:3s}{tgt}  ({r['note']})")
     return "\n".join(out)

@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from paddle_rt.tools.cli import command_parser
 
 __all__ = ["CHECKS", "run_checks", "format_table", "main"]
 
@@ -1138,12 +1139,28 @@ def format_table(results):
     return "\n".join(lines)
 
 
+def not_a_library(path):
+    """Why ``path`` cannot be a plugin at all (no such file, a folder, not an ELF shared object), or None."""
+    if not os.path.exists(path):
+        return f"no such file: {path}"
+    if os.path.isdir(path):
+        return f"{path} is a folder"
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror})"
+    if magic != b"\x7fELF":
+        return f"{path} is not a shared library (no ELF header)"
+    return None
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m paddle_rt check",
-                                 description="Conformance checks for a custom-device plugin (each in a child process).")
+    ap = command_parser("check",
+                        description="Conformance checks for a custom-device plugin (each in a child process).")
     ap.add_argument("plugin", nargs="?", help="path of the plugin shared library")
     ap.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    ap.add_argument("--timeout", type=float, default=20.0, help="seconds allowed per check (default 20)")
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds allowed per check")
     ap.add_argument("--only", default=None, help="comma-separated check names (handshake always runs)")
     ap.add_argument("--list", action="store_true", help="list the checks with their rules and exit")
     ap.add_argument("--strict", action="store_true", help="warnings fail too (exit status 1), for a vendor's CI")
@@ -1176,8 +1193,10 @@ def main(argv=None):
         if unknown:
             print(f"unknown check(s): {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
             return 2
-    if not os.path.exists(args.plugin):
-        print(f"no such file: {args.plugin}", file=sys.stderr)
+    problem = not_a_library(args.plugin)
+    if problem:
+        print(f"{ap.prog}: {problem}; give the plugin's shared library (the .so its build produced), e.g. "
+              f"`{ap.prog} build/libmy_device.so`", file=sys.stderr)
         return 2
     progress = None
     if not args.json and sys.stderr.isatty():

@@ -1,7 +1,7 @@
 """``python -m paddle_rt demo``: a walk through paddle_rt on the bundled rt_cpu plugin, printing what it does."""
-import argparse
 
 import paddle_rt
+from paddle_rt.tools.cli import command_parser
 
 
 def step(title):
@@ -194,7 +194,7 @@ SECTIONS = [demo_plugins, demo_devices, demo_memory, demo_streams, demo_collecti
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m paddle_rt demo", description=__doc__)
+    ap = command_parser("demo", description=__doc__)
     ap.parse_args(argv)
     print(f"paddle_rt {paddle_rt.__version__} demo on the bundled rt_cpu plugin")
     for section in SECTIONS:

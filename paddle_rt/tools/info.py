@@ -1,8 +1,8 @@
 """``python -m paddle_rt info``: what is loaded and what each plugin can do."""
-import argparse
 import json
 
 import paddle_rt
+from paddle_rt.tools.cli import command_parser
 
 
 def _fmt_bytes(n):
@@ -35,7 +35,7 @@ def collect():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m paddle_rt info", description=__doc__)
+    ap = command_parser("info", description=__doc__)
     ap.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = ap.parse_args(argv)
     info = collect()

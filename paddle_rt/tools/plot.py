@@ -15,7 +15,6 @@ INPUT is recognised by its content (gzip-compressed or not):
 From Python: ``paddle_rt.tools.plot.plot_memory(data, "out.png")`` where ``data`` is a path, a snapshot or Chrome
 trace object (as loaded from JSON), or what :func:`load_memory_data` returns.
 """
-import argparse
 import gzip
 import io
 import json
@@ -25,6 +24,7 @@ import sys
 __all__ = ["MissingExtraError", "load_memory_data", "from_snapshot", "from_chrome_trace", "from_rmm_trace",
            "plot_memory", "require_matplotlib", "main"]
 
+from paddle_rt.tools.cli import command_parser
 from paddle_rt.tools.figures import (  # noqa: F401  (re-exported: the plotting API of paddle_rt.tools.plot)
     MAX_SEGMENT_ROWS, MAX_TIMELINE_POINTS, MissingExtraError, PLOT_EXTRA, _error, _reduce, draw_memory,
     require_matplotlib, segment_summary,
@@ -286,8 +286,8 @@ def plot_memory(data, path, title=None, dpi=110):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(
-        prog="python -m paddle_rt plot", formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = command_parser(
+        "plot",
         description="Draw a memory timeline (allocated and reserved bytes over time) and a segment map (each\n"
                     "segment's blocks, free holes highlighted). Needs matplotlib: " + PLOT_EXTRA,
         epilog="\n\n".join(__doc__.split("\n\n")[1:3]).replace("``", ""))
@@ -295,7 +295,7 @@ def main(argv=None):
     ap.add_argument("-o", "--output", required=True, help="image to write (.png, .svg, .pdf)")
     ap.add_argument("--device", default=None, help="only this device (snapshot, trace) / replay on it (log)")
     ap.add_argument("--conf", default="", help="allocator config key:value,... for replaying a log")
-    ap.add_argument("--title", default=None)
+    ap.add_argument("--title", default=None, help="title above the figures")
     bar = ap.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="progress bars while replaying a log, even when stderr is not a terminal (tqdm)")

@@ -26,9 +26,15 @@ import sys
 import time
 
 from paddle_rt._core.errors import InvalidArgument
+from paddle_rt.tools.cli import command_parser
 
 MiB = 1 << 20
 PROGRESS_EXTRA = 'pip install "paddle_rt[progress]"'
+
+
+# What a user gives replay when a file is not a log (appended to "is not an RMM allocation log").
+LOG_FORMAT = ("replay wants an RMM allocation log: a CSV file, gzip'd or not, with the header "
+              "Thread,Time,Action,Pointer,Size,Stream (README: Trace files)")
 
 
 class TraceFormatError(InvalidArgument):
@@ -83,11 +89,11 @@ def load_trace(path, progress=None):
             try:
                 fields = reader.fieldnames
             except (UnicodeDecodeError, OSError, EOFError) as exc:
-                raise TraceFormatError(f"replay: {path} is not an RMM allocation log ({exc})") from None
+                raise TraceFormatError(f"replay: {path} is not an RMM allocation log ({exc}); {LOG_FORMAT}") from None
             missing = {"Action", "Pointer", "Size"} - set(fields or ())
             if missing:
-                raise TraceFormatError(f"replay: {path} is not an RMM allocation log (missing columns: "
-                                       f"{sorted(missing)})")
+                raise TraceFormatError(f"replay: {path} is not an RMM allocation log (no column "
+                                       f"{', '.join(sorted(missing))}); {LOG_FORMAT}")
             trace = TraceBuilder()
             for lineno, row in enumerate(reader, 2):
                 if bar is not None and not lineno & 0x1fff:
@@ -104,6 +110,9 @@ def load_trace(path, progress=None):
                                                f"integer") from None
                     if n < 0:
                         raise TraceFormatError(f"replay: {path}:{lineno}: negative size {n}")
+                    if n >= 1 << 63:
+                        raise TraceFormatError(f"replay: {path}:{lineno}: size {n} B is beyond any device "
+                                               "(2^63 B or more)")
                     if not trace.allocate(ptr, n):
                         raise TraceFormatError(f"replay: {path}:{lineno}: {ptr} allocated twice without a free")
                 elif act == "free":
@@ -112,7 +121,7 @@ def load_trace(path, progress=None):
                 else:
                     raise TraceFormatError(f"replay: {path}:{lineno}: unknown action {act!r}")
     except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceFormatError(f"replay: {path}: unreadable ({exc})") from None
+        raise TraceFormatError(f"replay: {path}: unreadable ({exc}); {LOG_FORMAT}") from None
     finally:
         if bar is not None:
             bar.update(max(0, os.path.getsize(path) - done_bytes))
@@ -252,7 +261,8 @@ def _conf_dict(text):
 
 
 def run_once(path, device, conf, trace=None, record=False, progress=None, samples=10_000):
-    """Replay in this process. Returns a dict of figures, or raises OutOfMemoryError.
+    """Replay in this process. Returns a dict of figures, or raises OutOfMemoryError (its ``event`` attribute: the
+    index of the allocation that did not fit).
 
     ``record``: also return ``"timeline"`` ({"event", "allocated", "reserved", "requested", "stride"}: the bytes
     after each event, or with more than ``samples`` events the maxima over every ``stride`` events, the first point
@@ -292,7 +302,11 @@ def run_once(path, device, conf, trace=None, record=False, progress=None, sample
             j = min(n, i + stride)
             if record and stride > 1:
                 reset_peak_memory_stats(dev)       # read back below as the maxima over this interval
-            k_ns, _ = _bench_alloc.replay(dev, is_alloc[i:j], sizes[i:j], slots[i:j], table)
+            try:
+                k_ns, _ = _bench_alloc.replay(dev, is_alloc[i:j], sizes[i:j], slots[i:j], table)
+            except paddle_rt.OutOfMemoryError as exc:
+                exc.event = i + getattr(exc, "events_done", 0)
+                raise
             ns += k_ns
             if record:
                 if stride == 1:
@@ -341,7 +355,8 @@ def run_once(path, device, conf, trace=None, record=False, progress=None, sample
 def _probe(path, device, conf_text, capacity):
     env = dict(os.environ)
     env["RT_CPU_MEMORY_BYTES"] = str(capacity)
-    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", path, "--probe", "--no-min-capacity"]
+    # the child runs in another folder: it gets the trace's absolute path
+    cmd = [sys.executable, "-m", "paddle_rt.tools.replay", os.path.abspath(path), "--probe", "--no-min-capacity"]
     if device:
         cmd += ["--device", device]
     if conf_text:
@@ -504,7 +519,7 @@ def _mib(n):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m paddle_rt replay", description=__doc__.split("\n\n")[0])
+    ap = command_parser("replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", help="RMM-format CSV log (.csv or .csv.gz)")
     ap.add_argument("--device", default=None, help="device to replay on (default: the current device)")
     ap.add_argument("--conf", default="", help="allocator config key:value,... (as PADDLE_RT_ALLOC_CONF)")
@@ -538,6 +553,41 @@ def plot_data(res, source):
         "segments": res["segments"]}], "replay": {k: v for k, v in res.items() if k not in ("timeline", "segments")}}
 
 
+def event_line(path, event):
+    """The line of ``path`` (1 = the header) holding event number ``event`` (0-based) of the log, as load_trace
+    counts them (csv skips blank lines), or None."""
+    with open(path, "rb") as raw, _open_text(raw) as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        for i, _ in enumerate(row for row in reader if row):
+            if i == event:
+                return reader.line_num
+    return None
+
+
+def does_not_fit_line(exc, path=None):
+    """The result line of a replay of ``path`` that stopped at an allocation the device could not serve (``exc``:
+    the OutOfMemoryError that :func:`run_once` raised, with the event's index)."""
+    event = getattr(exc, "event", None)
+    line = event_line(path, event) if path is not None and event is not None else None
+    where = f"line {line}" if line is not None else "an allocation"
+    free = f"{exc.free} B free" if exc.free is not None else "the free memory unknown"
+    cap = f" (capacity {exc.capacity} B)" if exc.capacity is not None else ""
+    return f"does not fit: {where} asks for {exc.requested} B with {free}{cap}"
+
+
+def _does_not_fit(args, exc):
+    """Report a replay that ran out of device memory: one result line (or JSON), exit status 3."""
+    line = event_line(args.trace, exc.event) if getattr(exc, "event", None) is not None else None
+    text = does_not_fit_line(exc, args.trace)
+    if args.json:
+        print(json.dumps({"trace": args.trace, "device": exc.device, "fits": False, "result": text, "line": line,
+                          "requested": exc.requested, "free": exc.free, "capacity": exc.capacity}, indent=1))
+    else:
+        print(f"{os.path.basename(args.trace)} on {exc.device}: {text}")
+    return 3
+
+
 def _main(args):
     if args.plot:
         from paddle_rt.tools import figures
@@ -558,7 +608,10 @@ def _main(args):
             return 3
         return 0
 
-    res = run_once(args.trace, args.device, conf, trace, record=bool(args.plot), progress=progress)
+    try:
+        res = run_once(args.trace, args.device, conf, trace, record=bool(args.plot), progress=progress)
+    except paddle_rt.OutOfMemoryError as exc:
+        return _does_not_fit(args, exc)
     drawing = None
     if args.plot:
         drawing = plot_data(res, args.trace)

@@ -3,7 +3,8 @@
     mpiexec -n N python ccl_worker.py SCENARIO
 
 Every rank prints "RANK <r> OK <scenario>" when all its checks passed; a failed check raises (non-zero exit). The
-failure scenarios end with os._exit so that MPI_Finalize does not wait for a rank that is gone.
+scenarios "absent" and "dies" end with os._exit; "exit_after_dead_peer" and "exit_after_timeout" leave Python
+normally, to show that exit does not hang.
 """
 import os
 import sys
@@ -221,12 +222,153 @@ def scenario_dies(comm):
     os._exit(0)
 
 
+def scenario_groups(comm):
+    """COMM_WORLD split into two groups (even and odd world ranks) running different collectives at the same time on
+    tensors, next to a Dup and a Create_group communicator."""
+    world = MPI.COMM_WORLD
+    wr, wn = world.Get_rank(), world.Get_size()
+    color = wr % 2
+    sub = world.Split(color, wr)
+    g = ccl.Communicator.from_mpi(comm=sub)
+    assert (g.rank, g.nranks) == (sub.Get_rank(), sub.Get_size()), g
+    assert g.device is paddle_rt.devices()[g.rank % len(paddle_rt.devices())]   # rank in the group % device_count
+    members = list(range(color, wn, 2))
+    n = len(members)
+    for rounds in range(3):
+        if color == 0:    # even world ranks: all_reduce of float32 tensors (dtype and count from the tensor)
+            t = paddle_rt.tensor(np.arange(6, dtype=np.float32) * (wr + 1 + rounds), device=g.device)
+            ccl.all_reduce(t, t, "sum", comm=g)
+            want = np.arange(6, dtype=np.float32) * sum(m + 1 + rounds for m in members)
+            np.testing.assert_array_equal(t.numpy(), want)       # numpy() waits for the collective writing t
+        else:             # odd world ranks: all_gather, then a broadcast, of int64 tensors
+            s = paddle_rt.tensor(np.full(3, wr * 10 + rounds, np.int64), device=g.device)
+            out = paddle_rt.empty((n, 3), dtype="int64", device=g.device)
+            ccl.all_gather(s, out, comm=g)
+            np.testing.assert_array_equal(out.numpy(), np.array([[m * 10 + rounds] * 3 for m in members]))
+            b = paddle_rt.tensor(np.full(4, wr, np.int64), device=g.device)
+            ccl.broadcast(b, root=n - 1, comm=g)
+            np.testing.assert_array_equal(b.numpy(), np.full(4, members[-1], np.int64))
+    # a Dup of COMM_WORLD and a Create_group of its first and last rank
+    d = ccl.Communicator.from_mpi(comm=world.Dup())
+    x = paddle_rt.tensor(np.full(2, wr + 1, np.int32), device=d.device)
+    ccl.all_reduce(x, x, "max", comm=d).wait()
+    np.testing.assert_array_equal(x.numpy(), np.full(2, wn, np.int32))
+    edge = world.Create_group(world.Get_group().Incl([0, wn - 1]))
+    if edge != MPI.COMM_NULL:
+        e = ccl.Communicator.from_mpi(comm=edge)
+        y = paddle_rt.tensor(np.full(2, wr, np.float64), device=e.device)
+        ccl.all_reduce(y, y, "sum", comm=e).wait()
+        np.testing.assert_array_equal(y.numpy(), np.full(2, wn - 1, np.float64))
+        e.destroy()
+    # the world communicator still works after the others
+    z = paddle_rt.tensor(np.ones(5, np.float32), device=comm.device)
+    ccl.all_reduce(z, z, "sum", comm=comm).wait()
+    np.testing.assert_array_equal(z.numpy(), np.full(5, wn, np.float32))
+    g.destroy()
+    d.destroy()
+
+
+def scenario_wait_timeout(comm):
+    """The last rank joins an all_reduce 4 s late: Work.wait(1) on the others names it (asking the peers), a second
+    wait then completes."""
+    k = Rank(comm)
+    r, n = k.r, k.n
+    b = k.buf(np.full(4, r + 1, np.float32))
+    if r == n - 1:
+        time.sleep(4)
+        ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait()
+    else:
+        w = ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32")
+        try:
+            w.wait(1)
+        except ccl.CollectiveTimeout as exc:
+            assert exc.missing_ranks == [n - 1], exc
+            assert "asked over MPI" in str(exc), exc
+            print(f"RANK {r} raised: {exc}", flush=True)
+        else:
+            raise AssertionError("expected a CollectiveTimeout")
+        w.wait()
+    np.testing.assert_array_equal(k.read(b, "float32", 4), np.full(4, n * (n + 1) / 2, np.float32))
+
+
+def scenario_exit_after_dead_peer(comm):
+    """The last rank exits (os._exit: no MPI_Finalize) before the second all_reduce; the others raise CollectiveError
+    naming it, then leave Python normally: MPI_Finalize must not wait for the dead rank."""
+    k = Rank(comm)
+    r, n = k.r, k.n
+    b = k.buf(np.ones(4, np.float32))
+    ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait()
+    if r == n - 1:
+        os._exit(3)
+    time.sleep(0.5)
+    expect_failure(lambda: ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait(), missing=[n - 1],
+                   text="all_reduce")
+    from paddle_rt._core import ccl_mpi
+    assert ccl_mpi.finalizes_alone()
+
+
+def scenario_killed(comm):
+    """The last rank is killed by SIGKILL: MPICH's process manager ends the survivors too (no exception to catch)."""
+    import signal
+    k = Rank(comm)
+    r, n = k.r, k.n
+    b = k.buf(np.ones(4, np.float32))
+    ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait()
+    if r == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)
+    try:
+        ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait()
+    except ccl.CollectiveError as exc:
+        print(f"RANK {r} raised: {exc}", flush=True)
+
+
+def scenario_exit_after_timeout(comm):
+    """Work.wait(1) times out while the last rank stays away (alive) and then leaves; the others exit at once: the
+    collective still waiting in the plugin (RT_CPU_CCL_TIMEOUT_MS is long here) is aborted at exit."""
+    k = Rank(comm)
+    r, n = k.r, k.n
+    b = k.buf(np.ones(4, np.float32))
+    if r == n - 1:
+        time.sleep(3)
+        return
+    try:
+        ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait(1)
+    except ccl.CollectiveTimeout as exc:
+        print(f"RANK {r} raised: {exc}", flush=True)
+    else:
+        raise AssertionError("expected a CollectiveTimeout")
+
+
+def bootstrap_absent(absent):
+    """Rank `absent` never calls from_mpi (it waits, then leaves); the others raise CollectiveTimeout naming it."""
+    r = MPI.COMM_WORLD.Get_rank()
+    if r == absent:
+        time.sleep(float(os.environ["PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT"]) * 1.1 + 3)
+        print(f"RANK {r} OK bootstrap_absent", flush=True)
+        return
+    t0 = time.monotonic()
+    try:
+        ccl.Communicator.from_mpi()
+    except ccl.CollectiveTimeout as exc:
+        assert exc.missing_ranks == [absent], exc
+        assert "PADDLE_RT_CCL_BOOTSTRAP_TIMEOUT" in str(exc), exc
+        print(f"RANK {r} raised after {time.monotonic() - t0:.1f} s: {exc}", flush=True)
+    else:
+        raise AssertionError("expected a CollectiveTimeout")
+    print(f"RANK {r} OK bootstrap_absent", flush=True)
+
+
 def main():
     scenario = sys.argv[1]
+    if scenario == "bootstrap_absent":
+        bootstrap_absent(int(sys.argv[2]))
+        return
     comm = ccl.Communicator.from_mpi()
     assert comm.across_processes and comm.nranks == MPI.COMM_WORLD.Get_size()
     globals()["scenario_" + scenario](comm)
-    paddle_rt.synchronize() if hasattr(paddle_rt, "synchronize") else None
+    if not scenario.startswith("exit_"):    # those leave a collective to the exit path
+        paddle_rt.synchronize()
     print(f"RANK {comm.rank} OK {scenario}", flush=True)
 
 

@@ -11,3 +11,5 @@ cdef extern from "paddle_rt/paddle_rt_ccl_ext.h" nogil:
     ctypedef int (*paddle_rt_ext_ccl_comm_failure_fn)(C_CCLComm comm, PaddleRtCclError* why) noexcept nogil
     ctypedef C_Status (*paddle_rt_ext_ccl_comm_init_rank_mpi_fn)(size_t nranks, C_CCLRootId* unique_id, size_t rank,
                                                                  C_CCLComm* comm, int64_t mpi_comm) noexcept nogil
+    ctypedef C_Status (*paddle_rt_ext_ccl_comm_abort_fn)(C_CCLComm comm) noexcept nogil
+    ctypedef int (*paddle_rt_ext_ccl_comm_find_missing_fn)(C_CCLComm comm, PaddleRtCclError* why) noexcept nogil

@@ -3,7 +3,7 @@
  *
  * A plugin may export these functions (C linkage, default visibility) next to InitPlugin, as those of
  * paddle_rt/extension.h; paddle_rt finds them with dlsym on the plugin's handle. A plugin that exports none of them
- * works as before. The reference plugin rt_cpu exports both.
+ * works as before. The reference plugin rt_cpu exports all of them.
  */
 #ifndef PADDLE_RT_CCL_EXT_H_
 #define PADDLE_RT_CCL_EXT_H_
@@ -32,10 +32,26 @@ typedef struct {
 int paddle_rt_ext_ccl_comm_failure(C_CCLComm comm, PaddleRtCclError* why);
 typedef int (*paddle_rt_ext_ccl_comm_failure_fn)(C_CCLComm comm, PaddleRtCclError* why);
 
+/* Abort, as ncclCommAbort: the collectives this rank is waiting in on `comm` give up at once (failing, with the
+ * reason "aborted" recorded for paddle_rt_ext_ccl_comm_failure) instead of waiting for the plugin's time limit;
+ * the communicator is then in error. paddle_rt calls it from comm.abort(), and from comm.destroy() (also at exit)
+ * when a collective of the communicator failed or a wait for one timed out, so that they return promptly; then
+ * xccl_destroy_comm. Without it, destroy waits for the plugin's own limit. */
+C_Status paddle_rt_ext_ccl_comm_abort(C_CCLComm comm);
+typedef C_Status (*paddle_rt_ext_ccl_comm_abort_fn)(C_CCLComm comm);
+
+/* For a communicator whose other ranks are in other processes: ask the peers which of them have not reached the
+ * collective this rank is running, as the plugin does when its own time limit expires. Returns 1 with *why filled
+ * (text, missing ranks), 0 when this rank runs no collective, -1 for an unknown or in-process communicator. paddle_rt
+ * calls it (with the GIL, off the stream workers) when Work.wait(timeout) expires, to name the missing ranks. */
+int paddle_rt_ext_ccl_comm_find_missing(C_CCLComm comm, PaddleRtCclError* why);
+typedef int (*paddle_rt_ext_ccl_comm_find_missing_fn)(C_CCLComm comm, PaddleRtCclError* why);
+
 /* Ranks in different processes joined by MPI. Like xccl_comm_init_rank, for a communicator whose ranks are the
  * processes of the MPI communicator `mpi_comm` (rank = the process's MPI rank, nranks = its size), for plugins whose
  * transport between processes is MPI. `mpi_comm` is the C handle (MPI_Comm) of the MPI library loaded in the
- * process, widened to int64_t, as mpi4py's MPI._handleof(comm) gives it; MPI is initialized with
+ * process as a signed integer of its own width widened to int64_t (MPICH's int handles of derived communicators
+ * are negative, e.g. (int)0x84000002; paddle_rt reads mpi4py's MPI._handleof at MPI._sizeof bits); MPI is initialized with
  * MPI_THREAD_MULTIPLE. Collective: every rank of mpi_comm calls it with the same unique id (the one rank 0 got from
  * xccl_get_unique_id, broadcast by paddle_rt). The plugin keeps its own duplicate of mpi_comm. Plugins whose
  * collective library connects processes itself do not export it: paddle_rt then calls xccl_comm_init_rank with the

@@ -283,6 +283,7 @@ typedef struct rt_comm {
   int device;
   atomic_int refs;
   atomic_int error;       /* sticky: an asynchronous collective failed */
+  atomic_int aborted;     /* paddle_rt_ext_ccl_comm_abort: waits give up at once */
   pthread_mutex_t mu;     /* guards the counters below */
   uint64_t coll_seq;
   uint64_t* send_seq;     /* [nranks] */
@@ -586,6 +587,7 @@ typedef struct {
   size_t src, dst;
   int side;    /* collectives: rank; p2p: 0 = send, 1 = recv */
   size_t item; /* index of the item it belongs to */
+  rt_comm* comm;
   int failed;
 } rt_part;
 
@@ -648,6 +650,11 @@ static void run_parts(rt_part* parts, size_t np) {
         } else {
           pthread_cond_wait(&q->cv, &q->mu);
         }
+        continue;
+      }
+      if (atomic_load(&p->comm->aborted)) { /* this rank gave up: so does the collective */
+        s->abandoned = 1;
+        pthread_cond_broadcast(&q->cv);
         continue;
       }
       int w = pthread_cond_timedwait(&q->cv, &q->mu, &deadline);
@@ -899,6 +906,7 @@ static void batch_run(void* arg) {
       p->side = (int)me;
     }
   }
+  for (size_t i = 0; i < k; i++) parts[i].comm = b->items[parts[i].item].comm;
   run_parts(parts, k);
   for (size_t i = 0; i < k; i++)
     if (parts[i].failed) bad[parts[i].item] = 1;
@@ -1099,6 +1107,7 @@ static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks, 
   c->device = rt_current_device();
   atomic_init(&c->refs, 1);
   atomic_init(&c->error, 0);
+  atomic_init(&c->aborted, 0);
   pthread_mutex_init(&c->mu, NULL);
   c->send_seq = ss;
   c->recv_seq = rs;
@@ -1402,6 +1411,44 @@ RT_EXPORT int paddle_rt_ext_ccl_comm_failure(C_CCLComm comm, PaddleRtCclError* w
   }
   comm_put(c);
   return e;
+}
+
+/* Abort (paddle_rt_ccl_ext.h): the collectives this rank is waiting in give up at once, later ones fail. */
+RT_EXPORT C_Status paddle_rt_ext_ccl_comm_abort(C_CCLComm comm) {
+  rt_comm* c = comm_get(comm);
+  if (!c) return C_ERROR;
+  comm_record_failure(c, "the communicator was aborted", NULL, 0); /* keeps a reason recorded before */
+  atomic_store(&c->aborted, 1);
+  atomic_store(&c->error, 1);
+  if (c->clique) { /* wake this rank's waits (run_parts checks the flag) */
+    pthread_mutex_lock(&c->clique->mu);
+    pthread_cond_broadcast(&c->clique->cv);
+    pthread_mutex_unlock(&c->clique->mu);
+  }
+  if (c->mpi) rt_mpi_abort(c->mpi);
+  comm_put(c);
+  return C_SUCCESS;
+}
+
+/* Which peers have not reached the collective this rank runs (paddle_rt_ccl_ext.h): across processes only. */
+RT_EXPORT int paddle_rt_ext_ccl_comm_find_missing(C_CCLComm comm, PaddleRtCclError* why) {
+  rt_comm* c = comm_get(comm);
+  if (!c) return -1;
+  int r = -1;
+  if (c->mpi && why) {
+    rt_mpi_failure f;
+    memset(&f, 0, sizeof(f));
+    r = rt_mpi_find_missing(c->mpi, &f);
+    if (r == 1) {
+      memset(why, 0, sizeof(*why));
+      snprintf(why->text, sizeof(why->text), "%s", f.text);
+      why->n_missing = f.n_missing;
+      for (size_t i = 0; i < f.n_missing && i < sizeof(why->missing) / sizeof(why->missing[0]); i++)
+        why->missing[i] = f.missing[i];
+    }
+  }
+  comm_put(c);
+  return r;
 }
 
 /* 1 when an asynchronous collective on this communicator failed, 0 if not, -1 unknown. */

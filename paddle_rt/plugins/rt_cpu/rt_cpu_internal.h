@@ -100,5 +100,10 @@ int rt_mpi_comm_create(int64_t mpi_comm, size_t nranks, size_t rank, const void*
 void rt_mpi_comm_free(rt_mpi_comm* m);
 /* Run one batch in order, on this thread; 0, or -1 with *f filled (the communicator is then unusable). */
 int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f);
+/* Make the batch running on m (and later ones) give up at once. */
+void rt_mpi_abort(rt_mpi_comm* m);
+/* Ask the peers which of them have not reached the collective this rank is running: 1 with *f filled (text and
+ * missing ranks), 0 when this rank runs no collective. */
+int rt_mpi_find_missing(rt_mpi_comm* m, rt_mpi_failure* f);
 
 #endif /* RT_CPU_INTERNAL_H_ */

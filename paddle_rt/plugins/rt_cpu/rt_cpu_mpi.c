@@ -276,6 +276,8 @@ struct rt_mpi_comm {
   uint64_t* reply_val;      /* [nranks] */
   mpi_req_t* reply_req;     /* [nranks] */
   int broken;               /* a request may still be pending: never free the MPI communicators */
+  atomic_int aborted;       /* rt_mpi_abort: waits give up at once */
+  pthread_mutex_t find_mu;  /* one find_missing at a time (the worker's failure, a Work.wait timeout) */
 };
 
 /* Answer the probes that arrived (non-blocking; skipped when another thread does it). */
@@ -301,7 +303,8 @@ static void serve_probes(rt_mpi_comm* m) {
 }
 
 /* Wait for n requests until the deadline; polls MPI_Test (yielding the CPU between rounds) and answers probes.
- * Returns 0 (all done), 1 (timed out), or an MPI error code (> 1); `bad` = index of the failed request. */
+ * Returns 0 (all done), 1 (timed out), -1 (aborted), or an MPI error code (> 1); `bad` = index of the failed
+ * request. */
 static int wait_all(rt_mpi_comm* m, mpi_req_t* reqs, mpi_status_t* sts, size_t n, uint64_t deadline_ns, size_t* bad) {
   unsigned spins = 0;
   for (;;) {
@@ -318,6 +321,7 @@ static int wait_all(rt_mpi_comm* m, mpi_req_t* reqs, mpi_status_t* sts, size_t n
     }
     if (all) return 0;
     if ((++spins & 63) == 0) {
+      if (m && atomic_load(&m->aborted)) return -1;
       if (m) serve_probes(m);
       if (rt_now_ns() >= deadline_ns) return 1;
       if ((spins & 1023) == 0) sched_yield(); /* MPI progresses only inside MPI_Test: yield rarely */
@@ -378,7 +382,9 @@ int rt_mpi_comm_create(int64_t user_comm, size_t nranks, size_t rank, const void
   pthread_mutex_init(&m->order_mu, NULL);
   pthread_cond_init(&m->order_cv, NULL);
   pthread_mutex_init(&m->probe_mu, NULL);
+  pthread_mutex_init(&m->find_mu, NULL);
   atomic_init(&m->entered, 0);
+  atomic_init(&m->aborted, 0);
   if (idup(uc, &m->data, deadline, err, errsz) != 0 || idup(uc, &m->probe, deadline, err, errsz) != 0) {
     m->broken = 1;
     rt_mpi_comm_free(m);
@@ -425,6 +431,7 @@ void rt_mpi_comm_free(rt_mpi_comm* m) {
   pthread_mutex_destroy(&m->order_mu);
   pthread_cond_destroy(&m->order_cv);
   pthread_mutex_destroy(&m->probe_mu);
+  pthread_mutex_destroy(&m->find_mu);
   free(m->reply_val);
   free(m->reply_req);
   free(m);
@@ -488,6 +495,32 @@ static const char* op_name(int kind) {
   return (kind >= 0 && kind <= K_ALL_TO_ALL) ? names[kind] : "?";
 }
 
+static const char* dtype_name(int64_t t) {
+  static const char* names[] = {"undefined", "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
+                                "int32", "int64", "float16", "float32", "float64", "bfloat16", "complex64",
+                                "complex128"};
+  return (t >= 0 && t <= COMPLEX128) ? names[t] : "an unknown dtype";
+}
+
+static const char* reduce_op_name(int64_t op) {
+  static const char* names[] = {"sum", "avg", "max", "min", "prod"};
+  return (op >= SUM && op <= PRODUCT) ? names[op] : "none";
+}
+
+/* A header field's value as a user reads it: collectives, dtypes and ops by name, counts and ranks as numbers. */
+static void field_text(int field, int64_t v, char* out, size_t n) {
+  if (field == 0)
+    snprintf(out, n, "%s", (v >= 0 && v <= K_ALL_TO_ALL) ? op_name((int)v) : "?");
+  else if (field == 2)
+    snprintf(out, n, "%s", dtype_name(v));
+  else if (field == 3)
+    snprintf(out, n, "%s", reduce_op_name(v));
+  else if (field == 4 && v < 0)
+    snprintf(out, n, "none");
+  else
+    snprintf(out, n, "%lld", (long long)v);
+}
+
 static int overlaps(const void* a, size_t na, const void* b, size_t nb) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
   return na && nb && x < y + nb && y < x + na;
@@ -508,8 +541,11 @@ static void fail(rt_mpi_failure* f, const char* fmt, ...) {
   va_end(ap);
 }
 
-/* Which ranks did not reach collective `seq`: ask every peer over the probe communicator. */
-static void find_missing(rt_mpi_comm* m, uint64_t seq, rt_mpi_failure* f) {
+static void missing_text(rt_mpi_failure* f, char* out, size_t n);
+
+/* Which ranks did not reach collective `seq`: ask every peer over the probe communicator. Requests to peers that do
+ * not answer stay pending: the communicator is then marked broken (never freed). find_mu held. */
+static void find_missing_locked(rt_mpi_comm* m, uint64_t seq, rt_mpi_failure* f) {
   int n = m->nranks;
   uint64_t* got = calloc((size_t)n + 1, sizeof(uint64_t)); /* replies, then what this rank sends */
   mpi_req_t* rq = malloc(2 * (size_t)n * sizeof(mpi_req_t));
@@ -551,10 +587,41 @@ static void find_missing(rt_mpi_comm* m, uint64_t seq, rt_mpi_failure* f) {
       f->n_missing++;
     }
   }
+  int pending = 0;
+  for (int p = 0; p < 2 * n; p++) {
+    int done = 1;
+    if (rq[p] != M_REQUEST_NULL && (mpi.Test(&rq[p], &done, M_STATUS_IGNORE) != M_SUCCESS || !done)) pending = 1;
+  }
   /* requests to ranks that never answered stay pending: the communicator is broken and never freed */
   free(rq);
-  if (f->n_missing == 0) free(got);
-  m->broken = 1;
+  if (pending) m->broken = 1;
+  else free(got);
+}
+
+static void find_missing(rt_mpi_comm* m, uint64_t seq, rt_mpi_failure* f) {
+  pthread_mutex_lock(&m->find_mu);
+  find_missing_locked(m, seq, f);
+  pthread_mutex_unlock(&m->find_mu);
+}
+
+void rt_mpi_abort(rt_mpi_comm* m) {
+  if (m) atomic_store(&m->aborted, 1);
+}
+
+int rt_mpi_find_missing(rt_mpi_comm* m, rt_mpi_failure* f) {
+  uint64_t entered = atomic_load(&m->entered);
+  memset(f, 0, sizeof(*f));
+  if (entered == 0 || atomic_load(&m->aborted)) return 0;
+  find_missing(m, entered - 1, f);
+  char who[300];
+  missing_text(f, who, sizeof(who));
+  if (f->n_missing)
+    snprintf(f->text, sizeof(f->text), "asked over MPI: rank(s) %s had not reached collective #%llu", who,
+             (unsigned long long)(entered - 1));
+  else
+    snprintf(f->text, sizeof(f->text), "asked over MPI: every rank has reached collective #%llu",
+             (unsigned long long)(entered - 1));
+  return 1;
 }
 
 static void missing_text(rt_mpi_failure* f, char* out, size_t n) {
@@ -605,7 +672,7 @@ int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f
   /* collectives are posted in sequence order on the MPI communicator */
   if (have_coll) {
     pthread_mutex_lock(&m->order_mu);
-    while (m->next_coll != first_coll && rt_now_ns() < deadline) {
+    while (m->next_coll != first_coll && rt_now_ns() < deadline && !atomic_load(&m->aborted)) {
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_nsec += 2000000;
@@ -659,18 +726,24 @@ int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f
     op_state* s = &st[i];
     if (o->kind == K_RECV) {
       if (s->p2p_got[0] != (int64_t)o->count || s->p2p_got[1] != (int64_t)o->dtype) {
-        fail(f, "recv #%llu from rank %zu: the ranks' arguments differ (rank %zu sends count=%lld dtype=%lld, this "
-             "rank receives count=%zu dtype=%d)", (unsigned long long)o->seq, o->peer, o->peer,
-             (long long)s->p2p_got[0], (long long)s->p2p_got[1], o->count, (int)o->dtype);
+        fail(f, "recv #%llu from rank %zu: the ranks' arguments differ (rank %zu sends count=%lld %s, this "
+             "rank receives count=%zu %s)", (unsigned long long)o->seq, o->peer, o->peer,
+             (long long)s->p2p_got[0], dtype_name(s->p2p_got[1]), o->count, dtype_name(o->dtype));
         result = -1;
       }
     } else if (o->kind != K_SEND) {
       static const char* field[HDR] = {"collective", "count", "dtype", "op", "root", "sequence number"};
       for (int k = 0; k < HDR; k++)
         if (s->h.hdr[k] != -s->h.hdr[HDR + k]) {
-          fail(f, "%s #%llu: the ranks' arguments differ (%s ranges from %lld to %lld across ranks)",
-               op_name(o->kind), (unsigned long long)o->seq, field[k], (long long)-s->h.hdr[HDR + k],
-               (long long)s->h.hdr[k]);
+          char lo[32], hi[32];
+          field_text(k, -s->h.hdr[HDR + k], lo, sizeof(lo));
+          field_text(k, s->h.hdr[k], hi, sizeof(hi));
+          if (k == 1 || k == 4 || k == 5)
+            fail(f, "%s #%llu: the ranks' arguments differ (%s ranges from %s to %s across ranks)",
+                 op_name(o->kind), (unsigned long long)o->seq, field[k], lo, hi);
+          else
+            fail(f, "%s #%llu: the ranks' arguments differ (%s: %s on some ranks, %s on others)",
+                 op_name(o->kind), (unsigned long long)o->seq, field[k], lo, hi);
           result = -1;
           break;
         }
@@ -781,6 +854,12 @@ mpi_failed: {
     const rt_mpi_op* o = &ops[bad < n ? bad : 0];
     int p2p = o->kind == K_SEND || o->kind == K_RECV;
     m->broken = 1;
+    if (rc == -1) {
+      fail(f, "%s #%llu was aborted on this rank (the communicator was aborted or destroyed after a failure)",
+           op_name(o->kind), (unsigned long long)o->seq);
+      result = -1;
+      goto release_order;
+    }
     if (p2p) {
       f->n_missing = 1;
       f->missing[0] = o->peer;
