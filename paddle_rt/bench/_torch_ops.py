@@ -17,13 +17,13 @@ import numpy as np
 
 import paddle_rt
 from paddle_rt import ops
-from paddle_rt.bench import result, at_least, at_most
+from paddle_rt.bench import result, figure
 
 FUSED = ("rms_norm", "layer_norm", "causal_softmax", "swiglu")
 
 
-def _median_pair(ours, theirs, reps):
-    """Median seconds of each callable, alternating (one warm-up call each)."""
+def _pairs(ours, theirs, reps):
+    """Seconds of each callable per repetition, alternating (one warm-up call each)."""
     ours()
     theirs()
     a, b = [], []
@@ -34,18 +34,25 @@ def _median_pair(ours, theirs, reps):
         t0 = time.perf_counter()
         theirs()
         b.append(time.perf_counter() - t0)
-    return statistics.median(a), statistics.median(b)
+    return a, b
 
 
-def _per_call_pair(ours, theirs, k, reps):
-    """Median seconds per call of k calls of each, alternating."""
+def _per_call_pairs(ours, theirs, k, reps):
+    """Seconds per call of k calls of each, per repetition, alternating."""
     def loop(fn):
         def run():
             for _ in range(k):
                 fn()
         return run
-    a, b = _median_pair(loop(ours), loop(theirs), reps)
-    return a / k, b / k
+    a, b = _pairs(loop(ours), loop(theirs), reps)
+    return [x / k for x in a], [x / k for x in b]
+
+
+def _speed_figure(area, name, ours, theirs, bound, scale, unit):
+    """paddle_rt's speed over torch's per repetition (torch's time / paddle_rt's), judged against bound."""
+    m_ours, m_theirs = statistics.median(ours), statistics.median(theirs)
+    return figure(area, name, [t / o for o, t in zip(ours, theirs)], "x", at_least=bound,
+                  note=f"{m_ours * scale:.2f} {unit} vs {m_theirs * scale:.2f} {unit}")
 
 
 def _blas_threads():
@@ -156,15 +163,16 @@ def _uploads(torch, area, reps, quick):
             paddle_rt.memcpy_async(dev, a, stream=s)
             s.synchronize()
 
-        t_ours, t_torch = _per_call_pair(ours_tensor, lambda: torch.tensor(a), k, reps)
-        t_copy, _ = _per_call_pair(ours_copy, lambda: None, k, reps)
+        s_ours, s_torch = _per_call_pairs(ours_tensor, lambda: torch.tensor(a), k, reps)
+        s_copy, _ = _per_call_pairs(ours_copy, lambda: None, k, reps)
+        t_ours, t_torch, t_copy = (statistics.median(x) for x in (s_ours, s_torch, s_copy))
         label = "1 KiB" if size == 1 << 10 else "1 MiB"
         if size <= 4096:
-            rows.append(result(area, f"upload {label}: paddle_rt.tensor(a) + synchronize, per call", t_ours * 1e6,
-                               "us", *at_most(t_ours * 1e6, 5.0, "us"),
+            rows.append(figure(area, f"upload {label}: paddle_rt.tensor(a) + synchronize, per call",
+                               [x * 1e6 for x in s_ours], "us", at_most=5.0,
                                note=f"torch.tensor(a) {t_torch * 1e6:.2f} us in the same run"))
-            rows.append(result(area, f"upload {label}: memcpy_async(dev, a) + synchronize, per call", t_copy * 1e6,
-                               "us", *at_most(t_copy * 1e6, 5.0, "us"), note="staged at enqueue"))
+            rows.append(figure(area, f"upload {label}: memcpy_async(dev, a) + synchronize, per call",
+                               [x * 1e6 for x in s_copy], "us", at_most=5.0, note="staged at enqueue"))
         else:
             r = t_torch / t_ours
             rows.append(result(area, f"upload {label}: paddle_rt.tensor(a) + sync vs torch.tensor(a)", r, "x",
@@ -197,13 +205,10 @@ def measure(area, quick, reps):
             if blas:
                 blas[1](threads)
             for name, ours, theirs in cases:
-                t_ours, t_torch = _median_pair(ours, theirs, reps)
-                r = t_torch / t_ours
-                op = name.split()[0]
-                bound = 2.0 if op in FUSED else 1.0
-                rows.append(result(area, f"{threads} thr: {name}: speed vs torch", r, "x",
-                                   *at_least(r, bound, "x"),
-                                   note=f"{t_ours * 1e3:.2f} ms vs {t_torch * 1e3:.2f} ms"))
+                s_ours, s_torch = _pairs(ours, theirs, reps)
+                bound = 2.0 if name.split()[0] in FUSED else 1.0
+                rows.append(_speed_figure(area, f"{threads} thr: {name}: speed vs torch", s_ours, s_torch, bound,
+                                          1e3, "ms"))
             one = paddle_rt.tensor(np.ones(1, np.float32))
             tone = torch.ones(1)
             k = 20000 if quick else 100000
@@ -212,12 +217,10 @@ def measure(area, quick, reps):
             def ours_tiny():
                 ops.add(one, one)
 
-            t_ours, t_torch = _per_call_pair(ours_tiny, lambda: torch.add(tone, tone), k, reps)
+            s_ours, s_torch = _per_call_pairs(ours_tiny, lambda: torch.add(tone, tone), k, reps)
             s.synchronize()
-            r = t_torch / t_ours
-            rows.append(result(area, f"{threads} thr: add 1 element, per call (output allocated): speed vs torch", r,
-                               "x", *at_least(r, 1.0, "x"),
-                               note=f"{t_ours * 1e6:.2f} us vs {t_torch * 1e6:.2f} us, Python loop included"))
+            rows.append(_speed_figure(area, f"{threads} thr: add 1 element, per call (output allocated): speed vs "
+                                            f"torch", s_ours, s_torch, 1.0, 1e6, "us"))
     finally:
         paddle_rt.op.set_num_threads(default)
         torch.set_num_threads(old_torch)
