@@ -145,13 +145,14 @@ def _chunks(run):
     return _op._pool_trace_take()
 
 
-def _pool_chunks_started_above_limit(events, limit):
+def _pool_chunks_started_above_limit(events, limit, window_ns=200_000):
     """Chunks of pool threads (slot > 0) that started while `limit` other chunks were already running: a pool thread
-    joins only below the limit and gives way at its next chunk boundary when a caller arrives."""
-    bad = 0
+    joins only below the limit and gives way at its next chunk boundary when a caller arrives. (A chunk that another
+    began less than window_ns before counts as concurrent arrival: the pool thread checked the count just before.)"""
+    bad = []
     for e in events:
-        if e[1] > 0 and sum(1 for o in events if o is not e and o[4] < e[4] < o[5]) >= limit:
-            bad += 1
+        if e[1] > 0 and sum(1 for o in events if o is not e and o[4] + window_ns < e[4] < o[5]) >= limit:
+            bad.append(e)
     return bad
 
 
@@ -185,9 +186,9 @@ def test_one_stream_gets_the_pool(threads):
         assert _tiles(events)
         assert _max_running(events) <= 2
         slots |= {e[1] for e in events}
-        if len(slots) > 1:
+        if 1 in slots:
             break
-    assert slots == {0, 1}
+    assert 1 in slots and slots <= {0, 1}       # the pool's thread took chunks (the caller may have been preempted)
 
 
 def test_two_streams_share_the_pool_without_oversubscription(threads):
@@ -203,7 +204,7 @@ def test_two_streams_share_the_pool_without_oversubscription(threads):
     paddle_rt.current_stream().synchronize()     # uploaded on the current stream, read on two others
     overlapped = False
     with Stream() as s1, Stream() as s2:
-        for _ in range(8):
+        for _ in range(20):
             gate = threading.Event()
             outs = []
 
@@ -221,8 +222,8 @@ def test_two_streams_share_the_pool_without_oversubscription(threads):
             assert len(jobs) == 2
             for j in jobs:
                 assert _tiles([e for e in events if e[0] == j])
-            assert _pool_chunks_started_above_limit(events, limit) == 0
-            assert _max_running(events) <= limit + (limit - 1)   # at most a pool thread's chunk in progress each
+            assert _pool_chunks_started_above_limit(events, limit) == [], events
+            assert _max_running(events) <= limit + (limit - 1), events   # at most a pool thread's chunk in progress
             assert (outs[0].numpy() == 3.75).all()
             first = [e for e in events if e[0] == jobs[0]]
             second = [e for e in events if e[0] == jobs[1]]
