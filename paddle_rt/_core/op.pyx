@@ -18,7 +18,8 @@ from paddle_rt._core.trace cimport trace_mask, trace_label_op
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
 from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind
 from paddle_rt._core.includes.op_support cimport (
-    paddle_rt_op_call, paddle_rt_kernel_fn, paddle_rt_workspace_fn, paddle_rt_register_kernel_cb,
+    paddle_rt_op_call, paddle_rt_tensor, PADDLE_RT_OP_MAX_ATTRS, paddle_rt_kernel_fn, paddle_rt_workspace_fn,
+    paddle_rt_register_kernel_cb,
     paddle_rt_ext_register_kernels_fn, prt_host_kernel, prt_host_workspace, prt_set_blas,
     prt_dtype_size,
     PADDLE_RT_OP_ADD, PADDLE_RT_OP_SUB, PADDLE_RT_OP_MUL, PADDLE_RT_OP_GEMM, PADDLE_RT_OP_RMS_NORM,
@@ -64,6 +65,10 @@ cdef set _plugins_asked = set() # device types whose plugin export was called
 # Bumped by every register/unregister: a descriptor whose generation differs picks its kernel again at its next call,
 # so a registration takes effect on descriptors made before it (ops' cached ones included).
 cdef uint64_t _generation = 0
+# Sources of registered kernels that work from the host on host-addressable memory (paddle_rt.op.register_triton's):
+# like paddle_rt's host kernels, each runs only after the plugin stream's earlier work completed.
+_HOST_SIDE_SOURCES = frozenset({"triton"})
+_kernel_errors = __import__("threading").local()   # .exc: the exception a Python kernel raised on this worker
 
 
 cdef struct OpLaunch:
@@ -181,7 +186,7 @@ cdef uintptr_t _address(object f, str what) except? 0:
                                  f"ctypes function pointer, not {type(f).__name__}")
 
 
-def register_kernel(op, device_type, dtype, kernel, workspace=None):
+def register_kernel(op, device_type, dtype, kernel, workspace=None, *, _source="registered"):
     """Register a C kernel ``C_Status kernel(const paddle_rt_op_call*)`` (paddle_rt/extension.h) for ``op`` on
     devices of ``device_type`` in ``dtype``, with an optional ``size_t workspace(const paddle_rt_op_call*)``.
     ``kernel``/``workspace``: an address, a PyCapsule or a ctypes function pointer (kept alive by the caller until
@@ -191,7 +196,43 @@ def register_kernel(op, device_type, dtype, kernel, workspace=None):
     t, o, d = _registry_key("register_kernel", op, device_type, dtype)
     cdef uintptr_t k = _address(kernel, "kernel")
     cdef uintptr_t w = _address(workspace, "workspace")
-    op_register_kernel(o, t, d, <paddle_rt_kernel_fn>k, <paddle_rt_workspace_fn>w, "registered")
+    if _source not in ("registered", "triton"):
+        raise errors.InvalidArgument(f"register_kernel: unknown kernel source {_source!r}")
+    op_register_kernel(o, t, d, <paddle_rt_kernel_fn>k, <paddle_rt_workspace_fn>w, _source)
+
+
+def _python_kernel_call(uintptr_t address):
+    """What a kernel written in Python (a ctypes callback, e.g. paddle_rt.op.register_triton's) reads from the
+    ``const paddle_rt_op_call*`` it is given: (op name, dtype name, out, inputs, attrs), each tensor as (data address,
+    shape, strides in elements, dtype name)."""
+    cdef const paddle_rt_op_call* c = <const paddle_rt_op_call*>address
+    return (OP_NAMES[c.op], dtype_name(c.dtype), _operand(&c.out),
+            [_operand(&c.inputs[i]) for i in range(c.n_inputs)],
+            tuple([c.attrs[i] for i in range(PADDLE_RT_OP_MAX_ATTRS)]))
+
+
+cdef tuple _operand(const paddle_rt_tensor* t):
+    return (<uintptr_t>t.data, tuple([t.shape[i] for i in range(t.ndim)]),
+            tuple([t.strides[i] for i in range(t.ndim)]), dtype_name(t.dtype))
+
+
+def _python_kernel_raised(exc):
+    """A kernel written in Python hands the exception it caught to the stream's error record (it then returns a
+    failure status): the next synchronize raises StreamError from it instead of a bare status."""
+    _kernel_errors.exc = exc
+
+
+def _record_python_launch(Stream s not None, uint64_t pos, tensors, str name):
+    """Record the operand tensors of work a Python launcher enqueued at position `pos` of `s` (paddle_rt.triton), as
+    OpDescriptor.launch records an operator's: each may be written there (readers of the tensor wait for it) and is
+    used there (its memory is not reused before that position ran)."""
+    cdef Tensor t
+    for x in tensors:
+        t = <Tensor?>x
+        t.storage.note_writer(s, pos)
+        t.storage.used_on(s)
+    if trace_mask & PRT_TRACE_STREAMS:
+        trace_label_op(<uintptr_t>s.ctx.core, pos, {"name": name, "shapes": [(<Tensor>x).shape for x in tensors]})
 
 
 def unregister_kernel(op, device_type, dtype):
@@ -371,6 +412,11 @@ cdef void _record_failure(StreamCtx* ctx, uint64_t pos, OpLaunch* L, C_Status st
     with gil:
         try:
             name = L.name.decode()
+            raised = getattr(_kernel_errors, "exc", None)
+            if raised is not None:                # a kernel written in Python said why (_python_kernel_raised)
+                _kernel_errors.exc = None
+                (<list>ctx.errors).append((pos, raised, f"{name} kernel"))
+                return
             if L.hook == HOOK_AXPBY:
                 exc = errors.PluginError(repr(<object>ctx.device), "blas_axpby", st,
                                          f"in operator {name} on a stream")
@@ -461,7 +507,7 @@ cdef class OpDescriptor:
         if entry is not None:
             self.kernel = <paddle_rt_kernel_fn><uintptr_t>entry[0]
             ws = <paddle_rt_workspace_fn><uintptr_t>entry[1]
-            self.plugin_kernel = True
+            self.plugin_kernel = entry[2] not in _HOST_SIDE_SOURCES
             self.kernel_source = entry[2]
             self.workspace_size = ws(&self.call) if ws != NULL else 0
             self._generation = _generation         # picked (a failure leaves it stale: picked again next call)

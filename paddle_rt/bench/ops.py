@@ -13,6 +13,9 @@ numpy: a fresh array), as each would be used.
    ``desc(out, a, b)`` and ``ops.add(a, b)`` (the latter allocates its output).
 6. When torch is importable: every operator against PyTorch's CPU operator at 1 thread and at the default thread
    count on both sides, and 1 KiB / 1 MiB uploads against ``torch.tensor`` (paddle_rt/bench/_torch_ops.py).
+7. Triton's tutorial vector add on 1 M float32 elements (BLOCK_SIZE 1024) through paddle_rt.triton.launch, which runs
+   Triton's interpreter on rt_cpu, vs ops.add: no target (the interpreter is for checking kernels, not for speed);
+   only when the ``triton`` extra is installed.
 """
 import statistics
 import time
@@ -192,7 +195,36 @@ def measure(quick=False, reps=None):
     s.synchronize()
     from paddle_rt.bench import _torch_ops
     rows += _torch_ops.measure(AREA, quick, reps)
+    rows.extend(_triton_rows(rng, 1 if quick else 3))
     return rows
+
+
+def _triton_rows(rng, reps):
+    """7. One Triton row (the interpreter) when paddle_rt.triton can be imported."""
+    try:
+        import triton
+        import triton.language as tl
+        from paddle_rt import triton as prt
+    except ImportError:
+        return []
+
+    @triton.jit
+    def vector_add(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+    n = 1 << 20
+    a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    ta, tb, out = paddle_rt.tensor(a), paddle_rt.tensor(b), paddle_rt.empty((n,), "float32")
+
+    def interpreted():
+        prt.launch(vector_add, (triton.cdiv(n, 1024),), ta, tb, out, n, BLOCK_SIZE=1024)
+        out.synchronize()
+    t_tri, t_ops = _pair(interpreted, lambda: _sync(ops.add(ta, tb)), reps)
+    if not np.array_equal(out.numpy(), a + b):
+        raise AssertionError("bench ops: the Triton vector add gave a wrong result")
+    return [result(AREA, "Triton vector add float32 1 M, Triton's interpreter: time / ops.add's", t_tri / t_ops, "x",
+                   note=f"{t_tri * 1e3:.0f} ms vs {t_ops * 1e3:.2f} ms; the interpreter: no target")]
 
 
 def format_rows(rows):
