@@ -51,10 +51,13 @@ ENGINE_SOURCES = {
     "paddle_rt._core.ccl": [os.path.join(SRC, "paddle_rt", "_core", "engine", "ccl_state.cpp")],
     "paddle_rt._core.trace": [os.path.join(SRC, "paddle_rt", "_core", "engine", "trace_state.cpp")],
     "paddle_rt._core.pool": [os.path.join(SRC, "paddle_rt", "_core", "engine", "obj_freelist.cpp")],
-    "paddle_rt._core.op": [os.path.join(SRC, "paddle_rt", "_core", "engine", f)
-                           for f in ("op_kernels.cpp", "norm_kernels.cpp", "softmax_kernels.cpp",
-                                     "activation_kernels.cpp", "rope_kernels.cpp", "attention_kernels.cpp",
-                                     "embedding_kernels.cpp", "sampling_kernels.cpp")],
+    "paddle_rt._core.op": [os.path.join(SRC, "paddle_rt", "_core", "engine", f) for f in (
+        "op_kernels.cpp",         # elementwise, rearrange, gemm, the dispatch
+        "norm_kernels.cpp", "softmax_kernels.cpp", "activation_kernels.cpp", "rope_kernels.cpp",
+        "attention_kernels.cpp", "embedding_kernels.cpp", "sampling_kernels.cpp",   # a file per operator family
+        "host_parallel.cpp",      # the host kernels' thread pool (one per process)
+        "vector_math.cpp",        # libmvec dispatch for the elementwise math
+    )],
 }
 # The operator layer's host kernels are loops the compiler should vectorise (-O3); the rest keeps -O2.
 ENGINE_EXTRA_FLAGS = {"paddle_rt._core.op": ["-O3"] if not DEBUG else []}

@@ -15,6 +15,7 @@ See :mod:`paddle_rt.ops` for the functions on tensors.
 from paddle_rt._core.tensor import TensorDesc, DTYPE_NAMES  # noqa: F401
 from paddle_rt._core.op import (  # noqa: F401
     Handle, OpDescriptor, register_kernel, unregister_kernel, kernels, blas_info, OP_IDS,
+    get_num_threads, set_num_threads, host_threads_info,
 )
 from paddle_rt._core.op_descriptors import (  # noqa: F401
     AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
@@ -38,7 +39,8 @@ def register_triton(op_name, device_type, dtype, kernel, grid_fn):
 
 __all__ = [
     "Handle", "TensorDesc", "OpDescriptor", "register_kernel", "unregister_kernel", "register_triton", "kernels",
-    "blas_info", "OP_IDS", "DTYPE_NAMES", "AddDescriptor", "SubDescriptor", "MulDescriptor", "SwiGLUDescriptor", "ReluDescriptor",
+    "blas_info", "OP_IDS", "get_num_threads", "set_num_threads", "host_threads_info",
+    "DTYPE_NAMES", "AddDescriptor", "SubDescriptor", "MulDescriptor", "SwiGLUDescriptor", "ReluDescriptor",
     "SiluDescriptor", "GeluDescriptor", "RearrangeDescriptor", "AxpbyDescriptor", "GemmDescriptor",
     "RMSNormDescriptor", "LayerNormDescriptor", "CausalSoftmaxDescriptor", "RoPEDescriptor",
     "RandomSampleDescriptor",

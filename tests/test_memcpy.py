@@ -148,11 +148,15 @@ def test_delayed_streams_are_busy_at_the_same_time(run_python):
 
 @pytest.mark.smoke
 def test_host_buffer_is_kept_alive_until_the_copy_ran():
-    a = paddle_rt.malloc(N)
+    """A host-to-device source larger than STAGE_MAX_BYTES is read in place: it stays referenced (and exported)
+    until the copy ran."""
+    from paddle_rt._core.memcpy import STAGE_MAX_BYTES
+    n = STAGE_MAX_BYTES + 1
+    a = paddle_rt.malloc(n)
     with Stream() as s:
         gate = threading.Event()
         s.add_callback(gate.wait, 30)
-        src = np.full(N, 9, np.uint8)
+        src = np.full(n, 9, np.uint8)
         ref = weakref.ref(src)
         paddle_rt.memcpy_async(a, src, stream=s)
         del src
@@ -160,9 +164,73 @@ def test_host_buffer_is_kept_alive_until_the_copy_ran():
         gate.set()
         s.synchronize()
         assert ref() is None
-    out = np.zeros(N, np.uint8)
+    out = np.zeros(n, np.uint8)
     paddle_rt.memcpy(out, a)
     assert (out == 9).all()
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("n", [1, 1024, "max"])
+def test_small_host_source_is_staged_at_enqueue(n):
+    """A small host-to-device source is copied at enqueue (as CUDA stages pageable memory): changing it right after
+    memcpy_async does not change what lands on the device, even while the stream has not reached the copy yet, and
+    its buffer is released before memcpy_async returns (a bytearray may be resized at once)."""
+    from paddle_rt._core.memcpy import STAGE_MAX_BYTES
+    n = STAGE_MAX_BYTES if n == "max" else n
+    a = paddle_rt.malloc(n)
+    with Stream() as s:
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)            # the stream reaches the copy only after the changes below
+        src = np.full(n, 7, np.uint8)
+        ref = weakref.ref(src)
+        paddle_rt.memcpy_async(a, src, stream=s)
+        src[:] = 1                               # the caller reuses its array at once
+        del src
+        assert ref() is None                     # not referenced by the queued copy
+        raw = bytearray(b"\x05" * n)
+        paddle_rt.memcpy_async(a, raw, stream=s, nbytes=n)
+        raw.extend(b"more")                      # would raise BufferError if the copy still held the buffer
+        raw[:n] = b"\x06" * n
+        assert s.position == 3 and not s.query()
+        gate.set()
+        s.synchronize()
+    out = np.zeros(n, np.uint8)
+    paddle_rt.memcpy(out, a)
+    assert (out == 5).all()
+
+
+def test_staged_copy_runs_in_stream_order():
+    """Staged copies keep their place among other work: device-to-host reads between them see each value."""
+    a = paddle_rt.malloc(64)
+    outs = [np.zeros(64, np.uint8) for _ in range(3)]
+    with Stream() as s:
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        for i, out in enumerate(outs):
+            paddle_rt.memcpy_async(a, np.full(64, i + 1, np.uint8), stream=s)
+            paddle_rt.memcpy_async(out, a, stream=s)
+        gate.set()
+        s.synchronize()
+    assert [int(o[0]) for o in outs] == [1, 2, 3] and all((o == o[0]).all() for o in outs)
+
+
+def test_large_host_source_keeps_its_buffer_exported_until_the_copy_ran():
+    from paddle_rt._core.memcpy import STAGE_MAX_BYTES
+    n = STAGE_MAX_BYTES + 1
+    a = paddle_rt.malloc(n)
+    with Stream() as s:
+        gate = threading.Event()
+        s.add_callback(gate.wait, 30)
+        raw = bytearray(b"\x03" * n)
+        paddle_rt.memcpy_async(a, raw, stream=s)
+        with pytest.raises(BufferError):
+            raw.extend(b"x")                     # still exported: the worker reads it in place
+        gate.set()
+        s.synchronize()
+        raw.extend(b"x")                         # released once the copy ran
+    out = np.zeros(n, np.uint8)
+    paddle_rt.memcpy(out, a)
+    assert (out == 3).all()
 
 
 def test_async_copy_checks_devices():
@@ -253,3 +321,20 @@ def test_pinned_host_allocation_is_host_memory_for_copies():
     assert np.array_equal(out, np.asarray(h))
     h.free()
     d.free()
+
+
+def test_small_upload_to_an_idle_stream_completes_before_returning():
+    """On an idle stream a staged copy runs at once on the calling thread (no round trip through the worker): the
+    stream's completed position has reached it when memcpy_async returns; paddle_rt.tensor() uploads the same way."""
+    a = paddle_rt.malloc(1024)
+    with Stream() as s:
+        s.synchronize()
+        src = np.arange(1024, dtype=np.uint8)
+        paddle_rt.memcpy_async(a, src, stream=s)
+        assert s.position == 1 and s.completed_position == 1
+        t = paddle_rt.tensor(np.arange(256, dtype=np.float32), stream=s)
+        assert s.completed_position == s.position
+        assert (t.numpy() == np.arange(256)).all()
+    out = np.zeros(1024, np.uint8)
+    paddle_rt.memcpy(out, a)
+    assert (out == src).all()

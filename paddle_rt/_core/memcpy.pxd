@@ -3,6 +3,9 @@
 from cpython.ref cimport PyObject
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device
 
+from libc.stdint cimport uintptr_t
+from paddle_rt._core.stream cimport Stream
+
 cdef struct CopyOp:
     int kind
     void* dst
@@ -17,3 +20,8 @@ cdef struct CopyOp:
     int nbufs
     Py_buffer bufs[2]
     PyObject* keep                  # owned reference to what must stay alive until the copy ran (or NULL)
+    void* stage                     # a small pageable source copied at enqueue (src points here), freed by the worker
+
+
+# Enqueue the copy of n bytes of host buffer `src` (C-contiguous) to device address dst on s (paddle_rt.tensor()).
+cdef int upload_async(Stream s, uintptr_t dst, object src, size_t n) except -1

@@ -5,7 +5,12 @@ as host memory), host buffers (the buffer protocol, C-contiguous; writable for a
 addresses (they need ``kind``; their device is ``device`` or the stream's). The kind is inferred when the endpoints
 tell it; an explicit kind that contradicts them is an error. Fallbacks follow Paddle: a missing async hook becomes the
 synchronous hook run in order on the stream's worker; a missing p2p hook stages through host memory; a missing
-``device_memory_set`` fills a host buffer and copies it h2d."""
+``device_memory_set`` fills a host buffer and copies it h2d.
+
+A small host-to-device copy from a Python buffer (at most ``STAGE_MAX_BYTES``) is staged at enqueue, as CUDA does
+for pageable memory: the bytes are copied into a buffer the queued copy owns and the Python buffer is released at
+once, on the submitting thread. The stream's worker then never needs the GIL for it (a GIL hand-off between the two
+threads cost ~80 us per copy), and the caller may reuse its array as soon as ``memcpy_async`` returns."""
 from libc.stdint cimport uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memmove, memset as c_memset
@@ -18,10 +23,14 @@ from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMSET,
+    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D, PRT_OPK_MEMSET,
 )
 
 from paddle_rt._core import errors
+
+# Host-to-device copies from a Python buffer up to this size are staged at enqueue (see _stages).
+STAGE_MAX_BYTES = 64 * 1024
+cdef size_t _STAGE_MAX = STAGE_MAX_BYTES
 
 # InfiniRT's infinirtMemcpyKind values, plus P2P (two devices).
 MEMCPY_KINDS = {"H2H": 0, "H2D": 1, "D2H": 2, "D2D": 3, "P2P": 4}
@@ -127,15 +136,25 @@ cdef int _copy_op_run(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept n
     if st != C_SUCCESS and st != C_WARNING:
         record_plugin_error(ctx, pos, call, st)
         r = -1
-    if op.keep != NULL or op.nbufs:
+    if op.keep != NULL or op.nbufs or op.stage != NULL:
         if r == 1:
             # host memory must stay valid until the plugin ran the copy
             stream_ctx_plugin_sync(ctx)
             r = 0
-        with gil:
-            _release_op(op)
+        free(op.stage)
+        op.stage = NULL
+        if op.keep != NULL or op.nbufs:
+            with gil:
+                _release_op(op)
     free(op)
     return r
+
+
+cdef void _free_op(CopyOp* op) noexcept:
+    """Release what op holds and free it (the submitting side, with the GIL)."""
+    _release_op(op)
+    free(op.stage)
+    free(op)
 
 
 cdef void _release_op(CopyOp* op) noexcept:
@@ -395,21 +414,77 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
         elif op.kind != K_H2H and s.device.cdev() != op.dev:
             raise errors.InvalidArgument(f"{s.device!r}: memcpy_async: the memory is on another device than the "
                                          f"stream {s.name}")
-        # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
-        op.use_async = s.ctx.has_pstream and _async_hook(op) and (
-            s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
-        _check_hooks(op, f"{s.device!r}: memcpy_async", True)
-        if op.nbufs:
-            keep = (dst, src)
-            Py_INCREF(keep)
-            op.keep = <PyObject*>keep
-        # the profiler's operation kinds follow K_H2H..K_P2P in order
-        s.enqueue(_copy_op_run, op, 0, (0 if op.use_async else PRT_OP_NEEDS_IDLE) |
-                  prt_op_kind(PRT_OPK_MEMCPY_H2H + op.kind), op.n)
+        _submit(s, op, dst, src, "memcpy_async")
     except BaseException:
-        _release_op(op)
-        free(op)
+        _free_op(op)
         raise
+
+
+cdef int _submit(Stream s, CopyOp* op, object dst, object src, str call) except -1:
+    """Enqueue a planned copy on s (on error the caller frees op; once enqueued, the worker does)."""
+    # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
+    op.use_async = s.ctx.has_pstream and _async_hook(op) and (
+        s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
+    _check_hooks(op, f"{s.device!r}: {call}", True)
+    cdef bint planned_async
+    if _stages(op):
+        _stage_source(op)
+        if op.iface.memory_copy_h2d != NULL:
+            # an idle stream copies the few staged bytes at once on this thread, through the synchronous hook: no
+            # round trip through the worker and back (a busy stream queues the copy as planned)
+            planned_async = op.use_async
+            op.use_async = False
+            if s.run_now_if_idle(_copy_op_run, op, 0, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_MEMCPY_H2D), op.n):
+                return 0     # ran (and freed op)
+            op.use_async = planned_async
+    if op.nbufs:
+        keep = (dst, src)
+        Py_INCREF(keep)
+        op.keep = <PyObject*>keep
+    # the profiler's operation kinds follow K_H2H..K_P2P in order
+    s.enqueue(_copy_op_run, op, 0, (0 if op.use_async else PRT_OP_NEEDS_IDLE) |
+              prt_op_kind(PRT_OPK_MEMCPY_H2H + op.kind), op.n)
+    return 0
+
+
+cdef int upload_async(Stream s, uintptr_t dst, object src, size_t n) except -1:
+    """Enqueue the copy of n bytes of the C-contiguous host buffer src to the device address dst of s's device (the
+    upload of paddle_rt.tensor(): no endpoint inference; staged when small, like memcpy_async)."""
+    cdef CopyOp* op = _new_op()
+    s._check_open()
+    try:
+        _endpoint(src, False, op, "src", "tensor upload")
+        if <size_t>op.bufs[0].len < n:
+            raise errors.InvalidArgument(f"{s.device!r}: tensor upload: the host buffer has {op.bufs[0].len} bytes, "
+                                         f"{n} needed")
+        op.kind = K_H2D
+        op.dst = <void*>dst
+        op.src = <const void*>op.bufs[0].buf
+        op.n = n
+        op.iface = s.device.iface
+        op.dev = s.device.cdev()
+        _submit(s, op, None, src, "tensor upload")
+    except BaseException:
+        _free_op(op)
+        raise
+    return 0
+
+
+cdef bint _stages(CopyOp* op) noexcept:
+    """Policy: stage a host-to-device copy whose only host buffer is a small Python source (pageable memory the
+    caller may reuse at once); Allocations (pinned or device memory) and raw addresses are the caller's to keep."""
+    return op.kind == K_H2D and op.nbufs == 1 and 0 < op.n <= _STAGE_MAX
+
+
+cdef int _stage_source(CopyOp* op) except -1:
+    """Copy the source into a buffer the op owns and release the Python buffer now (the submitting thread)."""
+    op.stage = malloc(op.n)
+    if op.stage == NULL:
+        raise MemoryError()
+    memmove(op.stage, op.src, op.n)
+    op.src = <const void*>op.stage
+    _release_op(op)
+    return 0
 
 
 cdef object _plan_set(CopyOp* op, object dst, object value, object nbytes, Device default_dev, str call):

@@ -30,6 +30,11 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_SILU_AND_MUL, PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
 )
 
+from paddle_rt._core.includes.host_parallel cimport (
+    prt_parallel_threads, prt_parallel_set_threads, prt_parallel_source, prt_parallel_started, prt_parallel_event,
+    prt_parallel_trace, prt_parallel_trace_take, prt_vm_isa, prt_vm_vector_erf,
+)
+
 from posix.dlfcn cimport dlsym, dlopen, RTLD_NOW
 
 cdef extern from "<dlfcn.h>" nogil:
@@ -345,6 +350,59 @@ def _reselect_blas(source):
 def blas_info():
     """{"library", "interface"} of the BLAS the host gemm calls (found at the first gemm descriptor; None before)."""
     return None if _blas is None else dict(_blas)
+
+
+# ---- the host kernels' thread pool (engine/host_parallel.h) --------------------------------------------------------
+def get_num_threads():
+    """The host kernels' thread limit: the CPUs this process may use (``os.sched_getaffinity``), or
+    ``PADDLE_RT_NUM_THREADS``, or the last :func:`set_num_threads`. 1: each kernel runs on its stream's worker alone."""
+    return prt_parallel_threads()
+
+
+def set_num_threads(n):
+    """Set the host kernels' thread limit (>= 1) for the whole process (every stream shares the one pool); returns
+    the previous limit. Kernels already running finish with the threads they had. numpy's BLAS (gemm) keeps its own
+    thread count (``threadpoolctl`` or ``OPENBLAS_NUM_THREADS`` set it)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > 256:
+        raise errors.InvalidArgument(f"set_num_threads: n must be an int in 1..256, not {n!r}")
+    return prt_parallel_set_threads(n)
+
+
+def host_threads_info():
+    """{"threads", "source", "started", "vector_isa", "vector_erf"}: the thread limit, where it came from
+    ("PADDLE_RT_NUM_THREADS", "affinity", or "affinity (PADDLE_RT_NUM_THREADS=... ignored: not a positive integer)"),
+    the pool threads started so far, and the vector math in use (libmvec's "avx512", "avx2" or "sse" forms, or
+    "scalar")."""
+    import os
+    cdef int src = prt_parallel_source()
+    if src == 1:
+        source = "PADDLE_RT_NUM_THREADS"
+    elif src == 0:
+        source = "affinity"
+    else:
+        source = (f"affinity (PADDLE_RT_NUM_THREADS={os.environ.get('PADDLE_RT_NUM_THREADS', '')!r} ignored: not a "
+                  f"positive integer)")
+    return {"threads": prt_parallel_threads(), "source": source, "started": prt_parallel_started(),
+            "vector_isa": prt_vm_isa().decode(), "vector_erf": bool(prt_vm_vector_erf())}
+
+
+def _pool_trace(bint on):
+    """For tests: start (True) or stop recording which thread ran which chunk of which parallel call."""
+    prt_parallel_trace(1 if on else 0)
+
+
+def _pool_trace_take():
+    """For tests: the recorded chunks as (job, slot, begin, end, t0_ns, t1_ns) tuples (slot 0: the calling thread;
+    1..: the pool's threads; [begin, end) the chunk's range), and clear the record."""
+    cdef int64_t cap = 1 << 14
+    cdef prt_parallel_event* ev = <prt_parallel_event*>c_malloc(sizeof(prt_parallel_event) * cap)
+    if ev == NULL:
+        raise MemoryError()
+    try:
+        n = prt_parallel_trace_take(ev, cap)
+        return [(ev[i].job, ev[i].slot, ev[i].begin, ev[i].end, ev[i].t0, ev[i].t1) for i in range(n)]
+    finally:
+        c_free(ev)
 
 
 # ---- running a call on the stream's worker -------------------------------------------------------------------------

@@ -405,6 +405,19 @@ cdef class Stream:
             raise errors.StreamError(f"{self.name}: the stream is closing")
         return pos
 
+    cdef uint64_t run_now_if_idle(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes) except? 0:
+        """When the stream is idle, run the operation on the calling thread at once (its position is taken and
+        completed as if the worker ran it: no hand-off to the worker and back for a short host-side operation such
+        as a staged small copy) and return its position; 0 when the stream is busy (nothing ran: enqueue it). fn
+        must finish its work before returning (never return 1)."""
+        self._check_open()
+        cdef uint64_t pos
+        with nogil:
+            pos = self.ctx.core.run_now_if_idle(fn, arg, aux, flags, nbytes)
+        if pos == <uint64_t>-1:
+            raise errors.StreamError(f"{self.name}: the stream is closing")
+        return pos
+
     cdef uint64_t launch_host_func(self, host_func_t fn, void* arg) except 0 nogil:
         cdef uint64_t pos
         if self.ctx == NULL or fn == NULL:
@@ -636,8 +649,10 @@ cpdef Stream default_stream(object device=None):
 
 
 def _device_sync_hook(Device dev):
-    for s in list(_live_streams):
-        if (<Stream>s).device is dev and not (<Stream>s).closed:
+    # a snapshot of the WeakSet's references, without its (Python-level, ~1 us) iteration guard
+    for ref in list(_live_streams.data):
+        s = ref()
+        if s is not None and (<Stream>s).device is dev and not (<Stream>s).closed:
             s.synchronize()
 
 

@@ -11,6 +11,7 @@ from libc.string cimport memset, memcpy
 
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
 from paddle_rt._core.stream cimport Stream, stream_of_device
+from paddle_rt._core.memcpy cimport upload_async
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
 from paddle_rt._core.allocation cimport dl_capsule, Allocation
 from paddle_rt._core.device_ext cimport (
@@ -37,7 +38,22 @@ _BY_NAME = {v[0]: k for k, v in _DTYPES.items()}
 DTYPE_NAMES = tuple(v[0] for v in _DTYPES.values())
 
 
+cdef dict _CODE_OF_NP_DTYPE = {}     # numpy dtype object -> code, filled as met (dtype.name is slow Python code)
+
+
 cdef int32_t dtype_code_of(object dtype) except -1:
+    cdef object cached
+    if type(dtype) is np.dtype or isinstance(dtype, np.dtype):
+        cached = _CODE_OF_NP_DTYPE.get(dtype)
+        if cached is not None:
+            return cached
+        code = _code_of(dtype)
+        _CODE_OF_NP_DTYPE[dtype] = code
+        return code
+    return _code_of(dtype)
+
+
+cdef int32_t _code_of(object dtype) except -1:
     if isinstance(dtype, int) and not isinstance(dtype, bool):
         if dtype in _DTYPES:
             return dtype
@@ -673,7 +689,8 @@ def zeros(shape, dtype="float32", device=None, stream=None):
 
 def tensor(data, dtype=None, device=None, stream=None):
     """A tensor holding a copy of ``data`` (anything numpy.asarray takes; bfloat16 through ml_dtypes), copied
-    ordered on ``stream`` (the host data stays referenced until the copy ran)."""
+    ordered on ``stream`` (data up to memcpy.STAGE_MAX_BYTES is staged at once; larger host data stays referenced
+    until the copy ran)."""
     cdef int32_t code
     cdef int64_t sh[8]
     if isinstance(data, Tensor):
@@ -686,8 +703,7 @@ def tensor(data, dtype=None, device=None, stream=None):
     cdef Stream s = _stream_for(device, stream)
     cdef Tensor t = new_tensor(s.device, s, nd, sh, code)
     if t.storage.memory is not None:
-        from paddle_rt._core.memcpy import memcpy_async
-        memcpy_async(t.data, arr.reshape(-1).view(np.uint8), arr.nbytes, stream=s, kind="H2D")
+        upload_async(s, t.data, arr, arr.nbytes)
         t.storage.note_writer(s, s.position)
     return t
 

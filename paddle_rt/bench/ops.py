@@ -11,7 +11,9 @@ numpy: a fresh array), as each would be used.
 4. float16 / bfloat16 against float32 on the same ops (target: within 2x of float32's time).
 5. A cached op on a 1-element tensor from Python, enqueue to return (target <= 1.5 us): the descriptor call
    ``desc(out, a, b)`` and ``ops.add(a, b)`` (the latter allocates its output).
-6. Triton's tutorial vector add on 1 M float32 elements (BLOCK_SIZE 1024) through paddle_rt.triton.launch, which runs
+6. When torch is importable: every operator against PyTorch's CPU operator at 1 thread and at the default thread
+   count on both sides, and 1 KiB / 1 MiB uploads against ``torch.tensor`` (paddle_rt/bench/_torch_ops.py).
+7. Triton's tutorial vector add on 1 M float32 elements (BLOCK_SIZE 1024) through paddle_rt.triton.launch, which runs
    Triton's interpreter on rt_cpu, vs ops.add: no target (the interpreter is for checking kernels, not for speed);
    only when the ``triton`` extra is installed.
 """
@@ -191,12 +193,14 @@ def measure(quick=False, reps=None):
     rows.append(result(AREA, "ops.add(a, b), 1 element (cached descriptor, output allocated), enqueue to return", o_us,
                        "us", *at_most(o_us, 1.5, "us"), note="Python loop included"))
     s.synchronize()
+    from paddle_rt.bench import _torch_ops
+    rows += _torch_ops.measure(AREA, quick, reps)
     rows.extend(_triton_rows(rng, 1 if quick else 3))
     return rows
 
 
 def _triton_rows(rng, reps):
-    """6. One Triton row (the interpreter) when paddle_rt.triton can be imported."""
+    """7. One Triton row (the interpreter) when paddle_rt.triton can be imported."""
     try:
         import triton
         import triton.language as tl

@@ -40,8 +40,9 @@ inline float bf16_to_f32(uint16_t h) {
 inline uint16_t f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* a NaN stays a quiet NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                   /* nearest even */
+    const uint16_t nan = (uint16_t)((u >> 16) | 0x40);                        /* a NaN stays a quiet NaN */
+    const uint16_t rounded = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);   /* round to nearest even */
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;                     /* a select, no branch: loops vectorise */
 }
 
 #if defined(__x86_64__)

@@ -1,11 +1,16 @@
 /* Host kernels of the operator layer: the operators of paddle_rt_op (include/paddle_rt/extension.h) on memory the
  * host can address. Floating-point dtypes compute in float (float16 and bfloat16 are widened in blocks and rounded
- * back to nearest even) or in double (float64); integers wrap around. gemm calls the BLAS that SciPy ships (the
- * entry points come from scipy.linalg.cython_blas at the first gemm, op.pyx); the rest is one fused pass per row or
- * per block. Linked into the op extension only (setup.py ENGINE_SOURCES). */
+ * back to nearest even) or in double (float64); integers wrap around. gemm calls numpy's BLAS (or SciPy's; the entry
+ * points are found at the first gemm, op.pyx) with that library's own threads; the rest is one fused pass per row or
+ * per block, split over paddle_rt's host thread pool (host_parallel.h) in ranges of whole rows or blocks, so every
+ * element is computed by the same arithmetic whatever the thread count (results are bit-identical at 1 or N
+ * threads). float32 exp, erf, gelu, silu and swiglu go through glibc's vector math (vector_math.h). Linked into the
+ * op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/op_kernels.h"
 #include "engine/op_families.h"
 #include "engine/host_float.h"
+#include "engine/host_parallel.h"
+#include "engine/vector_math.h"
 
 #include <limits.h>
 #include <math.h>
@@ -19,13 +24,15 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-/* glibc's libmvec: four expf at once (SSE), the same accuracy as expf (4 ulp). */
-extern "C" __m128 _ZGVbN4v_expf(__m128);
 #endif
 
 namespace {
 
 constexpr int kBlock = 512;           /* elements per block of the widened (float) paths: 2 KiB, stays in L1 */
+/* Work per chunk of the thread pool: below it a call runs on its stream's worker alone (a pool thread's wake-up
+   costs ~5-20 us; 32 K elements of a cheap op take about as long). */
+constexpr int64_t kGrainElems = 32768;
+constexpr int64_t kSpan = 16384;       /* a long row is split into spans of this many elements */
 
 /* BLAS gemm with integer arguments of type I (int: LP64, int64_t: ILP64) */
 template <typename T, typename I>
@@ -48,13 +55,7 @@ using prt_host::f32_row_to_f16_f16c;
 #endif
 
 /* x[i] = exp(x[i]) */
-inline void exp_inplace(float* x, int64_t n) {
-    int64_t i = 0;
-#if defined(__x86_64__)
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _ZGVbN4v_expf(_mm_loadu_ps(x + i)));
-#endif
-    for (; i < n; i++) x[i] = expf(x[i]);
-}
+inline void exp_inplace(float* x, int64_t n) { prt_vm_apply(PRT_VM_EXP, x, nullptr, x, n); }
 
 inline void exp_inplace(double* x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = exp(x[i]);
@@ -79,7 +80,8 @@ void load_row(const char* p, int dt, int64_t s, int64_t n, float* d) {
     }
     case BFLOAT16: {
         const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(q[i * s]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(q[i]);   /* vectorised (-O3) */
+        else for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(q[i * s]);
         break;
     }
     case FLOAT64: {
@@ -110,7 +112,8 @@ void store_row(char* p, int dt, int64_t s, int64_t n, const float* v) {
     }
     case BFLOAT16: {
         uint16_t* q = reinterpret_cast<uint16_t*>(p);
-        for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16(v[i]);
+        if (s == 1) for (int64_t i = 0; i < n; i++) q[i] = f32_to_bf16(v[i]);   /* branch-free: vectorised (-O3) */
+        else for (int64_t i = 0; i < n; i++) q[i * s] = f32_to_bf16(v[i]);
         break;
     }
     case FLOAT64: {
@@ -220,6 +223,53 @@ void for_rows(const Layout& L, F&& f) {
 
 int64_t last(const Layout& L, int j) { return L.st[j][L.nd - 1]; }
 
+int64_t rows_of(const Layout& L) {
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < L.nd; d++) rows *= L.shape[d];
+    return rows;
+}
+
+/* p[j] = the start of row r (all dimensions but the last) in operand j. */
+void row_start(const Layout& L, int64_t r, char** p) {
+    for (int j = 0; j < L.k; j++) p[j] = L.base[j];
+    for (int d = L.nd - 2; d >= 0; d--) {
+        const int64_t i = r % L.shape[d];
+        r /= L.shape[d];
+        for (int j = 0; j < L.k; j++) p[j] += i * L.st[j][d] * L.esize[j];
+    }
+}
+
+/* Calls f(ptrs, i0, i1) for the elements [i0, i1) of every row, rows cut into spans of kSpan, the spans split over
+   the thread pool (elementwise ops and copies: each element on its own, so the split never changes a result). */
+template <typename F>
+void for_spans(const Layout& L, F&& f) {
+    const int64_t n = L.shape[L.nd - 1];
+    const int64_t span = n < kSpan ? n : kSpan;
+    const int64_t per_row = (n + span - 1) / span;
+    prt::parallel_for(rows_of(L) * per_row, std::max<int64_t>(1, kGrainElems / span), [&](int64_t u0, int64_t u1) {
+        char* p[kMaxOperands];
+        for (int64_t u = u0; u < u1; u++) {
+            const int64_t i0 = (u % per_row) * span;
+            if (u == u0 || i0 == 0) row_start(L, u / per_row, p);
+            f(p, i0, std::min(n, i0 + span));
+        }
+    });
+}
+
+/* Calls f(ptrs, r) for every row r, ranges of rows split over the thread pool (row_elems: the work of one row).
+   Each row is computed by one thread with the same arithmetic as at one thread. */
+template <typename F>
+void for_rows_parallel(const Layout& L, int64_t row_elems, F&& f) {
+    prt::parallel_for(rows_of(L), std::max<int64_t>(1, kGrainElems / std::max<int64_t>(row_elems, 1)),
+                      [&](int64_t r0, int64_t r1) {
+        char* p[kMaxOperands];
+        for (int64_t r = r0; r < r1; r++) {
+            row_start(L, r, p);
+            f(p, r);
+        }
+    });
+}
+
 /* ---- elementwise ---------------------------------------------------------------------------------------------- */
 template <typename C>
 inline void ew_block(int op, const C* a, const C* b, C* o, C* t, int64_t n, const double* attrs) {
@@ -233,17 +283,29 @@ inline void ew_block(int op, const C* a, const C* b, C* o, C* t, int64_t n, cons
         break;
     }
     case PADDLE_RT_OP_SWIGLU:       /* a * b * sigmoid(b) = a * b / (1 + exp(-b)) */
+        if (std::is_same<C, float>::value) {
+            prt_vm_apply(PRT_VM_SWIGLU, (const float*)a, (const float*)b, (float*)o, n);
+            break;
+        }
         for (int64_t i = 0; i < n; i++) t[i] = -b[i];
         exp_inplace(t, n);
         for (int64_t i = 0; i < n; i++) o[i] = a[i] * b[i] / ((C)1 + t[i]);
         break;
     case PADDLE_RT_OP_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] > (C)0 ? a[i] : (a[i] == a[i] ? (C)0 : a[i]); break;
     case PADDLE_RT_OP_SILU:         /* x * sigmoid(x) */
+        if (std::is_same<C, float>::value) {
+            prt_vm_apply(PRT_VM_SILU, (const float*)a, nullptr, (float*)o, n);
+            break;
+        }
         for (int64_t i = 0; i < n; i++) t[i] = -a[i];
         exp_inplace(t, n);
         for (int64_t i = 0; i < n; i++) o[i] = a[i] / ((C)1 + t[i]);
         break;
     case PADDLE_RT_OP_GELU:
+        if (std::is_same<C, float>::value) {
+            prt_vm_apply(attrs[0] != 0 ? PRT_VM_GELU_TANH : PRT_VM_GELU_ERF, (const float*)a, nullptr, (float*)o, n);
+            break;
+        }
         if (attrs[0] != 0) {        /* tanh approximation */
             const C k0 = (C)0.7978845608028654, k1 = (C)0.044715;
             for (int64_t i = 0; i < n; i++) {
@@ -268,26 +330,25 @@ C_Status ew_float(const paddle_rt_op_call* c) {
     Layout L = layout_of(c, k);
     if (numel(L) == 0) return C_SUCCESS;
     coalesce(L);
-    const int64_t n = L.shape[L.nd - 1];
     /* axpby's second operand is out (y) itself: it has no inputs[1] */
     const int dt_o = c->out.dtype, dt_a = c->inputs[0].dtype,
               dt_b = k == 2 ? dt_a : op == PADDLE_RT_OP_AXPBY ? dt_o : c->inputs[1].dtype;
     const bool direct = sizeof(C) == 8 || (dt_o == FLOAT32 && dt_a == FLOAT32 && dt_b == FLOAT32);
     const int64_t so = last(L, 0), sa = last(L, 1), sb = k == 3 ? last(L, 2) : 0;
-    alignas(64) C ba[kBlock], bb[kBlock], bo[kBlock], bt[kBlock];
-    for_rows(L, [&](char* const* p, int64_t) {
+    for_spans(L, [&](char* const* p, int64_t j0, int64_t j1) {
+        alignas(64) C ba[kBlock], bb[kBlock], bo[kBlock], bt[kBlock];
         if (direct && so == 1 && sa == 1 && (k == 2 || sb == 1)) {
             C* o = reinterpret_cast<C*>(p[0]);
             const C* a = reinterpret_cast<const C*>(p[1]);
             const C* b = k == 3 ? reinterpret_cast<const C*>(p[2]) : a;
-            for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-                int64_t m = std::min<int64_t>(kBlock, n - i0);
+            for (int64_t i0 = j0; i0 < j1; i0 += kBlock) {
+                int64_t m = std::min<int64_t>(kBlock, j1 - i0);
                 ew_block<C>(op, a + i0, b + i0, o + i0, bt, m, c->attrs);
             }
             return;
         }
-        for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
-            int64_t m = std::min<int64_t>(kBlock, n - i0);
+        for (int64_t i0 = j0; i0 < j1; i0 += kBlock) {
+            int64_t m = std::min<int64_t>(kBlock, j1 - i0);
             load_row(p[1] + i0 * sa * L.esize[1], dt_a, sa, m, ba);
             if (k == 3) {
                 load_row(p[2] + i0 * sb * L.esize[2], dt_b, sb, m, bb);
@@ -308,11 +369,12 @@ C_Status ew_int(const paddle_rt_op_call* c) {
     const int64_t n = L.shape[L.nd - 1];
     const int64_t so = last(L, 0), sa = last(L, 1), sb = last(L, 2);
     const int op = c->op;
-    for_rows(L, [&](char* const* p, int64_t) {
+    (void)n;
+    for_spans(L, [&](char* const* p, int64_t i0, int64_t i1) {
         T* o = reinterpret_cast<T*>(p[0]);
         const T* a = reinterpret_cast<const T*>(p[1]);
         const T* b = reinterpret_cast<const T*>(p[2]);
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = i0; i < i1; i++) {
             U x = (U)a[i * sa], y = (U)b[i * sb];
             U r = op == PADDLE_RT_OP_ADD ? (U)(x + y) : op == PADDLE_RT_OP_SUB ? (U)(x - y) : (U)(x * y);
             o[i * so] = (T)r;
@@ -351,27 +413,69 @@ C_Status rearrange_kernel(const paddle_rt_op_call* c) {
     coalesce(L);
     const int64_t n = L.shape[L.nd - 1], so = last(L, 0), sa = last(L, 1);
     const int es = L.esize[0];
-    for_rows(L, [&](char* const* p, int64_t) {
-        if (so == 1 && sa == 1) { memmove(p[0], p[1], (size_t)(n * es)); return; }
+    (void)n;
+    /* An in-place or overlapping rearrange (memmove semantics) stays on one thread: spans would race. */
+    const int64_t lo0 = (int64_t)(uintptr_t)L.base[0], lo1 = (int64_t)(uintptr_t)L.base[1];
+    int64_t ext0 = es, ext1 = es;
+    for (int d = 0; d < L.nd; d++) {
+        ext0 += (L.shape[d] - 1) * std::abs(L.st[0][d]) * es;
+        ext1 += (L.shape[d] - 1) * std::abs(L.st[1][d]) * es;
+    }
+    const bool overlap = lo0 < lo1 + ext1 && lo1 < lo0 + ext0;
+    auto span = [&](char* const* p, int64_t i0, int64_t i1) {
+        char* o = p[0] + i0 * so * es;
+        const char* a = p[1] + i0 * sa * es;
+        const int64_t m = i1 - i0;
+        if (so == 1 && sa == 1) { memmove(o, a, (size_t)(m * es)); return; }
         switch (es) {
-        case 1: copy_row<uint8_t>(p[0], so, p[1], sa, n); break;
-        case 2: copy_row<uint16_t>(p[0], so, p[1], sa, n); break;
-        case 4: copy_row<uint32_t>(p[0], so, p[1], sa, n); break;
-        default: copy_row<uint64_t>(p[0], so, p[1], sa, n); break;
+        case 1: copy_row<uint8_t>(o, so, a, sa, m); break;
+        case 2: copy_row<uint16_t>(o, so, a, sa, m); break;
+        case 4: copy_row<uint32_t>(o, so, a, sa, m); break;
+        default: copy_row<uint64_t>(o, so, a, sa, m); break;
         }
-    });
+    };
+    if (overlap) for_rows(L, [&](char* const* p, int64_t) { span(p, 0, L.shape[L.nd - 1]); });
+    else for_spans(L, span);
     return C_SUCCESS;
 }
 
 /* ---- row-wise normalisations and softmax ---------------------------------------------------------------------- */
+/* Row reductions in kLanes interleaved partial results, combined in a fixed order at the end: the compiler vectorises
+   them (a single running sum cannot be reordered without -ffast-math), and a row's result does not depend on the
+   thread count (one thread computes a whole row). */
+constexpr int kLanes = 16;
+
+template <typename C, typename F>
+inline C row_sum(int64_t n, F&& term) {
+    C acc[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; j++) acc[j] += term(i + j);
+    for (; i < n; i++) acc[i % kLanes] += term(i);
+    for (int w = kLanes / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+template <typename C>
+inline C row_max(const C* x, int64_t n) {      /* n >= 1; the sequential loop's result, NaN handling included */
+    C acc[kLanes];
+    for (int j = 0; j < kLanes; j++) acc[j] = x[0];
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    for (; i < n; i++) acc[i % kLanes] = x[i] > acc[i % kLanes] ? x[i] : acc[i % kLanes];
+    C m = acc[0];
+    for (int j = 1; j < kLanes; j++) m = acc[j] > m ? acc[j] : m;
+    return m;
+}
 template <typename C>
 C_Status norm_kernel(const paddle_rt_op_call* c) {
     const bool layer = c->op == PADDLE_RT_OP_LAYER_NORM;
     Layout L = layout_of(c, 2);
     if (numel(L) == 0) return C_SUCCESS;
     const int64_t d = L.shape[L.nd - 1], so = last(L, 0), sx = last(L, 1);
-    C* x = static_cast<C*>(c->workspace);
-    C* w = x + d;
+    C* w = static_cast<C*>(c->workspace) + d;      /* the weights, read by every thread */
     C* b = w + d;
     load_row(static_cast<const char*>(c->inputs[1].data), c->inputs[1].dtype, c->inputs[1].strides[0], d, w);
     if (layer && c->n_inputs > 2)
@@ -379,25 +483,24 @@ C_Status norm_kernel(const paddle_rt_op_call* c) {
     else if (layer)
         std::fill(b, b + d, (C)0);   /* layer_norm without a bias */
     const C eps = (C)c->attrs[0];
-    for_rows(L, [&](char* const* p, int64_t) {
+    std::atomic<int> failed{0};
+    for_rows_parallel(L, d, [&](char* const* p, int64_t) {
+        C* x = static_cast<C*>(prt_parallel_scratch((size_t)d * sizeof(C)));   /* this thread's row */
+        if (!x) { failed.store(1); return; }
         load_row(p[1], c->inputs[0].dtype, sx, d, x);
         if (layer) {
-            C s = 0;
-            for (int64_t i = 0; i < d; i++) s += x[i];
-            const C mean = s / (C)d;
-            C v = 0;
-            for (int64_t i = 0; i < d; i++) { C t = x[i] - mean; v += t * t; }
+            const C mean = row_sum<C>(d, [x](int64_t i) { return x[i]; }) / (C)d;
+            const C v = row_sum<C>(d, [x, mean](int64_t i) { C t = x[i] - mean; return t * t; });
             const C r = (C)1 / std::sqrt(v / (C)d + eps);
             for (int64_t i = 0; i < d; i++) x[i] = (x[i] - mean) * r * w[i] + b[i];
         } else {
-            C s = 0;
-            for (int64_t i = 0; i < d; i++) s += x[i] * x[i];
+            const C s = row_sum<C>(d, [x](int64_t i) { return x[i] * x[i]; });
             const C r = (C)1 / std::sqrt(s / (C)d + eps);
             for (int64_t i = 0; i < d; i++) x[i] = x[i] * r * w[i];
         }
         store_row(p[0], c->out.dtype, so, d, x);
     });
-    return C_SUCCESS;
+    return failed.load() ? C_ERROR : C_SUCCESS;
 }
 
 template <typename C>
@@ -406,23 +509,23 @@ C_Status causal_softmax_kernel(const paddle_rt_op_call* c) {
     if (numel(L) == 0) return C_SUCCESS;
     const int64_t total = L.shape[L.nd - 1], n = L.shape[L.nd - 2];
     const int64_t so = last(L, 0), sx = last(L, 1);
-    C* x = static_cast<C*>(c->workspace);
-    for_rows(L, [&](char* const* p, int64_t r) {
+    std::atomic<int> failed{0};
+    for_rows_parallel(L, total, [&](char* const* p, int64_t r) {
+        C* x = static_cast<C*>(prt_parallel_scratch((size_t)total * sizeof(C)));   /* this thread's row */
+        if (!x) { failed.store(1); return; }
         const int64_t i = r % n;
         const int64_t kept = std::min<int64_t>(total, i + total - n + 1);
         load_row(p[1], c->inputs[0].dtype, sx, kept, x);
-        C m = x[0];
-        for (int64_t j = 1; j < kept; j++) m = x[j] > m ? x[j] : m;
+        const C m = row_max(x, kept);
         for (int64_t j = 0; j < kept; j++) x[j] -= m;
         exp_inplace(x, kept);
-        C s = 0;
-        for (int64_t j = 0; j < kept; j++) s += x[j];
+        const C s = row_sum<C>(kept, [x](int64_t j) { return x[j]; });
         const C inv = (C)1 / s;
         for (int64_t j = 0; j < kept; j++) x[j] *= inv;
         for (int64_t j = kept; j < total; j++) x[j] = 0;
         store_row(p[0], c->out.dtype, so, total, x);
     });
-    return C_SUCCESS;
+    return failed.load() ? C_ERROR : C_SUCCESS;
 }
 
 /* ---- gemm ------------------------------------------------------------------------------------------------------- */

@@ -4,11 +4,17 @@
  * pos of the tables. Every position is checked against max_pos before anything is written; one outside leaves
  * (position, max_pos) as the failure detail. A row is read whole before it is written (in place allowed). */
 #include "engine/host_float.h"
+#include "engine/host_parallel.h"
 #include "engine/op_families.h"
+
+#include <algorithm>
+#include <atomic>
 
 using namespace prt_host;
 
 namespace {
+
+constexpr int64_t kRopeGrainElems = 32768;   /* elements per pool chunk at least (op_kernels.cpp's kGrainElems) */
 
 struct RopeShape {
     int64_t batch, seq, heads, dim;
@@ -44,16 +50,22 @@ C_Status rope(const paddle_rt_op_call* c) {
                 return C_ERROR;
             }
         }
-    C* xr = reinterpret_cast<C*>(static_cast<char*>(c->workspace) + kDetailBytes);
-    C* yr = xr + r.dim;
-    C* sv = yr + r.dim;
-    C* cv = sv + half;
     const int ex = esize(x.dtype), ey = esize(y.dtype);
     const int64_t* xs = x.strides;
     const int64_t* ys = y.strides;
     const int L = r.lead;
-    for (int64_t b = 0; b < r.batch; b++)
-        for (int64_t s = 0; s < r.seq; s++) {
+    /* (batch, seq) rows split over the host thread pool (host_parallel.h); each (token, head) row is computed alone,
+       so the result does not depend on the split. */
+    std::atomic<int> failed{0};
+    const int64_t grain = std::max<int64_t>(1, kRopeGrainElems / std::max<int64_t>(r.heads * r.dim, 1));
+    prt::parallel_for(r.batch * r.seq, grain, [&](int64_t t0, int64_t t1) {
+        C* xr = static_cast<C*>(prt_parallel_scratch((size_t)(3 * r.dim) * sizeof(C)));   /* this thread's rows */
+        if (!xr) { failed.store(1); return; }
+        C* yr = xr + r.dim;
+        C* sv = yr + r.dim;
+        C* cv = sv + half;
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t b = t / r.seq, s = t % r.seq;
             const int64_t p = get_index(pos.data, pos.dtype, b * r.pos_sb + s * r.pos_ss);
             read_row<C>(static_cast<const char*>(sn.data) + p * sn.strides[0] * esize(sn.dtype), sn.dtype,
                         sn.strides[1], half, sv);
@@ -63,15 +75,22 @@ C_Status rope(const paddle_rt_op_call* c) {
                 const int64_t xo = (L ? b * xs[0] : 0) + s * xs[L] + h * xs[L + 1];
                 const int64_t yo = (L ? b * ys[0] : 0) + s * ys[L] + h * ys[L + 1];
                 read_row<C>(static_cast<const char*>(x.data) + xo * ex, x.dtype, xs[L + 2], r.dim, xr);
-                for (int64_t i = 0; i < half; i++) {
-                    const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-                    yr[i0] = xr[i0] * cv[i] - xr[i1] * sv[i];
-                    yr[i1] = xr[i0] * sv[i] + xr[i1] * cv[i];
+                if (neox) {             /* halves: contiguous, vectorised */
+                    for (int64_t i = 0; i < half; i++) {
+                        yr[i] = xr[i] * cv[i] - xr[i + half] * sv[i];
+                        yr[i + half] = xr[i] * sv[i] + xr[i + half] * cv[i];
+                    }
+                } else {                /* interleaved pairs */
+                    for (int64_t i = 0; i < half; i++) {
+                        yr[2 * i] = xr[2 * i] * cv[i] - xr[2 * i + 1] * sv[i];
+                        yr[2 * i + 1] = xr[2 * i] * sv[i] + xr[2 * i + 1] * cv[i];
+                    }
                 }
                 write_row<C>(static_cast<char*>(y.data) + yo * ey, y.dtype, ys[L + 2], r.dim, yr);
             }
         }
-    return C_SUCCESS;
+    });
+    return failed.load() ? C_ERROR : C_SUCCESS;
 }
 
 }  // namespace
@@ -83,5 +102,6 @@ C_Status prt_rope_kernel(const paddle_rt_op_call* c) {
 }
 
 size_t prt_rope_workspace(const paddle_rt_op_call* c) {
-    return kDetailBytes + (size_t)(3 * c->out.shape[c->out.ndim - 1]) * (c->dtype == FLOAT64 ? 8 : 4);
+    (void)c;
+    return kDetailBytes;     /* the failure detail; the rows are each pool thread's scratch */
 }

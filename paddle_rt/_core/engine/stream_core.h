@@ -118,6 +118,26 @@ struct prt_stream_core {
         return o->pos;
     }
 
+    /* Runs fn on the calling thread as the stream's next operation when the stream is idle (nothing queued or
+       running, plugin work included) and returns its position; 0 when it is not (or its lock is busy: enqueue the
+       operation instead), UINT64_MAX when the stream is stopping. The queue's lock is held while fn runs, so nothing
+       enqueued meanwhile can overtake it: for short operations that finish on the host (a staged small copy through
+       the plugin's synchronous hook), never for one that hands work to the plugin's stream (returns 1). */
+    uint64_t run_now_if_idle(prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes = 0) {
+        std::unique_lock<std::mutex> lk(mu, std::try_to_lock);
+        if (!lk.owns_lock()) return 0;
+        if (stopping) return UINT64_MAX;
+        if (head || completed.load(std::memory_order_acquire) != submitted) return 0;
+        int64_t t = __builtin_expect((*trace_mask & trace_bit) != 0, 0) ? prt_now_ns() : 0;
+        uint64_t pos = ++submitted;
+        submitted_pub.store(submitted, std::memory_order_release);
+        fn(ctx, arg, aux, pos);
+        if (__builtin_expect(t != 0, 0) && trace_op) trace_op(ctx, flags >> 8, pos, nbytes, t, t, prt_now_ns());
+        completed.store(pos, std::memory_order_release);
+        if (waiters) done_cv.notify_all();
+        return pos;
+    }
+
     void sync_plugin() {
         if (dirty) {
             if (plugin_sync) plugin_sync(ctx);

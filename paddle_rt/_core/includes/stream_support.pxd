@@ -65,6 +65,7 @@ cdef extern from "engine/stream_core.h" nogil:
         prt_trace_op_fn trace_op
         uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags)
         uint64_t enqueue(prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes)
+        uint64_t run_now_if_idle(prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes)
         void start() except +
         bint idle()
         bint reached(uint64_t pos)
