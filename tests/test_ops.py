@@ -191,6 +191,33 @@ def test_gemm_blas_numpy_and_scipy(rng):
     assert paddle_rt.op.blas_info() is not None
 
 
+@pytest.mark.parametrize("source", ["numpy", "scipy"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemm_one_row_or_column_every_layout(source, dtype, rng):
+    """One output row or column (a decode step's x @ W, or W @ x) goes through the BLAS's gemv: every operand layout
+    (row-major, a transposed view, a strided row or column), alpha/beta and batches give numpy's product."""
+    from paddle_rt._core import op as op_core
+    try:
+        op_core._reselect_blas(source)
+        for m, k, n in ((1, 37, 23), (23, 37, 1), (1, 5, 1)):
+            a, b = rand((2, m, k), dtype, rng), rand((2, k, n), dtype, rng)
+            c = rand((2, m, n), dtype, rng)
+            at = paddle_rt.tensor(np.ascontiguousarray(a.transpose(0, 2, 1))).transpose(1, 2)
+            bt = paddle_rt.tensor(np.ascontiguousarray(b.transpose(0, 2, 1))).transpose(1, 2)
+            wide_a = np.zeros((2, m, 3 * k), dtype)
+            wide_a[:, :, ::3] = a                                   # a row or column with stride 3
+            for ta in (paddle_rt.tensor(a), at, paddle_rt.tensor(wide_a)[:, :, ::3]):
+                for tb in (paddle_rt.tensor(b), bt):
+                    tc = paddle_rt.tensor(c)
+                    ops.gemm(ta, tb, out=tc, alpha=0.5, beta=2.0)
+                    check(tc.numpy(), 0.5 * (a.astype(np.float64) @ b) + 2.0 * c, dtype, 10)
+            ct = paddle_rt.tensor(np.ascontiguousarray(c.transpose(0, 2, 1))).transpose(1, 2)   # a column-major out
+            ops.gemm(paddle_rt.tensor(a), paddle_rt.tensor(b), out=ct)
+            check(ct.numpy(), a.astype(np.float64) @ b, dtype, 10)
+    finally:
+        op_core._reselect_blas("numpy")
+
+
 def test_gemm_shape_errors(rng):
     a, b = paddle_rt.empty((2, 3)), paddle_rt.empty((4, 5))
     with pytest.raises(paddle_rt.InvalidArgument, match=r"gemm: a \(2, 3\) @ b \(4, 5\)"):

@@ -316,7 +316,7 @@ cdef int _ensure_blas(bint numpy_first=True) except -1:
         s = dlsym(h, b"scipy_sgemm_64_")
         d = dlsym(h, b"scipy_dgemm_64_")
         if s != NULL and d != NULL:
-            prt_set_blas(s, d, 1)
+            prt_set_blas(s, d, dlsym(h, b"scipy_sgemv_64_"), dlsym(h, b"scipy_dgemv_64_"), 1)
             _blas = {"library": path, "interface": "ILP64 (numpy's OpenBLAS)"}
             return 0
     return _scipy_blas()
@@ -334,7 +334,8 @@ cdef int _scipy_blas() except -1:
     caps = cython_blas.__pyx_capi__
     s = PyCapsule_GetPointer(caps["sgemm"], PyCapsule_GetName(caps["sgemm"]))
     d = PyCapsule_GetPointer(caps["dgemm"], PyCapsule_GetName(caps["dgemm"]))
-    prt_set_blas(s, d, 0)
+    prt_set_blas(s, d, PyCapsule_GetPointer(caps["sgemv"], PyCapsule_GetName(caps["sgemv"])),
+                 PyCapsule_GetPointer(caps["dgemv"], PyCapsule_GetName(caps["dgemv"])), 0)
     _blas = {"library": cython_blas.__file__, "interface": "LP64 (scipy.linalg.cython_blas)"}
     return 0
 

@@ -38,8 +38,16 @@ constexpr int64_t kSpan = 16384;       /* a long row is split into spans of this
 template <typename T, typename I>
 using gemm_fn = void (*)(const char* ta, const char* tb, const I* m, const I* n, const I* k, const T* alpha,
                          const T* a, const I* lda, const T* b, const I* ldb, const T* beta, T* c, const I* ldc);
+/* BLAS gemv, for the products with one row or one column of output (a decode step's activations times a weight):
+   OpenBLAS's gemm runs them through its blocked matrix path, several times slower than its gemv, which numpy and
+   torch call for the same shapes. */
+template <typename T, typename I>
+using gemv_fn = void (*)(const char* t, const I* m, const I* n, const T* alpha, const T* a, const I* lda, const T* x,
+                         const I* incx, const T* beta, T* y, const I* incy);
 std::atomic<void*> g_sgemm{nullptr};
 std::atomic<void*> g_dgemm{nullptr};
+std::atomic<void*> g_sgemv{nullptr};
+std::atomic<void*> g_dgemv{nullptr};
 std::atomic<int> g_ilp64{0};
 
 /* ---- conversions (engine/host_float.h) --------------------------------------------------------------------------- */
@@ -597,11 +605,35 @@ void blas_gemm_as(char ta, char tb, int64_t m, int64_t n, int64_t k, C alpha, co
     fn(&ta, &tb, &im, &in, &ik, &alpha, a, &ila, b, &ilb, &beta, c, &ilc);
 }
 
+template <typename C, typename I>
+void blas_gemv_as(char t, int64_t rows, int64_t cols, C alpha, const C* a, int64_t lda, const C* x, int64_t incx,
+                  C beta, C* y, int64_t incy) {
+    const I ir = (I)rows, ic = (I)cols, ila = (I)lda, ix = (I)incx, iy = (I)incy;
+    auto fn = reinterpret_cast<gemv_fn<C, I>>(sizeof(C) == 4 ? g_sgemv.load() : g_dgemv.load());
+    fn(&t, &ir, &ic, &alpha, a, &ila, x, &ix, &beta, y, &iy);
+}
+
+/* A column-major gemm (BLAS's meaning of ta, tb, m, n, k and the leading dimensions) with k > 0; one output column
+   or row goes through gemv when the library gave one. */
+template <typename C, typename I>
+void blas_product_as(char ta, char tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a, int64_t lda,
+                     const C* b, int64_t ldb, C beta, C* c, int64_t ldc) {
+    const bool have_gemv = (sizeof(C) == 4 ? g_sgemv.load() : g_dgemv.load()) != nullptr;
+    const bool a_n = (ta | 0x20) == 'n', b_n = (tb | 0x20) == 'n';
+    if (have_gemv && n == 1) {          /* c[:, 0] = op(A) op(B)[:, 0] */
+        blas_gemv_as<C, I>(a_n ? 'N' : 'T', a_n ? m : k, a_n ? k : m, alpha, a, lda, b, b_n ? 1 : ldb, beta, c, 1);
+    } else if (have_gemv && m == 1) {   /* c[0, :] = op(B)^T op(A)[0, :] */
+        blas_gemv_as<C, I>(b_n ? 'T' : 'N', b_n ? k : n, b_n ? n : k, alpha, b, ldb, a, a_n ? lda : 1, beta, c, ldc);
+    } else {
+        blas_gemm_as<C, I>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+}
+
 template <typename C>
 void blas_gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, C alpha, const C* a, int64_t lda, const C* b,
                int64_t ldb, C beta, C* c, int64_t ldc) {
-    if (g_ilp64.load()) blas_gemm_as<C, int64_t>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    else blas_gemm_as<C, int>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (g_ilp64.load()) blas_product_as<C, int64_t>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else blas_product_as<C, int>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <typename C>
@@ -709,9 +741,11 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
     }
 }
 
-void prt_set_blas(void* sgemm, void* dgemm, int ilp64) {
+void prt_set_blas(void* sgemm, void* dgemm, void* sgemv, void* dgemv, int ilp64) {
     g_ilp64.store(ilp64);
     g_sgemm.store(sgemm);
     g_dgemm.store(dgemm);
+    g_sgemv.store(sgemv);
+    g_dgemv.store(dgemv);
 }
 

@@ -18,7 +18,7 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype);
 size_t prt_host_workspace(const paddle_rt_op_call* call);
 /* Fortran BLAS sgemm/dgemm entry points, found once at the first gemm (op.pyx _ensure_blas): numpy's own OpenBLAS
    (ILP64: 64-bit integer arguments) or SciPy's (LP64: 32-bit). */
-void prt_set_blas(void* sgemm, void* dgemm, int ilp64);
+void prt_set_blas(void* sgemm, void* dgemm, void* sgemv, void* dgemv, int ilp64);
 /* The size in bytes of one element of a C_DataType (0 for an unknown one). Stateless, so inline in every module. */
 static inline int prt_dtype_size(int dtype) {
     switch (dtype) {

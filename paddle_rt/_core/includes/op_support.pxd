@@ -61,5 +61,5 @@ cdef extern from "paddle_rt/extension.h" nogil:
 cdef extern from "engine/op_kernels.h" nogil:
     paddle_rt_kernel_fn prt_host_kernel(int op, int dtype)
     size_t prt_host_workspace(const paddle_rt_op_call* call)
-    void prt_set_blas(void* sgemm, void* dgemm, int ilp64)
+    void prt_set_blas(void* sgemm, void* dgemm, void* sgemv, void* dgemv, int ilp64)
     int prt_dtype_size(int dtype)
