@@ -14,6 +14,7 @@ import paddle_rt
 from paddle_rt import ops, Stream, InvalidArgument
 from paddle_rt.op import get_num_threads, set_num_threads, host_threads_info
 from paddle_rt._core import op as _op
+from conftest import package_parent
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,8 +33,9 @@ def _run(code, env_threads):
     env.pop("PADDLE_RT_NUM_THREADS", None)
     if env_threads is not None:
         env["PADDLE_RT_NUM_THREADS"] = env_threads
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    env["PYTHONPATH"] = package_parent() + os.pathsep + env.get("PYTHONPATH", "")   # the paddle_rt under test
+    res = subprocess.run([sys.executable, "-c", code], cwd=package_parent(), env=env, capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
@@ -242,11 +244,14 @@ def test_gemm_keeps_the_blas_threads_and_the_pool_idle(threads):
 
 
 @pytest.mark.parametrize("files", [["tests/test_ops.py", "tests/test_op.py"]])
-def test_operator_tests_pass_with_one_thread(files):
+def test_operator_tests_pass_with_one_thread(files, tmp_path):
     """The operator tests again in a fresh process with PADDLE_RT_NUM_THREADS=1 (this run has the default)."""
     env = dict(os.environ, PADDLE_RT_NUM_THREADS="1")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env["PYTHONPATH"] = package_parent() + os.pathsep + env.get("PYTHONPATH", "")   # the paddle_rt under test
+    # from a folder of its own: `python -m pytest` puts the cwd on sys.path, and the checkout's unbuilt sources there
+    # would shadow an installed package
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                          *(os.path.join(ROOT, f) for f in files)],
+                         cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert " passed" in res.stdout
