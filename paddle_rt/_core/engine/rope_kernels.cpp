@@ -59,34 +59,38 @@ C_Status rope(const paddle_rt_op_call* c) {
     std::atomic<int> failed{0};
     const int64_t grain = std::max<int64_t>(1, kRopeGrainElems / std::max<int64_t>(r.heads * r.dim, 1));
     prt::parallel_for(r.batch * r.seq, grain, [&](int64_t t0, int64_t t1) {
-        C* xr = static_cast<C*>(prt_parallel_scratch((size_t)(3 * r.dim) * sizeof(C)));   /* this thread's rows */
-        if (!xr) { failed.store(1); return; }
-        C* yr = xr + r.dim;
-        C* sv = yr + r.dim;
-        C* cv = sv + half;
+        /* locals, not the captured references: stores through the float rows could otherwise alias them (the build
+           has -fno-strict-aliasing), and the compiler would reload them in the inner loops instead of vectorising */
+        const int64_t dim = r.dim, hf = half, heads = r.heads, seq = r.seq;
+        C* const scratch = static_cast<C*>(prt_parallel_scratch((size_t)(3 * dim) * sizeof(C)));   /* this thread's */
+        if (!scratch) { failed.store(1); return; }
+        C* __restrict xr = scratch;
+        C* __restrict yr = scratch + dim;
+        C* __restrict sv = yr + dim;
+        C* __restrict cv = sv + hf;
         for (int64_t t = t0; t < t1; t++) {
-            const int64_t b = t / r.seq, s = t % r.seq;
-            const int64_t p = get_index(pos.data, pos.dtype, b * r.pos_sb + s * r.pos_ss);
+            const int64_t b = t / seq, si = t % seq;
+            const int64_t p = get_index(pos.data, pos.dtype, b * r.pos_sb + si * r.pos_ss);
             read_row<C>(static_cast<const char*>(sn.data) + p * sn.strides[0] * esize(sn.dtype), sn.dtype,
-                        sn.strides[1], half, sv);
+                        sn.strides[1], hf, sv);
             read_row<C>(static_cast<const char*>(cs.data) + p * cs.strides[0] * esize(cs.dtype), cs.dtype,
-                        cs.strides[1], half, cv);
-            for (int64_t h = 0; h < r.heads; h++) {
-                const int64_t xo = (L ? b * xs[0] : 0) + s * xs[L] + h * xs[L + 1];
-                const int64_t yo = (L ? b * ys[0] : 0) + s * ys[L] + h * ys[L + 1];
-                read_row<C>(static_cast<const char*>(x.data) + xo * ex, x.dtype, xs[L + 2], r.dim, xr);
+                        cs.strides[1], hf, cv);
+            for (int64_t h = 0; h < heads; h++) {
+                const int64_t xo = (L ? b * xs[0] : 0) + si * xs[L] + h * xs[L + 1];
+                const int64_t yo = (L ? b * ys[0] : 0) + si * ys[L] + h * ys[L + 1];
+                read_row<C>(static_cast<const char*>(x.data) + xo * ex, x.dtype, xs[L + 2], dim, xr);
                 if (neox) {             /* halves: contiguous, vectorised */
-                    for (int64_t i = 0; i < half; i++) {
-                        yr[i] = xr[i] * cv[i] - xr[i + half] * sv[i];
-                        yr[i + half] = xr[i] * sv[i] + xr[i + half] * cv[i];
+                    for (int64_t i = 0; i < hf; i++) {
+                        yr[i] = xr[i] * cv[i] - xr[i + hf] * sv[i];
+                        yr[i + hf] = xr[i] * sv[i] + xr[i + hf] * cv[i];
                     }
                 } else {                /* interleaved pairs */
-                    for (int64_t i = 0; i < half; i++) {
+                    for (int64_t i = 0; i < hf; i++) {
                         yr[2 * i] = xr[2 * i] * cv[i] - xr[2 * i + 1] * sv[i];
                         yr[2 * i + 1] = xr[2 * i] * sv[i] + xr[2 * i + 1] * cv[i];
                     }
                 }
-                write_row<C>(static_cast<char*>(y.data) + yo * ey, y.dtype, ys[L + 2], r.dim, yr);
+                write_row<C>(static_cast<char*>(y.data) + yo * ey, y.dtype, ys[L + 2], dim, yr);
             }
         }
     });
