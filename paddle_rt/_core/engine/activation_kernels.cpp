@@ -29,11 +29,10 @@ C_Status silu_and_mul(const paddle_rt_op_call* c) {
 }  // namespace
 
 C_Status prt_silu_and_mul_kernel(const paddle_rt_op_call* c) {
-    for (int d = 0; d < c->out.ndim; d++)
-        if (c->out.shape[d] == 0) return C_SUCCESS;
+    if (output_empty(c)) return C_SUCCESS;
     return c->dtype == FLOAT64 ? silu_and_mul<double>(c) : silu_and_mul<float>(c);
 }
 
 size_t prt_silu_and_mul_workspace(const paddle_rt_op_call* c) {
-    return (size_t)(2 * c->out.shape[c->out.ndim - 1]) * (c->dtype == FLOAT64 ? 8 : 4);
+    return (size_t)(2 * c->out.shape[c->out.ndim - 1]) * compute_size(c);
 }

@@ -130,5 +130,5 @@ C_Status prt_attention_kernel(const paddle_rt_op_call* c) {
 
 size_t prt_attention_workspace(const paddle_rt_op_call* c) {
     const int64_t seq = c->inputs[0].shape[1], dim = c->inputs[0].shape[2], total = (int64_t)c->attrs[0] + seq;
-    return (size_t)(2 * total * dim + 2 * dim + total) * (c->dtype == FLOAT64 ? 8 : 4);
+    return (size_t)(2 * total * dim + 2 * dim + total) * compute_size(c);
 }

@@ -202,6 +202,16 @@ inline void for_each_index(const int64_t* shape, int nd, F&& f) {
     }
 }
 
+/* Whether the call's output has no element (every family kernel returns C_SUCCESS at once then). */
+inline bool output_empty(const paddle_rt_op_call* c) {
+    for (int d = 0; d < c->out.ndim; d++)
+        if (c->out.shape[d] == 0) return true;
+    return false;
+}
+
+/* Bytes of one element of the compute type: double for float64, float for the rest (float16/bfloat16 widen). */
+inline size_t compute_size(const paddle_rt_op_call* c) { return c->dtype == FLOAT64 ? 8 : 4; }
+
 /* Failure details a host kernel leaves at the start of its workspace (two int64: what, which) for the error the next
    synchronize raises (op.pyx reads them); every family that can fail at run time reserves kDetailBytes. */
 constexpr size_t kDetailBytes = 64;   /* 64: the rows after it stay cache-line aligned */

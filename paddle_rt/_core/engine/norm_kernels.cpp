@@ -44,5 +44,5 @@ C_Status prt_add_rms_norm_kernel(const paddle_rt_op_call* c) {
 }
 
 size_t prt_add_rms_norm_workspace(const paddle_rt_op_call* c) {
-    return (size_t)(3 * c->out.shape[c->out.ndim - 1]) * (c->dtype == FLOAT64 ? 8 : 4);
+    return (size_t)(3 * c->out.shape[c->out.ndim - 1]) * compute_size(c);
 }

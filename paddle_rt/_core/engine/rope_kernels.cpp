@@ -100,8 +100,7 @@ C_Status rope(const paddle_rt_op_call* c) {
 }  // namespace
 
 C_Status prt_rope_kernel(const paddle_rt_op_call* c) {
-    for (int d = 0; d < c->out.ndim; d++)
-        if (c->out.shape[d] == 0) return C_SUCCESS;
+    if (output_empty(c)) return C_SUCCESS;
     return c->dtype == FLOAT64 ? rope<double>(c) : rope<float>(c);
 }
 

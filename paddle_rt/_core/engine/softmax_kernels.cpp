@@ -35,11 +35,10 @@ C_Status softmax(const paddle_rt_op_call* c) {
 }  // namespace
 
 C_Status prt_softmax_kernel(const paddle_rt_op_call* c) {
-    for (int d = 0; d < c->out.ndim; d++)
-        if (c->out.shape[d] == 0) return C_SUCCESS;
+    if (output_empty(c)) return C_SUCCESS;
     return c->dtype == FLOAT64 ? softmax<double>(c) : softmax<float>(c);
 }
 
 size_t prt_softmax_workspace(const paddle_rt_op_call* c) {
-    return (size_t)c->out.shape[c->out.ndim - 1] * (c->dtype == FLOAT64 ? 8 : 4);
+    return (size_t)c->out.shape[c->out.ndim - 1] * compute_size(c);
 }
