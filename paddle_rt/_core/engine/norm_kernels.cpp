@@ -17,7 +17,11 @@
  * (n / kLanes + log2(kLanes)) * u * sum|t| (u = 2^-24 for float, 2^-53 for double).
  *
  * layer_norm's statistics take two passes over the row, the second one from cache (a row of up to ~8 K floats stays
- * in L1/L2 after the first): the mean, then the sum of squared deviations from it. Unlike a one-pass
+ * in L1/L2 after the first): the mean, kept as s + m with s = x[0] and m = mean(x - s), then the sum of squared
+ * deviations (x - s) - m; the output is ((x - s) - m) * r * w + b. x - s is exact (Sterbenz) for values within a
+ * factor of 2 of s, so the error bound above applies to sum|x - s|, not to sum|x|, and the mean is never rounded
+ * to the precision of |x| (a float32 row 1e4 + N(0, 1) gets its deviations to ~1e-6, not to ulp(1e4) ~ 1e-3).
+ * Unlike a one-pass
  * sum-and-sum-of-squares it does not cancel when |mean| >> the spread (x = 1e4 + N(0, 1) in float32 loses every
  * digit of the variance with E[x^2] - E[x]^2, none here); the normalise pass is fused with the weight and the bias.
  * Loops read locals and __restrict pointers: with -fno-strict-aliasing (Python's CFLAGS) a store through a float
@@ -38,31 +42,31 @@ constexpr int kLanes = 16;
 /* Elements of work per chunk of the pool: below it a call runs on its stream's worker alone. */
 constexpr int64_t kGrainElems = 32768;
 
-/* sum of x[i] */
+/* sum of (x[i] - m) */
 template <typename C>
-inline C lane_sum(const C* __restrict x, int64_t n) {
+inline C lane_sum(const C* __restrict x, int64_t n, C m) {
     C acc[kLanes] = {};
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
-        for (int j = 0; j < kLanes; j++) acc[j] += x[i + j];
-    for (int j = 0; i < n; i++, j++) acc[j] += x[i];
+        for (int j = 0; j < kLanes; j++) acc[j] += x[i + j] - m;
+    for (int j = 0; i < n; i++, j++) acc[j] += x[i] - m;
     for (int w = kLanes / 2; w > 0; w /= 2)
         for (int j = 0; j < w; j++) acc[j] += acc[j + w];
     return acc[0];
 }
 
-/* sum of (x[i] - m)^2 */
+/* sum of ((x[i] - s) - m)^2 */
 template <typename C>
-inline C lane_sq_sum(const C* __restrict x, int64_t n, C m) {
+inline C lane_sq_sum(const C* __restrict x, int64_t n, C s, C m) {
     C acc[kLanes] = {};
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
         for (int j = 0; j < kLanes; j++) {
-            const C t = x[i + j] - m;
+            const C t = (x[i + j] - s) - m;
             acc[j] += t * t;
         }
     for (int j = 0; i < n; i++, j++) {
-        const C t = x[i] - m;
+        const C t = (x[i] - s) - m;
         acc[j] += t * t;
     }
     for (int w = kLanes / 2; w > 0; w /= 2)
@@ -94,9 +98,10 @@ inline char* row_ptr(const paddle_rt_tensor& t, const int64_t* shape, int nd, in
 template <typename C>
 inline void ln_row(const C* __restrict x, C* __restrict y, const C* __restrict w, const C* __restrict b, int64_t n,
                    C eps) {
-    const C mean = lane_sum(x, n) / (C)n;
-    const C r = (C)1 / std::sqrt(lane_sq_sum(x, n, mean) / (C)n + eps);
-    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * r * w[i] + b[i];
+    const C s = x[0];                              /* the mean is s + m, never rounded as one number */
+    const C m = lane_sum(x, n, s) / (C)n;
+    const C r = (C)1 / std::sqrt(lane_sq_sum(x, n, s, m) / (C)n + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = ((x[i] - s) - m) * r * w[i] + b[i];
 }
 
 template <typename C>
@@ -177,7 +182,7 @@ C_Status add_rms_norm(const paddle_rt_op_call* c) {
             }
             /* the whole row is read: a and b may be written now */
             write_row<C>(row_ptr(res, y.shape, nd, r), res.dtype, res.strides[nd - 1], n, sl);
-            const C rr = (C)1 / std::sqrt(lane_sq_sum(sl, n, (C)0) / (C)n + e);
+            const C rr = (C)1 / std::sqrt(lane_sq_sum(sl, n, (C)0, (C)0) / (C)n + e);
             C* __restrict out = direct_y ? reinterpret_cast<C*>(row_ptr(y, y.shape, nd, r)) : tl;
             for (int64_t i = 0; i < n; i++) out[i] = sl[i] * rr * wl[i];
             if (!direct_y) write_row<C>(row_ptr(y, y.shape, nd, r), y.dtype, y.strides[nd - 1], n, tl);
