@@ -42,7 +42,7 @@ def threads():
 LENGTHS = [1, 3, 15, 16, 17, 33, 255, 1000, 4097]
 
 
-# -- layer_norm ---------------------------------------------------------------------------------------------------------
+# -- layer_norm --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("d", LENGTHS)
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 @pytest.mark.parametrize("bias", [True, False])
@@ -96,7 +96,7 @@ def test_layer_norm_same_bits_at_1_and_2_threads(dtype, threads, rng):
     np.testing.assert_array_equal(ref.f64(outs[0]), ref.f64(outs[1]))
 
 
-# -- add_rms_norm -------------------------------------------------------------------------------------------------------
+# -- add_rms_norm ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("d", LENGTHS)
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_add_rms_norm_row_lengths(d, dtype, rng):
@@ -135,3 +135,47 @@ def test_add_rms_norm_same_bits_at_1_and_2_threads(threads, rng):
         outs.append((y.numpy(), r.numpy()))
     np.testing.assert_array_equal(outs[0][0], outs[1][0])
     np.testing.assert_array_equal(outs[0][1], outs[1][1])
+
+
+# -- attention ---------------------------------------------------------------------------------------------------------
+# (q_heads, kv_heads, seq, dim, pos, cache): groups of 4 (the four-head path), 8, 3 and 1 (one head at a time); dims
+# that are and are not multiples of the 64-wide blocks; several 16-query blocks; caches across several 64-key blocks,
+# full blocks transposed at once and partial ones key by key.
+ATT = [(8, 2, 1, 128, 200, 256), (8, 1, 37, 64, 90, 130), (6, 2, 20, 72, 0, 20), (3, 3, 17, 5, 64, 81),
+       (4, 1, 70, 16, 0, 70), (2, 2, 1, 130, 127, 128)]
+
+
+@pytest.mark.parametrize("nq,nkv,seq,dim,pos,cache", ATT)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_attention_shapes(nq, nkv, seq, dim, pos, cache, dtype, rng):
+    q = rand((nq, seq, dim), dtype, rng, 0.5)
+    k, v = rand((nkv, seq, dim), dtype, rng, 0.5), rand((nkv, seq, dim), dtype, rng)
+    kc, vc = rand((nkv, cache, dim), dtype, rng, 0.5), rand((nkv, cache, dim), dtype, rng)
+    y = ops.attention(T(q), T(k), T(v), T(kc), T(vc), pos)
+    check(y.numpy(), ref.attention(q, k, v, kc, vc, pos), dtype, 4)
+
+
+def test_attention_strided_operands(rng):
+    """A cache whose rows are not contiguous (dim stride 2) and a strided query: the widening path."""
+    nq, nkv, seq, dim, pos, cache = 8, 2, 18, 24, 70, 96
+    qb = rand((nq, seq, 2 * dim), "float32", rng, 0.5)
+    kcb, vcb = rand((nkv, cache, 2 * dim), "float32", rng, 0.5), rand((nkv, cache, 2 * dim), "float32", rng)
+    k, v = rand((nkv, seq, dim), "float32", rng, 0.5), rand((nkv, seq, dim), "float32", rng)
+    tkc, tvc = T(kcb), T(vcb)
+    out = paddle_rt.empty((nq, seq, dim)).permute(1, 0, 2)       # (seq, nq, dim) with heads outermost in memory
+    ops.attention(T(qb)[:, :, ::2], T(k), T(v), tkc[:, :, ::2], tvc[:, :, ::2], pos, out=out)
+    want = ref.attention(qb[:, :, ::2], k, v, kcb[:, :, ::2], vcb[:, :, ::2], pos)
+    check(out.numpy(), want, "float32", 4)
+    np.testing.assert_array_equal(tkc.numpy()[:, pos:pos + seq, ::2], k)          # stored through the strides
+    np.testing.assert_array_equal(tkc.numpy()[:, pos:pos + seq, 1::2], kcb[:, pos:pos + seq, 1::2])
+
+
+def test_attention_same_bits_at_1_and_2_threads(threads, rng):
+    nq, nkv, seq, dim, pos, cache = 16, 4, 40, 64, 100, 140
+    args = [rand(s, "float32", rng, 0.5) for s in ((nq, seq, dim), (nkv, seq, dim), (nkv, seq, dim),
+                                                    (nkv, cache, dim), (nkv, cache, dim))]
+    outs = []
+    for n in (1, 2):
+        threads(n)
+        outs.append(ops.attention(*[T(a) for a in args], pos).numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])

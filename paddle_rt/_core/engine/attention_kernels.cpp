@@ -60,45 +60,64 @@ void transpose_keys(const C* __restrict row, int64_t j, int64_t dim, C* __restri
     for (int64_t e = 0; e < dim; e++) blk[e * kKeys] = row[e];
 }
 
+/* A whole block of kKeys keys (rows ld apart) at once: 8 x 8 tiles, so that both sides touch few cache lines. */
 template <typename C>
-__attribute__((always_inline)) inline C scores_body(const C* __restrict q, const C* __restrict kt, int64_t dim,
-                                                    int64_t kept, C scale, C* __restrict sc) {
+void transpose_key_block(const C* __restrict K, int64_t ld, int64_t dim, C* __restrict blk) {
+    int64_t e0 = 0;
+    for (; e0 + 8 <= dim; e0 += 8)
+        for (int l0 = 0; l0 < kKeys; l0 += 8)
+            for (int e = 0; e < 8; e++)
+                for (int l = 0; l < 8; l++) blk[(e0 + e) * kKeys + l0 + l] = K[(l0 + l) * ld + e0 + e];
+    for (; e0 < dim; e0++)
+        for (int l = 0; l < kKeys; l++) blk[e0 * kKeys + l] = K[l * ld + e0];
+}
+
+/* sc[h][j] = scale * q[h] . K[j] for H query heads at once (one load of the keys for all of them), j < kept;
+   sc[h] has room for kept rounded up to kKeys. */
+template <int H, typename C>
+__attribute__((always_inline)) inline void scores_body(const C* const* q, const C* __restrict kt, int64_t dim,
+                                                       int64_t kept, C scale, C* const* sc) {
     const int64_t blocks = (kept + kKeys - 1) / kKeys;
     for (int64_t b = 0; b < blocks; b++) {
         const C* __restrict k = kt + b * dim * kKeys;
-        C acc[kKeys] = {};
-        for (int64_t e = 0; e < dim; e++) {
-            const C x = q[e];
-            for (int l = 0; l < kKeys; l++) acc[l] += x * k[e * kKeys + l];
-        }
-        for (int l = 0; l < kKeys; l++) sc[b * kKeys + l] = acc[l] * scale;
+        C acc[H][kKeys] = {};
+        for (int64_t e = 0; e < dim; e++)
+            for (int h = 0; h < H; h++) {
+                const C x = q[h][e];
+                for (int l = 0; l < kKeys; l++) acc[h][l] += x * k[e * kKeys + l];
+            }
+        for (int h = 0; h < H; h++)
+            for (int l = 0; l < kKeys; l++) sc[h][b * kKeys + l] = acc[h][l] * scale;
     }
-    C m = sc[0];
-    for (int64_t i = 1; i < kept; i++) m = sc[i] > m ? sc[i] : m;
-    return m;
 }
 
-template <typename C>
-__attribute__((always_inline)) inline void weighted_sum_body(const C* __restrict p, const C* __restrict V, int64_t ld,
-                                                             int64_t dim, int64_t kept, C* __restrict acc) {
+/* acc[h] = sum_j p[h][j] * V[j] for H heads at once (one load of the values for all of them), kKeys output elements
+   at a time held in registers over every j. */
+template <int H, typename C>
+__attribute__((always_inline)) inline void weighted_sum_body(const C* const* p, const C* __restrict V, int64_t ld,
+                                                             int64_t dim, int64_t kept, C* const* acc) {
     int64_t e0 = 0;
-    for (; e0 + kKeys <= dim; e0 += kKeys) {       /* kKeys output elements held in registers over every j */
-        C a[kKeys] = {};
+    for (; e0 + kKeys <= dim; e0 += kKeys) {
+        C a[H][kKeys] = {};
         for (int64_t j = 0; j < kept; j++) {
-            const C pj = p[j];
             const C* __restrict v = V + j * ld + e0;
-            for (int l = 0; l < kKeys; l++) a[l] += pj * v[l];
+            for (int h = 0; h < H; h++) {
+                const C pj = p[h][j];
+                for (int l = 0; l < kKeys; l++) a[h][l] += pj * v[l];
+            }
         }
-        for (int l = 0; l < kKeys; l++) acc[e0 + l] = a[l];
+        for (int h = 0; h < H; h++)
+            for (int l = 0; l < kKeys; l++) acc[h][e0 + l] = a[h][l];
     }
-    if (e0 < dim) {
-        for (int64_t e = e0; e < dim; e++) acc[e] = 0;
-        for (int64_t j = 0; j < kept; j++) {
-            const C pj = p[j];
-            const C* __restrict v = V + j * ld;
-            for (int64_t e = e0; e < dim; e++) acc[e] += pj * v[e];
+    if (e0 < dim)
+        for (int h = 0; h < H; h++) {
+            for (int64_t e = e0; e < dim; e++) acc[h][e] = 0;
+            for (int64_t j = 0; j < kept; j++) {
+                const C pj = p[h][j];
+                const C* __restrict v = V + j * ld;
+                for (int64_t e = e0; e < dim; e++) acc[h][e] += pj * v[e];
+            }
         }
-    }
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
@@ -107,18 +126,36 @@ __attribute__((always_inline)) inline void weighted_sum_body(const C* __restrict
 #define PRT_ATTENTION_CLONES
 #endif
 
-PRT_ATTENTION_CLONES float scores(const float* q, const float* kt, int64_t dim, int64_t kept, float scale, float* sc) {
-    return scores_body<float>(q, kt, dim, kept, scale, sc);
+/* Four heads (a GQA group of 4, 8, ...) or one at a time. */
+PRT_ATTENTION_CLONES void scores4(const float* const* q, const float* kt, int64_t dim, int64_t kept, float scale,
+                                  float* const* sc) {
+    scores_body<4, float>(q, kt, dim, kept, scale, sc);
 }
-PRT_ATTENTION_CLONES void weighted_sum(const float* p, const float* V, int64_t ld, int64_t dim, int64_t kept,
-                                       float* acc) {
-    weighted_sum_body<float>(p, V, ld, dim, kept, acc);
+PRT_ATTENTION_CLONES void scores1(const float* const* q, const float* kt, int64_t dim, int64_t kept, float scale,
+                                  float* const* sc) {
+    scores_body<1, float>(q, kt, dim, kept, scale, sc);
 }
-double scores(const double* q, const double* kt, int64_t dim, int64_t kept, double scale, double* sc) {
-    return scores_body<double>(q, kt, dim, kept, scale, sc);
+PRT_ATTENTION_CLONES void weighted_sum4(const float* const* p, const float* V, int64_t ld, int64_t dim, int64_t kept,
+                                        float* const* acc) {
+    weighted_sum_body<4, float>(p, V, ld, dim, kept, acc);
 }
-void weighted_sum(const double* p, const double* V, int64_t ld, int64_t dim, int64_t kept, double* acc) {
-    weighted_sum_body<double>(p, V, ld, dim, kept, acc);
+PRT_ATTENTION_CLONES void weighted_sum1(const float* const* p, const float* V, int64_t ld, int64_t dim, int64_t kept,
+                                        float* const* acc) {
+    weighted_sum_body<1, float>(p, V, ld, dim, kept, acc);
+}
+void scores4(const double* const* q, const double* kt, int64_t dim, int64_t kept, double scale, double* const* sc) {
+    scores_body<4, double>(q, kt, dim, kept, scale, sc);
+}
+void scores1(const double* const* q, const double* kt, int64_t dim, int64_t kept, double scale, double* const* sc) {
+    scores_body<1, double>(q, kt, dim, kept, scale, sc);
+}
+void weighted_sum4(const double* const* p, const double* V, int64_t ld, int64_t dim, int64_t kept,
+                   double* const* acc) {
+    weighted_sum_body<4, double>(p, V, ld, dim, kept, acc);
+}
+void weighted_sum1(const double* const* p, const double* V, int64_t ld, int64_t dim, int64_t kept,
+                   double* const* acc) {
+    weighted_sum_body<1, double>(p, V, ld, dim, kept, acc);
 }
 
 /* x[i] = exp(x[i] - m), returning their sum */
@@ -133,6 +170,15 @@ inline double exp_shifted(double* x, int64_t n, double m) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += (x[i] = std::exp(x[i] - m));
     return s;
+}
+
+/* x[i] = exp(x[i] - max) / sum, over i < n */
+template <typename C>
+inline void softmax_row(C* x, int64_t n) {
+    C m = x[0];
+    for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    const C inv = (C)1 / exp_shifted(x, n, m);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
 /* Queries per unit of work of a prefill: a unit is (kv head, block of queries), all the group's query heads. */
@@ -164,26 +210,35 @@ C_Status attention(const paddle_rt_op_call* c) {
         /* this thread's rows: the transposed keys, the values when widened, the scores, a query, a key, the output */
         const size_t kt_elems = (size_t)(key_blocks * kKeys * D), v_elems = direct_kv ? 0 : (size_t)(total * D);
         C* scratch = static_cast<C*>(prt_parallel_scratch(
-            (kt_elems + v_elems + (size_t)(key_blocks * kKeys + 3 * D)) * sizeof(C)));
+            (kt_elems + v_elems + (size_t)(4 * key_blocks * kKeys + 9 * D)) * sizeof(C)));
         if (!scratch) {
             failed.store(1);
             return;
         }
         C* kt = scratch;
         C* Vw = kt + kt_elems;
-        C* sc = Vw + v_elems;
-        C* qr = sc + key_blocks * kKeys;
-        C* kr = qr + D;
+        C* sc = Vw + v_elems;                          /* 4 rows of scores, 4 query rows, a key row, 4 output rows */
+        C* qr = sc + 4 * key_blocks * kKeys;
+        C* kr = qr + 4 * D;
         C* acc = kr + D;
+        int64_t nh = 4;
+        int64_t cur_g = -1, have = 0;                  /* the kv head whose first `have` keys are in kt (and Vw) */
         for (int64_t u = u0; u < u1; u++) {
             const int64_t g = u / blocks, i0 = (u % blocks) * kQueryBlock, i1 = std::min(seq, i0 + kQueryBlock);
             const int64_t need = i1 + P;                   /* the cached positions this block reads */
             const char* kbase = static_cast<const char*>(kc.data) + g * kc.strides[0] * es;
             const char* vbase = static_cast<const char*>(vc.data) + g * vc.strides[0] * es;
             const int64_t padded = (need + kKeys - 1) / kKeys * kKeys;
-            for (int64_t j = 0; j < need; j++) {
+            if (g != cur_g) {                              /* a chunk's units ascend: (g, block 0), (g, block 1), ... */
+                cur_g = g;
+                have = 0;
+            }
+            for (int64_t j = have; j < need; j++) {       /* the keys earlier blocks of this kv head did not need */
                 const char* p = kbase + j * kc.strides[1] * es;
-                if (direct_kv) {
+                if (direct_kv && j % kKeys == 0 && j + kKeys <= need) {
+                    transpose_key_block<C>(reinterpret_cast<const C*>(p), kc.strides[1], D, kt + j * D);
+                    j += kKeys - 1;
+                } else if (direct_kv) {
                     transpose_keys<C>(reinterpret_cast<const C*>(p), j, D, kt);
                 } else {
                     read_row<C>(p, kc.dtype, kc.strides[2], D, kr);
@@ -195,27 +250,41 @@ C_Status attention(const paddle_rt_op_call* c) {
             const C* V = reinterpret_cast<const C*>(vbase);
             int64_t ldv = vc.strides[1];
             if (!direct_kv) {
-                for (int64_t j = 0; j < need; j++)
+                for (int64_t j = have; j < need; j++)
                     read_row<C>(vbase + j * vc.strides[1] * es, vc.dtype, vc.strides[2], D, Vw + j * D);
                 V = Vw;
                 ldv = D;
             }
-            for (int64_t h = g * group; h < (g + 1) * group; h++)
-                for (int64_t i = i0; i < i1; i++) {
-                    const char* qp = static_cast<const char*>(q.data) + (h * q.strides[0] + i * q.strides[1]) * es;
-                    const C* qv = reinterpret_cast<const C*>(qp);
-                    if (!direct_q) {
-                        read_row<C>(qp, q.dtype, q.strides[2], D, qr);
-                        qv = qr;
+            have = need;
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t kept = i + P + 1;
+                for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
+                    nh = (g + 1) * group - h0 >= 4 ? 4 : 1;
+                    const C* qs[4];
+                    C* scs[4];
+                    C* accs[4];
+                    for (int t = 0; t < nh; t++) {
+                        const char* qp = static_cast<const char*>(q.data) +
+                                         ((h0 + t) * q.strides[0] + i * q.strides[1]) * es;
+                        qs[t] = reinterpret_cast<const C*>(qp);
+                        if (!direct_q) {
+                            read_row<C>(qp, q.dtype, q.strides[2], D, qr + t * D);
+                            qs[t] = qr + t * D;
+                        }
+                        scs[t] = sc + t * key_blocks * kKeys;
+                        accs[t] = acc + t * D;
                     }
-                    const int64_t kept = i + P + 1;
-                    const C m = scores(qv, kt, D, kept, scale, sc);
-                    const C inv = (C)1 / exp_shifted(sc, kept, m);
-                    for (int64_t j = 0; j < kept; j++) sc[j] *= inv;
-                    weighted_sum(sc, V, ldv, D, kept, acc);
-                    write_row<C>(static_cast<char*>(out.data) + (i * out.strides[0] + h * out.strides[1]) * es,
-                                 out.dtype, out.strides[2], D, acc);
+                    if (nh == 4) scores4(qs, kt, D, kept, scale, scs);
+                    else scores1(qs, kt, D, kept, scale, scs);
+                    for (int t = 0; t < nh; t++) softmax_row(scs[t], kept);
+                    if (nh == 4) weighted_sum4(const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
+                    else weighted_sum1(const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
+                    for (int t = 0; t < nh; t++) {
+                        char* o = static_cast<char*>(out.data) + (i * out.strides[0] + (h0 + t) * out.strides[1]) * es;
+                        write_row<C>(o, out.dtype, out.strides[2], D, accs[t]);
+                    }
                 }
+            }
         }
     });
     return failed.load() ? C_ERROR : C_SUCCESS;
