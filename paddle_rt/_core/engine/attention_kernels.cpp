@@ -158,26 +158,46 @@ void weighted_sum1(const double* const* p, const double* V, int64_t ld, int64_t 
     weighted_sum_body<1, double>(p, V, ld, dim, kept, acc);
 }
 
-/* x[i] = exp(x[i] - m), returning their sum */
-inline float exp_shifted(float* x, int64_t n, float m) {
-    for (int64_t i = 0; i < n; i++) x[i] -= m;
-    prt_vm_apply(PRT_VM_EXP, x, nullptr, x, n);
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += x[i];
-    return s;
-}
-inline double exp_shifted(double* x, int64_t n, double m) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (x[i] = std::exp(x[i] - m));
-    return s;
+/* x[i] = exp(x[i] - max) / sum over i < n; the max and the sum in 16 interleaved partial results (vectorised, a fixed
+   order). */
+constexpr int kLanes = 16;
+
+template <typename C>
+inline C lane_max(const C* __restrict x, int64_t n) {       /* n >= 1 */
+    C acc[kLanes];
+    for (int l = 0; l < kLanes; l++) acc[l] = x[0];
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+    for (int l = 0; i < n; i++, l++) acc[l] = x[i] > acc[l] ? x[i] : acc[l];
+    C m = acc[0];
+    for (int l = 1; l < kLanes; l++) m = acc[l] > m ? acc[l] : m;
+    return m;
 }
 
-/* x[i] = exp(x[i] - max) / sum, over i < n */
 template <typename C>
-inline void softmax_row(C* x, int64_t n) {
-    C m = x[0];
-    for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
-    const C inv = (C)1 / exp_shifted(x, n, m);
+inline C lane_sum(const C* __restrict x, int64_t n) {
+    C acc[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; l++) acc[l] += x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += x[i];
+    for (int w = kLanes / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+inline void exp_rows(float* x, int64_t n) { prt_vm_apply(PRT_VM_EXP, x, nullptr, x, n); }
+inline void exp_rows(double* x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = std::exp(x[i]);
+}
+
+template <typename C>
+inline void softmax_row(C* __restrict x, int64_t n) {
+    const C m = lane_max(x, n);
+    for (int64_t i = 0; i < n; i++) x[i] -= m;
+    exp_rows(x, n);
+    const C inv = (C)1 / lane_sum(x, n);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
@@ -245,8 +265,12 @@ C_Status attention(const paddle_rt_op_call* c) {
                     transpose_keys<C>(kr, j, D, kt);
                 }
             }
-            for (int64_t j = need; j < padded; j++)
-                for (int64_t e = 0; e < D; e++) kt[(j / kKeys) * D * kKeys + e * kKeys + j % kKeys] = 0;
+            if (padded > need) {                            /* zeros after the last key: runs of each dim's row */
+                C* blk = kt + (need / kKeys) * D * kKeys;
+                const int64_t r = need % kKeys;
+                for (int64_t e = 0; e < D; e++)
+                    for (int64_t l = r; l < kKeys; l++) blk[e * kKeys + l] = 0;
+            }
             const C* V = reinterpret_cast<const C*>(vbase);
             int64_t ldv = vc.strides[1];
             if (!direct_kv) {
