@@ -171,7 +171,15 @@ def _attention_case(torch, rng, seq, pos, cache):
         tvc[:, :, pos:pos + seq] = tv
         return F.scaled_dot_product_attention(tq, tkc[:, :, :pos + seq], tvc[:, :, :pos + seq], is_causal=causal,
                                               enable_gqa=True)
+    ours()
+    _same("attention", out.numpy(), theirs()[0].transpose(0, 1).numpy())
     return ours, theirs
+
+
+def _same(name, ours, theirs):
+    """The two sides of a row compute the same thing (float32 tolerances), or the bench stops."""
+    if not np.allclose(ours, theirs, rtol=1e-4, atol=1e-5):
+        raise AssertionError(f"bench ops: {name} differs from torch's by {np.abs(ours - theirs).max():.3g}")
 
 
 def _fused_llm_cases(torch, n, rng, P, T, eps):
@@ -183,14 +191,18 @@ def _fused_llm_cases(torch, n, rng, P, T, eps):
     def t_add_rms():
         h = T["x"] + T["y"]
         return F.rms_norm(h, (n,), T["w"], eps), h
+    y, r = ops.add_rms_norm(P["x"], P["y"], P["w"], eps, out=P["aout"], residual_out=P["ares"])
+    ty, tr = t_add_rms()
+    _same("add_rms_norm", y.numpy(), ty.numpy())
+    _same("add_rms_norm's residual", r.numpy(), tr.numpy())
     dec = _attention_case(torch, rng, 1, cache - 1, cache)
     pre = _attention_case(torch, rng, prefill, 0, cache)
     return [
         (f"add_rms_norm float32 {n}^2 (out=)",
          lambda: ops.add_rms_norm(P["x"], P["y"], P["w"], eps, out=P["aout"], residual_out=P["ares"])[0]
          .synchronize(), t_add_rms),
-        (f"attention decode, 32/8 heads d128, cache {cache}", *dec),
-        (f"attention prefill {prefill}, 32/8 heads d128, causal", *pre),
+        (f"attention decode, GQA 32/8 d128, {cache} cached", *dec),
+        (f"attention prefill {prefill}, GQA 32/8 d128", *pre),
     ]
 
 
