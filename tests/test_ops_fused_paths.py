@@ -13,17 +13,13 @@ import infinicore_reference as ref
 
 pytest.importorskip("ml_dtypes")
 
-TOL = {"float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1e-2)}
+from test_ops_llm import check, rand  # noqa: E402  (the LLM operator tests' tolerances and data)
+
 T = paddle_rt.tensor
 
 
-def rand(shape, dtype, rng, scale=1.0, shift=0.0):
-    return (rng.standard_normal(shape) * scale + shift).astype(ref.np_dtype(dtype))
-
-
-def check(got, want, dtype, scale=1.0):
-    rtol, atol = TOL[dtype]
-    np.testing.assert_allclose(ref.f64(got), ref.f64(want), rtol=rtol * scale, atol=atol * scale)
+def rand_shifted(shape, dtype, rng, shift):
+    return (rng.standard_normal(shape) + shift).astype(ref.np_dtype(dtype))
 
 
 @pytest.fixture
@@ -57,7 +53,7 @@ def test_layer_norm_large_mean_keeps_the_variance(rng):
     """float32 rows 1e4 + N(0, 1): E[x^2] - E[x]^2 in float32 would be noise (ulp(1e8) = 8); the centred second
     pass keeps the variance to float32's precision, and the mean kept as x[0] + mean(x - x[0]) keeps every output
     to ~1e-5 (one float32 mean near 1e4 would be off by up to ulp(1e4) / 2 = 5e-4)."""
-    x = rand((64, 1000), "float32", rng, 1.0, 1e4)
+    x = rand_shifted((64, 1000), "float32", rng, 1e4)
     w, b = np.ones(1000, np.float32), np.zeros(1000, np.float32)
     got = ops.layer_norm(T(x), T(w), T(b), eps=1e-6).numpy()
     want = ref.layer_norm(x, w, b, 1e-6)

@@ -126,36 +126,34 @@ __attribute__((always_inline)) inline void weighted_sum_body(const C* const* p, 
 #define PRT_ATTENTION_CLONES
 #endif
 
-/* Four heads (a GQA group of 4, 8, ...) or one at a time. */
-PRT_ATTENTION_CLONES void scores4(const float* const* q, const float* kt, int64_t dim, int64_t kept, float scale,
-                                  float* const* sc) {
-    scores_body<4, float>(q, kt, dim, kept, scale, sc);
+/* nh = 4 heads (a GQA group of 4, 8, ...) or 1 at a time. */
+template <typename C>
+__attribute__((always_inline)) inline void scores_heads(int nh, const C* const* q, const C* kt, int64_t dim,
+                                                        int64_t kept, C scale, C* const* sc) {
+    if (nh == 4) scores_body<4, C>(q, kt, dim, kept, scale, sc);
+    else scores_body<1, C>(q, kt, dim, kept, scale, sc);
 }
-PRT_ATTENTION_CLONES void scores1(const float* const* q, const float* kt, int64_t dim, int64_t kept, float scale,
-                                  float* const* sc) {
-    scores_body<1, float>(q, kt, dim, kept, scale, sc);
+template <typename C>
+__attribute__((always_inline)) inline void weighted_sum_heads(int nh, const C* const* p, const C* V, int64_t ld,
+                                                              int64_t dim, int64_t kept, C* const* acc) {
+    if (nh == 4) weighted_sum_body<4, C>(p, V, ld, dim, kept, acc);
+    else weighted_sum_body<1, C>(p, V, ld, dim, kept, acc);
 }
-PRT_ATTENTION_CLONES void weighted_sum4(const float* const* p, const float* V, int64_t ld, int64_t dim, int64_t kept,
-                                        float* const* acc) {
-    weighted_sum_body<4, float>(p, V, ld, dim, kept, acc);
+PRT_ATTENTION_CLONES void scores(int nh, const float* const* q, const float* kt, int64_t dim, int64_t kept,
+                                 float scale, float* const* sc) {
+    scores_heads<float>(nh, q, kt, dim, kept, scale, sc);
 }
-PRT_ATTENTION_CLONES void weighted_sum1(const float* const* p, const float* V, int64_t ld, int64_t dim, int64_t kept,
-                                        float* const* acc) {
-    weighted_sum_body<1, float>(p, V, ld, dim, kept, acc);
+PRT_ATTENTION_CLONES void weighted_sum(int nh, const float* const* p, const float* V, int64_t ld, int64_t dim,
+                                       int64_t kept, float* const* acc) {
+    weighted_sum_heads<float>(nh, p, V, ld, dim, kept, acc);
 }
-void scores4(const double* const* q, const double* kt, int64_t dim, int64_t kept, double scale, double* const* sc) {
-    scores_body<4, double>(q, kt, dim, kept, scale, sc);
+void scores(int nh, const double* const* q, const double* kt, int64_t dim, int64_t kept, double scale,
+            double* const* sc) {
+    scores_heads<double>(nh, q, kt, dim, kept, scale, sc);
 }
-void scores1(const double* const* q, const double* kt, int64_t dim, int64_t kept, double scale, double* const* sc) {
-    scores_body<1, double>(q, kt, dim, kept, scale, sc);
-}
-void weighted_sum4(const double* const* p, const double* V, int64_t ld, int64_t dim, int64_t kept,
-                   double* const* acc) {
-    weighted_sum_body<4, double>(p, V, ld, dim, kept, acc);
-}
-void weighted_sum1(const double* const* p, const double* V, int64_t ld, int64_t dim, int64_t kept,
-                   double* const* acc) {
-    weighted_sum_body<1, double>(p, V, ld, dim, kept, acc);
+void weighted_sum(int nh, const double* const* p, const double* V, int64_t ld, int64_t dim, int64_t kept,
+                  double* const* acc) {
+    weighted_sum_heads<double>(nh, p, V, ld, dim, kept, acc);
 }
 
 /* x[i] = exp(x[i] - max) / sum over i < n; the max and the sum in 16 interleaved partial results (vectorised, a fixed
@@ -298,11 +296,9 @@ C_Status attention(const paddle_rt_op_call* c) {
                         scs[t] = sc + t * key_blocks * kKeys;
                         accs[t] = acc + t * D;
                     }
-                    if (nh == 4) scores4(qs, kt, D, kept, scale, scs);
-                    else scores1(qs, kt, D, kept, scale, scs);
+                    scores((int)nh, qs, kt, D, kept, scale, scs);
                     for (int t = 0; t < nh; t++) softmax_row(scs[t], kept);
-                    if (nh == 4) weighted_sum4(const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
-                    else weighted_sum1(const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
+                    weighted_sum((int)nh, const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
                     for (int t = 0; t < nh; t++) {
                         char* o = static_cast<char*>(out.data) + (i * out.strides[0] + (h0 + t) * out.strides[1]) * es;
                         write_row<C>(o, out.dtype, out.strides[2], D, accs[t]);
