@@ -120,7 +120,7 @@ __attribute__((always_inline)) inline void weighted_sum_body(const C* const* p, 
         }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PRT_ATTENTION_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define PRT_ATTENTION_CLONES
