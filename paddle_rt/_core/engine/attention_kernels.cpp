@@ -72,23 +72,30 @@ void transpose_key_block(const C* __restrict K, int64_t ld, int64_t dim, C* __re
         for (int l = 0; l < kKeys; l++) blk[e0 * kKeys + l] = K[l * ld + e0];
 }
 
-/* sc[h][j] = scale * q[h] . K[j] for H query heads at once (one load of the keys for all of them), j < kept;
-   sc[h] has room for kept rounded up to kKeys. */
+/* sc[h][j0 + l] = scale * q[h] . K[j0 + l] for l < W and H query heads at once (one load of the keys for all of
+   them); k: the keys' transposed block (row stride kKeys). */
+template <int H, int W, typename C>
+__attribute__((always_inline)) inline void block_scores(const C* const* q, const C* __restrict k, int64_t dim,
+                                                        C scale, C* const* sc, int64_t j0) {
+    C acc[H][W] = {};
+    for (int64_t e = 0; e < dim; e++)
+        for (int h = 0; h < H; h++) {
+            const C x = q[h][e];
+            for (int l = 0; l < W; l++) acc[h][l] += x * k[e * kKeys + l];
+        }
+    for (int h = 0; h < H; h++)
+        for (int l = 0; l < W; l++) sc[h][j0 + l] = acc[h][l] * scale;
+}
+
+/* sc[h][j] for j < kept: whole blocks of kKeys keys; a last block of at most kKeys / 2 keys computes only its first
+   half (zeros past the last key); sc[h] has room for kept rounded up to kKeys. */
 template <int H, typename C>
 __attribute__((always_inline)) inline void scores_body(const C* const* q, const C* __restrict kt, int64_t dim,
                                                        int64_t kept, C scale, C* const* sc) {
-    const int64_t blocks = (kept + kKeys - 1) / kKeys;
-    for (int64_t b = 0; b < blocks; b++) {
-        const C* __restrict k = kt + b * dim * kKeys;
-        C acc[H][kKeys] = {};
-        for (int64_t e = 0; e < dim; e++)
-            for (int h = 0; h < H; h++) {
-                const C x = q[h][e];
-                for (int l = 0; l < kKeys; l++) acc[h][l] += x * k[e * kKeys + l];
-            }
-        for (int h = 0; h < H; h++)
-            for (int l = 0; l < kKeys; l++) sc[h][b * kKeys + l] = acc[h][l] * scale;
-    }
+    const int64_t full = kept / kKeys, rest = kept - full * kKeys;
+    for (int64_t b = 0; b < full; b++) block_scores<H, kKeys, C>(q, kt + b * dim * kKeys, dim, scale, sc, b * kKeys);
+    if (rest > kKeys / 2) block_scores<H, kKeys, C>(q, kt + full * dim * kKeys, dim, scale, sc, full * kKeys);
+    else if (rest > 0) block_scores<H, kKeys / 2, C>(q, kt + full * dim * kKeys, dim, scale, sc, full * kKeys);
 }
 
 /* acc[h] = sum_j p[h][j] * V[j] for H heads at once (one load of the values for all of them), kKeys output elements
