@@ -2,7 +2,7 @@
 alternating run by run, and the median of each figure per tree with their ratio (issue 25 item 6: nothing else
 got slower).
 
-    python bench/compare_trees.py BEFORE_TREE AFTER_TREE [--areas allocator,streams,pool,ccl] [--runs 9]
+    python bench/compare_trees.py BEFORE_TREE AFTER_TREE [--areas allocator,streams,pool,ccl] [--runs 9] [--quick]
 
 Each run is a fresh process (``PYTHONPATH=TREE python -m paddle_rt bench --only AREAS --json``, started from a
 scratch directory so that no other checkout is imported); the order alternates (before, after, after, before, ...)
@@ -18,10 +18,10 @@ import sys
 import tempfile
 
 
-def run(tree, areas, scratch):
+def run(tree, areas, scratch, quick):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    out = subprocess.run([sys.executable, "-m", "paddle_rt", "bench", "--only", areas, "--json"], cwd=scratch,
-                         env=env, capture_output=True, text=True, check=True).stdout
+    cmd = [sys.executable, "-m", "paddle_rt", "bench", "--only", areas, "--json"] + (["--quick"] if quick else [])
+    out = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, check=True).stdout
     doc = json.loads(out)
     return {(r["area"], r["name"].strip()): (r["value"], r["unit"]) for r in doc["results"]}, \
         doc["machine"]["loadavg_1min"]
@@ -33,6 +33,7 @@ def main():
     ap.add_argument("after")
     ap.add_argument("--areas", default="allocator,streams,pool,ccl")
     ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--quick", action="store_true", help="pass --quick to the bench (fewer repetitions, smaller)")
     a = ap.parse_args()
     got = {"before": [], "after": []}
     loads = []
@@ -40,7 +41,7 @@ def main():
         for i in range(a.runs):
             order = ("before", "after") if i % 2 == 0 else ("after", "before")
             for side in order:
-                rows, load = run(getattr(a, side), a.areas, scratch)
+                rows, load = run(getattr(a, side), a.areas, scratch, a.quick)
                 got[side].append(rows)
                 loads.append(load)
             print(f"run {i + 1}/{a.runs} done, load {loads[-1]:.1f}", file=sys.stderr)
