@@ -55,7 +55,7 @@ FAMILIES = {
     "transformer_train": ("bert_varlen", "grad_accum_train", "clip_contrastive"),
     "transformer_infer": ("vit_infer_varbatch", "conformer_varlen", "moe_infer_varlen"),
     "generation": ("llama_generate_cat", "llama_generate_static", "seq2seq_beam", "llm_batched_varlen",
-                   "llm_paged_kv", "llm_long_context"),
+                   "llm_paged_kv", "llm_long_context", "llama_example_15m"),
     "dense_sparse": ("mlp_varbatch", "dlrm_embeddings", "gnn_minibatch"),
     "recurrent_rl": ("lstm_lm_train", "rl_rollout_ppo"),
 }

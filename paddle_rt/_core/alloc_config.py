@@ -25,8 +25,10 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 
 The growth rule of ``growth:adaptive`` (alloc_policy.chunk_for_miss): a miss in the large pool asks the plugin for a
-target of ``grow_ratio * reserved``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * reserved)``
-(``reserved``: what the allocator holds at the miss), made a whole number of requests of the missing size
+target of ``grow_ratio * base``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * base)``
+(``base``: what the allocator holds at the miss, less, with ``grow_base:grown``, the chunks it made exactly for one
+request: a model's weights or one oversize tensor do not inflate later steps), made a whole number of requests of the
+missing size
 (``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
 chunks. The defaults: chosen by family-held-out validation on the corpus of bench/traces and ../shared/traces
 (bench/RESULTS.md, issue 22; ``python bench/policy_search.py heldout``).
@@ -43,6 +45,11 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 ``consolidate``    ``fold`` (default): the pool's idle chunks go back to the plugin and the new chunk is at least the
                    request plus what went back; ``release``: they go back and the new chunk is sized by the rule
                    alone; ``off``: they stay cached.
+``grow_base``      ``grown`` (default): the growth base is what the allocator holds minus its large-pool chunks made
+                   exactly for one request (a chunk no larger than the request it was made for); ``reserved``:
+                   everything it holds (the rule of issue 22's first default).
+``grow_requests``  a whole number: a chunk holds at most this many requests of the missing size, before rounding to
+                   whole requests (0: no bound). Default 0.
 """
 import os
 
@@ -50,7 +57,8 @@ from paddle_rt._core import errors
 
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
-             "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate")
+             "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
+             "grow_base", "grow_requests")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
@@ -60,6 +68,8 @@ RELEASE_NAMES = ("empty_cache", "free")
 ROUND_NAMES = ("nearest", "up", "down", "off", "within")
 #: Names of what adaptive growth does with idle chunks before it grows, indexed by CONSOLIDATE_* (allocator.pxd).
 CONSOLIDATE_NAMES = ("fold", "release", "off")
+#: Names of what adaptive growth is proportional to, indexed by the BASE_* constants (allocator.pxd).
+BASE_NAMES = ("reserved", "grown")
 
 KiB, MiB = 1 << 10, 1 << 20
 DEFAULT_SMALL_SIZE = 128 * KiB    # requests up to it go to the small pool
@@ -70,6 +80,8 @@ DEFAULT_GROW_FRACTION = 1 / 4
 DEFAULT_GROW_RATIO = 0.5
 DEFAULT_GROW_ROUND = "up"
 DEFAULT_CONSOLIDATE = "fold"
+DEFAULT_GROW_BASE = "grown"
+DEFAULT_GROW_REQUESTS = 0
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -158,6 +170,19 @@ def _parse_fraction(key, value, source, hi):
     return f
 
 
+def _parse_count(key, value, source):
+    """A whole number >= 0 (an int or a decimal string)."""
+    if isinstance(value, bool):
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected a whole number, got {value!r}")
+    try:
+        n = int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: {value!r} is not a whole number") from None
+    if n < 0 or n > 1 << 20:
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected 0 to {1 << 20}, got {value!r}")
+    return n
+
+
 def normalize(conf, source):
     """Validate a {key: value} mapping; return {key: parsed}. ``source`` names where it came from, for messages."""
     out = {}
@@ -183,6 +208,10 @@ def normalize(conf, source):
             out[key] = _parse_name(key, value, ROUND_NAMES, source)
         elif key == "consolidate":
             out[key] = _parse_name(key, value, CONSOLIDATE_NAMES, source)
+        elif key == "grow_base":
+            out[key] = _parse_name(key, value, BASE_NAMES, source)
+        elif key == "grow_requests":
+            out[key] = _parse_count(key, value, source)
         else:
             out[key] = parse_size(key, value)
     return out
@@ -245,6 +274,8 @@ def resolve(conf):
         "grow_ratio": conf.get("grow_ratio", DEFAULT_GROW_RATIO),
         "grow_round": ROUND_NAMES.index(conf.get("grow_round", DEFAULT_GROW_ROUND)),
         "consolidate": CONSOLIDATE_NAMES.index(conf.get("consolidate", DEFAULT_CONSOLIDATE)),
+        "grow_base": BASE_NAMES.index(conf.get("grow_base", DEFAULT_GROW_BASE)),
+        "grow_requests": conf.get("grow_requests", DEFAULT_GROW_REQUESTS),
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",

@@ -5,7 +5,7 @@ from libc.stdint cimport SIZE_MAX, uint64_t
 
 from paddle_rt._core.allocator cimport (
     AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
-    ROUND_NEAREST, ROUND_UP, ROUND_DOWN, ROUND_WITHIN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF,
+    ROUND_NEAREST, ROUND_UP, ROUND_DOWN, ROUND_WITHIN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF, BASE_GROWN,
 )
 
 cdef inline int pool_for(const AllocConfig* cfg, size_t size) noexcept nogil:
@@ -43,6 +43,22 @@ cdef inline bint consolidates_before_growth(const AllocConfig* cfg, int pool) no
     return cfg.growth == GROWTH_ADAPTIVE and pool == POOL_LARGE and cfg.consolidate != CONSOLIDATE_OFF
 
 
+cdef inline bint made_for_one_request(int pool, size_t chunk, size_t size) noexcept nogil:
+    """Whether a new chunk of `chunk` bytes, made on a miss of `size` bytes, is exactly that request's: a large-pool
+    chunk no larger than the (rounded) request. Such a chunk (the weights of a model, one oversize tensor) says
+    nothing about how the pool's other requests grow, so grow_base:grown leaves it out of growth_base."""
+    return pool == POOL_LARGE and chunk <= size
+
+
+cdef inline size_t growth_base(const AllocConfig* cfg, size_t reserved, size_t exact_bytes) noexcept nogil:
+    """What adaptive growth's target and cap are proportional to: everything the allocator holds (grow_base:reserved),
+    or that minus the held chunks made exactly for one request (grow_base:grown; made_for_one_request), so that one
+    huge chunk does not inflate every later step."""
+    if cfg.grow_base == BASE_GROWN and exact_bytes <= reserved:
+        return reserved - exact_bytes
+    return reserved
+
+
 cdef inline size_t grow_cap(const AllocConfig* cfg, size_t reserved) noexcept nogil:
     """The most adaptive growth aims at: max(grow_step, grow_fraction * reserved)."""
     cdef size_t cap = <size_t>(<double>reserved * cfg.grow_fraction)
@@ -56,6 +72,14 @@ cdef inline size_t grow_target(const AllocConfig* cfg, size_t reserved, size_t c
     if want < cfg.grow_min:
         want = cfg.grow_min
     return want if want < cap else cap
+
+
+cdef inline size_t request_bound(const AllocConfig* cfg, size_t want, size_t size) noexcept nogil:
+    """`want` at most grow_requests requests of the missing `size` (0: no bound), so that a small request after a
+    large pool does not make a chunk far beyond what it and its like need."""
+    if cfg.grow_requests != 0 and size <= SIZE_MAX // cfg.grow_requests and want > cfg.grow_requests * size:
+        return cfg.grow_requests * size
+    return want
 
 
 cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t cap, size_t size) noexcept nogil:
@@ -83,8 +107,9 @@ cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t ca
 
 cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size, size_t reserved,
                                   size_t released) noexcept nogil:
-    """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: what the
-    allocator held before the miss; `released`: what consolidation just gave back."""
+    """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: the growth
+    base before the miss (growth_base: what the allocator held, with grow_base:grown less its chunks made exactly for
+    one request); `released`: what consolidation just gave back."""
     cdef size_t want, cap
     if cfg.growth == GROWTH_FIXED:
         return size if size >= cfg.chunk_size else cfg.chunk_size
@@ -93,7 +118,7 @@ cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size,
     if pool == POOL_SMALL:
         return size if size > cfg.small_chunk else cfg.small_chunk
     cap = grow_cap(cfg, reserved)
-    want = grow_target(cfg, reserved, cap)
+    want = request_bound(cfg, grow_target(cfg, reserved, cap), size)
     if want > size:
         want = whole_requests(cfg, want, cap, size)
     if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:
