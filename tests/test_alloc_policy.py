@@ -75,7 +75,8 @@ def test_defaults_are_the_documented_ones(d1):
     ("grow_step", 1 << 20, MiB), ("grow_fraction", "1/16", 1 / 16), ("grow_fraction", 0.25, 0.25),
     ("grow_fraction", "0", 0.0), ("grow_ratio", "0.5", 0.5), ("grow_ratio", 2, 2.0),
     ("grow_round", "Nearest", "nearest"), ("grow_round", "off", "off"), ("consolidate", "fold", "fold"),
-    ("consolidate", "off", "off"),
+    ("consolidate", "off", "off"), ("grow_base", "Reserved", "reserved"), ("grow_base", "grown", "grown"),
+    ("grow_exact_credit", "8", 8), ("grow_exact_credit", 0, 0),
 ])
 def test_keys_parse(d1, key, value, parsed):
     default = paddle_rt.allocator_config(d1)[key]
@@ -90,7 +91,8 @@ def test_keys_parse(d1, key, value, parsed):
     ("grow_min", "-1"), ("grow_min", "lots"), ("grow_min", True), ("grow_step", "3 parsecs"), ("grow_step", -5),
     ("grow_fraction", "2"), ("grow_fraction", "-0.1"), ("grow_fraction", "x"), ("grow_fraction", "1/0"),
     ("grow_fraction", True), ("grow_ratio", "5"), ("grow_ratio", "fast"), ("grow_round", "sideways"),
-    ("grow_round", 1), ("consolidate", "maybe"),
+    ("grow_round", 1), ("consolidate", "maybe"), ("grow_base", "everything"), ("grow_exact_credit", "-1"),
+    ("grow_exact_credit", "many"), ("grow_exact_credit", True), ("grow_exact_credit", 1.5),
 ])
 def test_bad_values_raise_naming_the_key(d1, key, value):
     before = paddle_rt.allocator_config(d1)
@@ -121,7 +123,7 @@ def test_keywords_win_over_the_environment(run_python):
 # -- the growth rule -------------------------------------------------------------------------------------------------
 def _grow_conf(d, **kw):
     conf = dict(grow_min="4M", grow_step="32M", grow_fraction="1/32", grow_ratio=1, grow_round="up",
-                consolidate="release", small_size="128K", small_chunk="2M")
+                consolidate="release", small_size="128K", small_chunk="2M", grow_base="reserved", grow_exact_credit=0)
     conf.update(kw)
     paddle_rt.set_allocator_config(d, **conf)
 
@@ -200,6 +202,65 @@ def test_cap_grows_with_what_is_held(d1):
     paddle_rt.set_allocator_config(d1, grow_fraction=0)
     c = m(17 * MiB, d1)                  # cap back to grow_step 8: exactly the request
     assert segments(d1) == [16 * MiB, 17 * MiB, 64 * MiB]
+    for p in (a, b, c):
+        f(p, d1)
+
+
+def test_grown_base_leaves_out_a_big_exact_chunk(d1):
+    """grow_base:grown: the growth after a chunk made exactly for one big request (a model's weights) is sized as if
+    that chunk were not there; under grow_base:reserved the same miss makes a chunk as large as the cap allows."""
+    _grow_conf(d1, grow_base="grown", grow_min="2M", grow_fraction=0)
+    a = m(64 * MiB, d1)                  # above the target: a chunk of exactly its size, left out of the base
+    b = m(MiB, d1)                       # base 0: target grow_min 2 MiB (2 requests), not 32 MiB
+    c = m(MiB, d1)                       # the chunk's second request
+    assert segments(d1) == [2 * MiB, 64 * MiB]
+    d = m(3 * MiB, d1)                   # base 2 MiB (the grown chunk counts): target 2 < 3, exactly the request
+    e = m(MiB, d1)                       # base 66 + 3 - 64 - 3 = 2 MiB: target 2 MiB
+    assert segments(d1) == [2 * MiB, 2 * MiB, 3 * MiB, 64 * MiB]
+    for p in (a, b, c, d, e):
+        f(p, d1)
+
+
+def test_reserved_base_counts_the_big_exact_chunk(d1):
+    _grow_conf(d1, grow_base="reserved", grow_min="2M", grow_fraction=0)
+    a = m(64 * MiB, d1)
+    b = m(MiB, d1)                       # base 64 MiB: target min(64, grow_step 32) = 32 requests
+    assert segments(d1) == [32 * MiB, 64 * MiB]
+    for p in (a, b):
+        f(p, d1)
+
+
+def test_grown_base_forgets_an_exact_chunk_given_back(d1):
+    """A chunk made exactly for one request leaves the base's accounting when it goes back to the plugin: the base
+    is then what is held, not less (the bookkeeping of Chunk.exact / exact_bytes)."""
+    _grow_conf(d1, grow_base="grown", grow_min="2M", grow_fraction=0)
+    a = m(64 * MiB, d1)
+    big = m(10 * MiB, d1)                # base 0, exactly the request: held, left out of the base
+    b = m(MiB, d1)                       # 2 MiB chunk
+    f(a, d1)
+    paddle_rt.empty_cache(d1)            # the 64 MiB chunk goes back
+    assert segments(d1) == [2 * MiB, 10 * MiB]
+    c = m(MiB, d1)                       # fits b's chunk
+    e = m(3 * MiB, d1)                   # base 12 - 10 = 2 MiB: exactly 3 MiB (left out too)
+    g = m(MiB, d1)                       # base 15 - 13 = 2 MiB: a 2 MiB chunk (with 64 MiB still counted as
+    assert segments(d1) == [2 * MiB, 2 * MiB, 3 * MiB, 10 * MiB]  # exact, the base would be clamped to 15: 15 MiB)
+    f(big, d1)
+    paddle_rt.empty_cache(d1)
+    h = m(2 * MiB, d1)                   # base 7 - 3 = 4 MiB: 2 requests (8 MiB if the 10 MiB chunk still counted)
+    assert segments(d1) == [2 * MiB, 2 * MiB, 3 * MiB, 4 * MiB]
+    for p in (b, c, e, g, h):
+        f(p, d1)
+
+
+def test_exact_credit_counts_exact_chunks_for_misses_of_their_size(d1):
+    """grow_base:grown with grow_exact_credit N: the exact chunks count in the base for at most N requests of the
+    missing size, so a small miss after a big exact chunk grows little, a big miss after it as under reserved."""
+    _grow_conf(d1, grow_base="grown", grow_exact_credit=4, grow_min="1M", grow_fraction="1/2", grow_step="8M")
+    a = m(64 * MiB, d1)                  # exact
+    b = m(MiB, d1)                       # base 0 + min(64, 4 x 1) = 4 MiB: target 4 MiB (grow_ratio 1)
+    assert segments(d1) == [4 * MiB, 64 * MiB]
+    c = m(20 * MiB, d1)                  # base 4 + min(64, 80) = 68: target min(68, cap max(8, 34)) = 34: 2 requests
+    assert segments(d1) == [4 * MiB, 40 * MiB, 64 * MiB]
     for p in (a, b, c):
         f(p, d1)
 

@@ -45,11 +45,11 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 ``consolidate``    ``fold`` (default): the pool's idle chunks go back to the plugin and the new chunk is at least the
                    request plus what went back; ``release``: they go back and the new chunk is sized by the rule
                    alone; ``off``: they stay cached.
-``grow_base``      ``grown`` (default): the growth base is what the allocator holds minus its large-pool chunks made
-                   exactly for one request (a chunk no larger than the request it was made for); ``reserved``:
-                   everything it holds (the rule of issue 22's first default).
-``grow_requests``  a whole number: a chunk holds at most this many requests of the missing size, before rounding to
-                   whole requests (0: no bound). Default 0.
+``grow_base``      ``grown`` (default): the growth base is what the allocator holds, its large-pool chunks made
+                   exactly for one request (a chunk no larger than the request it was made for: a model's weights, one
+                   oversize tensor) counted for at most ``grow_exact_credit`` requests of the missing size;
+                   ``reserved``: everything it holds (the rule of issue 22's first default).
+``grow_exact_credit``  a whole number (0: such chunks do not count at all). Default 8.
 """
 import os
 
@@ -58,7 +58,7 @@ from paddle_rt._core import errors
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
-             "grow_base", "grow_requests")
+             "grow_base", "grow_exact_credit")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
@@ -81,7 +81,7 @@ DEFAULT_GROW_RATIO = 0.5
 DEFAULT_GROW_ROUND = "up"
 DEFAULT_CONSOLIDATE = "fold"
 DEFAULT_GROW_BASE = "grown"
-DEFAULT_GROW_REQUESTS = 0
+DEFAULT_GROW_EXACT_CREDIT = 8
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -210,7 +210,7 @@ def normalize(conf, source):
             out[key] = _parse_name(key, value, CONSOLIDATE_NAMES, source)
         elif key == "grow_base":
             out[key] = _parse_name(key, value, BASE_NAMES, source)
-        elif key == "grow_requests":
+        elif key == "grow_exact_credit":
             out[key] = _parse_count(key, value, source)
         else:
             out[key] = parse_size(key, value)
@@ -275,7 +275,7 @@ def resolve(conf):
         "grow_round": ROUND_NAMES.index(conf.get("grow_round", DEFAULT_GROW_ROUND)),
         "consolidate": CONSOLIDATE_NAMES.index(conf.get("consolidate", DEFAULT_CONSOLIDATE)),
         "grow_base": BASE_NAMES.index(conf.get("grow_base", DEFAULT_GROW_BASE)),
-        "grow_requests": conf.get("grow_requests", DEFAULT_GROW_REQUESTS),
+        "grow_exact_credit": conf.get("grow_exact_credit", DEFAULT_GROW_EXACT_CREDIT),
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",

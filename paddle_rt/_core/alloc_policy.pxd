@@ -50,13 +50,18 @@ cdef inline bint made_for_one_request(int pool, size_t chunk, size_t size) noexc
     return pool == POOL_LARGE and chunk <= size
 
 
-cdef inline size_t growth_base(const AllocConfig* cfg, size_t reserved, size_t exact_bytes) noexcept nogil:
-    """What adaptive growth's target and cap are proportional to: everything the allocator holds (grow_base:reserved),
-    or that minus the held chunks made exactly for one request (grow_base:grown; made_for_one_request), so that one
-    huge chunk does not inflate every later step."""
-    if cfg.grow_base == BASE_GROWN and exact_bytes <= reserved:
-        return reserved - exact_bytes
-    return reserved
+cdef inline size_t growth_base(const AllocConfig* cfg, size_t reserved, size_t exact_bytes,
+                               size_t size) noexcept nogil:
+    """What adaptive growth's target and cap are proportional to, on a miss of `size` bytes: everything the allocator
+    holds (grow_base:reserved), or (grow_base:grown) that with the held chunks made exactly for one request
+    (made_for_one_request) counted for at most grow_exact_credit requests of the missing size. One huge chunk (a
+    model's weights) then does not inflate the steps of the small requests after it, while a miss as large as the
+    exact chunks (a run of big activations) still counts them."""
+    cdef size_t credit
+    if cfg.grow_base != BASE_GROWN or exact_bytes > reserved:
+        return reserved
+    credit = SIZE_MAX if size != 0 and cfg.grow_exact_credit > SIZE_MAX // size else cfg.grow_exact_credit * size
+    return reserved - exact_bytes + (exact_bytes if exact_bytes < credit else credit)
 
 
 cdef inline size_t grow_cap(const AllocConfig* cfg, size_t reserved) noexcept nogil:
@@ -72,14 +77,6 @@ cdef inline size_t grow_target(const AllocConfig* cfg, size_t reserved, size_t c
     if want < cfg.grow_min:
         want = cfg.grow_min
     return want if want < cap else cap
-
-
-cdef inline size_t request_bound(const AllocConfig* cfg, size_t want, size_t size) noexcept nogil:
-    """`want` at most grow_requests requests of the missing `size` (0: no bound), so that a small request after a
-    large pool does not make a chunk far beyond what it and its like need."""
-    if cfg.grow_requests != 0 and size <= SIZE_MAX // cfg.grow_requests and want > cfg.grow_requests * size:
-        return cfg.grow_requests * size
-    return want
 
 
 cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t cap, size_t size) noexcept nogil:
@@ -118,7 +115,7 @@ cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size,
     if pool == POOL_SMALL:
         return size if size > cfg.small_chunk else cfg.small_chunk
     cap = grow_cap(cfg, reserved)
-    want = request_bound(cfg, grow_target(cfg, reserved, cap), size)
+    want = grow_target(cfg, reserved, cap)
     if want > size:
         want = whole_requests(cfg, want, cap, size)
     if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:

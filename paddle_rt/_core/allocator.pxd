@@ -109,7 +109,7 @@ cdef struct AllocConfig:
     int grow_round         # ... ROUND_*: the target becomes a whole number of requests
     int consolidate        # ... CONSOLIDATE_*: idle chunks before growth
     int grow_base          # ... BASE_*: what the target and the cap are proportional to
-    size_t grow_requests   # ... a chunk holds at most this many requests of the missing size (0: no bound)
+    size_t grow_exact_credit   # ... BASE_GROWN: exact chunks count for at most this many missing requests
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
     int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk
     int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size

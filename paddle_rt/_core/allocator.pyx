@@ -453,7 +453,7 @@ cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t
 # consolidating idle chunks when the policy says so, rounded to the plugin's alignment and cut to the limit.
 cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
     cdef size_t released = 0, want, reserved, a
-    reserved = growth_base(&c.cfg, <size_t>c.stats[0][ST_RESERVED_BYTES].current, c.exact_bytes)
+    reserved = growth_base(&c.cfg, <size_t>c.stats[0][ST_RESERVED_BYTES].current, c.exact_bytes, size)
     if consolidates_before_growth(&c.cfg, pool):
         released = _release_idle(c, POOL_LARGE, 1, stream)
     want = chunk_for_miss(&c.cfg, pool, size, reserved, released)
@@ -807,7 +807,7 @@ cdef class DeviceAllocator:
         cfg.grow_round = r["grow_round"]
         cfg.consolidate = r["consolidate"]
         cfg.grow_base = r["grow_base"]
-        cfg.grow_requests = r["grow_requests"]
+        cfg.grow_exact_credit = r["grow_exact_credit"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -854,7 +854,7 @@ cdef class DeviceAllocator:
             "grow_round": ROUND_NAMES[cfg.grow_round],
             "consolidate": CONSOLIDATE_NAMES[cfg.consolidate],
             "grow_base": BASE_NAMES[cfg.grow_base],
-            "grow_requests": cfg.grow_requests,
+            "grow_exact_credit": cfg.grow_exact_credit,
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }
