@@ -67,6 +67,7 @@ def test_defaults_are_the_documented_ones(d1):
         (4 * MiB, 12 * MiB, 0.5, "up", "fold")
     assert c["grow_fraction"] == pytest.approx(1 / 4)
     assert (c["small_size"], c["small_chunk"]) == (128 * KiB, 2 * MiB)
+    assert (c["grow_base"], c["grow_exact_credit"]) == ("grown", 8)
     assert c["growth"] == "adaptive"
 
 
@@ -312,7 +313,7 @@ CORPUS = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The traces where the default misses a target (bench/RESULTS.md, issue 22; the README states them): peak reserved over
 # 1.15 x Paddle's, or device allocations over PyTorch's.
 KNOWN_MISSES = {"vit_infer_varbatch"}
-GOAL_AT_LEAST = 18       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 26
+GOAL_AT_LEAST = 17       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 27
 
 
 @pytest.mark.slow
@@ -337,7 +338,7 @@ def test_default_policy_on_the_corpus(d1):
         goal += verdict == "goal"
         if verdict == "MISS":
             beyond.append((name, round(ratio, 3), r["device_allocs"], torch["device_allocs"]))
-    assert len(names) >= 25
+    assert len(names) >= 27
     assert {b[0] for b in beyond} <= KNOWN_MISSES, beyond
     assert goal >= GOAL_AT_LEAST
 
