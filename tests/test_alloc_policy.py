@@ -67,7 +67,7 @@ def test_defaults_are_the_documented_ones(d1):
         (4 * MiB, 12 * MiB, 0.5, "up", "fold")
     assert c["grow_fraction"] == pytest.approx(1 / 4)
     assert (c["small_size"], c["small_chunk"]) == (128 * KiB, 2 * MiB)
-    assert (c["grow_base"], c["grow_exact_credit"]) == ("grown", 8)
+    assert (c["grow_base"], c["grow_exact_credit"], c["settle_after"]) == ("grown", 8, 2000)
     assert c["growth"] == "adaptive"
 
 
@@ -77,7 +77,7 @@ def test_defaults_are_the_documented_ones(d1):
     ("grow_fraction", "0", 0.0), ("grow_ratio", "0.5", 0.5), ("grow_ratio", 2, 2.0),
     ("grow_round", "Nearest", "nearest"), ("grow_round", "off", "off"), ("consolidate", "fold", "fold"),
     ("consolidate", "off", "off"), ("grow_base", "Reserved", "reserved"), ("grow_base", "grown", "grown"),
-    ("grow_exact_credit", "8", 8), ("grow_exact_credit", 0, 0),
+    ("grow_exact_credit", "8", 8), ("grow_exact_credit", 0, 0), ("settle_after", "500", 500), ("settle_after", 0, 0),
 ])
 def test_keys_parse(d1, key, value, parsed):
     default = paddle_rt.allocator_config(d1)[key]
@@ -94,6 +94,7 @@ def test_keys_parse(d1, key, value, parsed):
     ("grow_fraction", True), ("grow_ratio", "5"), ("grow_ratio", "fast"), ("grow_round", "sideways"),
     ("grow_round", 1), ("consolidate", "maybe"), ("grow_base", "everything"), ("grow_exact_credit", "-1"),
     ("grow_exact_credit", "many"), ("grow_exact_credit", True), ("grow_exact_credit", 1.5),
+    ("settle_after", "-3"), ("settle_after", "soon"),
 ])
 def test_bad_values_raise_naming_the_key(d1, key, value):
     before = paddle_rt.allocator_config(d1)
@@ -124,7 +125,7 @@ def test_keywords_win_over_the_environment(run_python):
 # -- the growth rule -------------------------------------------------------------------------------------------------
 def _grow_conf(d, **kw):
     conf = dict(grow_min="4M", grow_step="32M", grow_fraction="1/32", grow_ratio=1, grow_round="up",
-                consolidate="release", small_size="128K", small_chunk="2M", grow_base="reserved", grow_exact_credit=0)
+                consolidate="release", small_size="128K", small_chunk="2M", grow_base="reserved", grow_exact_credit=0, settle_after=0)
     conf.update(kw)
     paddle_rt.set_allocator_config(d, **conf)
 
@@ -266,6 +267,24 @@ def test_exact_credit_counts_exact_chunks_for_misses_of_their_size(d1):
         f(p, d1)
 
 
+@pytest.mark.parametrize("settle,second,third", [(3, 9 * MiB, 30 * MiB), (0, 18 * MiB, 40 * MiB)])
+def test_a_miss_after_a_steady_phase_grows_by_grow_min(d1, settle, second, third):
+    """settle_after N: once N allocations were served from the cache since the last large-pool growth, the ramp is
+    over and a miss grows by grow_min alone (here less than the request: exactly the request); the count restarts
+    with that growth, so the next miss right after it is sized by the rule again."""
+    _grow_conf(d1, grow_min="1M", settle_after=settle)
+    a = m(8 * MiB, d1)                   # exactly its size
+    b = m(MiB, d1)                       # target 8 MiB: 8 requests
+    for _ in range(3):                   # three cache hits
+        f(m(MiB, d1), d1)
+    c = m(9 * MiB, d1)                   # settled: exactly 9 MiB; not (settle 0): target 16 MiB, 2 requests
+    assert segments(d1) == sorted([8 * MiB, 8 * MiB, second])
+    d = m(10 * MiB, d1)                  # no hit since: the rule's target, min(16 + c's chunk, cap 32), in requests
+    assert segments(d1) == sorted([8 * MiB, 8 * MiB, second, third])
+    for p in (a, b, c, d):
+        f(p, d1)
+
+
 def test_grow_ratio_scales_the_target(d1):
     _grow_conf(d1, grow_ratio=0.5, grow_min="1M")
     a = m(16 * MiB, d1)
@@ -313,7 +332,7 @@ CORPUS = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The traces where the default misses a target (bench/RESULTS.md, issue 22; the README states them): peak reserved over
 # 1.15 x Paddle's, or device allocations over PyTorch's.
 KNOWN_MISSES = {"vit_infer_varbatch"}
-GOAL_AT_LEAST = 17       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 27
+GOAL_AT_LEAST = 18       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 27
 
 
 @pytest.mark.slow

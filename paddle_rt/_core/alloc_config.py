@@ -50,6 +50,9 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
                    oversize tensor) counted for at most ``grow_exact_credit`` requests of the missing size;
                    ``reserved``: everything it holds (the rule of issue 22's first default).
 ``grow_exact_credit``  a whole number (0: such chunks do not count at all). Default 8.
+``settle_after``   a whole number: once this many allocations were served from the cache since the last large-pool
+                   growth, the growth ramp is over and a miss asks for ``grow_min`` alone (in whole requests, at
+                   least the request); 0: never. Default 2000.
 """
 import os
 
@@ -58,7 +61,7 @@ from paddle_rt._core import errors
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
-             "grow_base", "grow_exact_credit")
+             "grow_base", "grow_exact_credit", "settle_after")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
@@ -82,6 +85,7 @@ DEFAULT_GROW_ROUND = "up"
 DEFAULT_CONSOLIDATE = "fold"
 DEFAULT_GROW_BASE = "grown"
 DEFAULT_GROW_EXACT_CREDIT = 8
+DEFAULT_SETTLE_AFTER = 2000
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -178,8 +182,8 @@ def _parse_count(key, value, source):
         n = int(str(value).strip()) if not isinstance(value, int) else value
     except ValueError:
         raise errors.InvalidArgument(f"{source}: allocator config {key}: {value!r} is not a whole number") from None
-    if n < 0 or n > 1 << 20:
-        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected 0 to {1 << 20}, got {value!r}")
+    if n < 0 or n > 1 << 40:
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected 0 to {1 << 40}, got {value!r}")
     return n
 
 
@@ -210,7 +214,7 @@ def normalize(conf, source):
             out[key] = _parse_name(key, value, CONSOLIDATE_NAMES, source)
         elif key == "grow_base":
             out[key] = _parse_name(key, value, BASE_NAMES, source)
-        elif key == "grow_exact_credit":
+        elif key in ("grow_exact_credit", "settle_after"):
             out[key] = _parse_count(key, value, source)
         else:
             out[key] = parse_size(key, value)
@@ -276,6 +280,7 @@ def resolve(conf):
         "consolidate": CONSOLIDATE_NAMES.index(conf.get("consolidate", DEFAULT_CONSOLIDATE)),
         "grow_base": BASE_NAMES.index(conf.get("grow_base", DEFAULT_GROW_BASE)),
         "grow_exact_credit": conf.get("grow_exact_credit", DEFAULT_GROW_EXACT_CREDIT),
+        "settle_after": conf.get("settle_after", DEFAULT_SETTLE_AFTER),
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",

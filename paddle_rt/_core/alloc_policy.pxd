@@ -1,7 +1,7 @@
 # The caching allocator's policy decisions, one small named function each (inline, nogil, stateless: they read the
 # resolved configuration and the figures they are given). allocator.pyx is the mechanism that calls them: it holds
 # no `if paddle_compat` branch; paddle_compat is a preset of these settings (alloc_config.resolve).
-from libc.stdint cimport SIZE_MAX, uint64_t
+from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
 
 from paddle_rt._core.allocator cimport (
     AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
@@ -102,11 +102,19 @@ cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t ca
     return size * (k if k > 0 else 1)
 
 
+cdef inline bint ramp_ended(const AllocConfig* cfg, int64_t hits_since_growth) noexcept nogil:
+    """Whether the growth ramp is over: at least settle_after allocations were served from the cache since the last
+    large-pool growth (0: never). A miss after such a steady phase is a late, rare demand, not the pool still filling
+    up, so it grows by the least step (chunk_for_miss)."""
+    return cfg.settle_after != 0 and hits_since_growth >= <int64_t>cfg.settle_after
+
+
 cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size, size_t reserved,
-                                  size_t released) noexcept nogil:
+                                  size_t released, bint settled=False) noexcept nogil:
     """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: the growth
     base before the miss (growth_base: what the allocator held, with grow_base:grown less its chunks made exactly for
-    one request); `released`: what consolidation just gave back."""
+    one request); `released`: what consolidation just gave back; `settled`: the growth ramp is over (ramp_ended),
+    so the target is grow_min alone."""
     cdef size_t want, cap
     if cfg.growth == GROWTH_FIXED:
         return size if size >= cfg.chunk_size else cfg.chunk_size
@@ -115,7 +123,7 @@ cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size,
     if pool == POOL_SMALL:
         return size if size > cfg.small_chunk else cfg.small_chunk
     cap = grow_cap(cfg, reserved)
-    want = grow_target(cfg, reserved, cap)
+    want = cfg.grow_min if settled else grow_target(cfg, reserved, cap)
     if want > size:
         want = whole_requests(cfg, want, cap, size)
     if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:

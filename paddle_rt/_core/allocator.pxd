@@ -110,6 +110,7 @@ cdef struct AllocConfig:
     int consolidate        # ... CONSOLIDATE_*: idle chunks before growth
     int grow_base          # ... BASE_*: what the target and the cap are proportional to
     size_t grow_exact_credit   # ... BASE_GROWN: exact chunks count for at most this many missing requests
+    size_t settle_after    # ... after this many cache hits since the last large-pool growth, a miss grows by grow_min
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
     int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk
     int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size
@@ -151,6 +152,7 @@ cdef struct AllocatorCore:
     int64_t deferred_pending   # frees waiting for record_stream streams (atomic; see core_wait_deferred)
     int64_t num_release_deferred   # idle chunks kept instead of released because streams were busy (per attempt)
     size_t exact_bytes     # bytes of the held chunks made exactly for one request (Chunk.exact)
+    int64_t hits_at_growth # num_cache_hits at the last large-pool growth (alloc_policy.ramp_ended)
     int release_kept       # 1 while idle chunks kept that way may still be cached (release on free sweeps them)
 
 # With the GIL: the allocator of `device` (None: current device) for KIND_DEVICE or KIND_HOST, created on first use.

@@ -64,7 +64,7 @@ from paddle_rt._core.alloc_index cimport (
 )
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
-    made_for_one_request, growth_base,
+    made_for_one_request, growth_base, ramp_ended,
 )
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
@@ -453,10 +453,15 @@ cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t
 # consolidating idle chunks when the policy says so, rounded to the plugin's alignment and cut to the limit.
 cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
     cdef size_t released = 0, want, reserved, a
+    cdef bint settled = False
     reserved = growth_base(&c.cfg, <size_t>c.stats[0][ST_RESERVED_BYTES].current, c.exact_bytes, size)
     if consolidates_before_growth(&c.cfg, pool):
         released = _release_idle(c, POOL_LARGE, 1, stream)
-    want = chunk_for_miss(&c.cfg, pool, size, reserved, released)
+    if pool == POOL_LARGE:
+        # cache hits since the last large-pool growth (both counters restart with reset_accumulated_stats)
+        settled = ramp_ended(&c.cfg, c.num_cache_hits - c.hits_at_growth)
+        c.hits_at_growth = c.num_cache_hits
+    want = chunk_for_miss(&c.cfg, pool, size, reserved, released, settled)
     a = c.cfg.alignment
     if want <= SIZE_MAX - a:
         want = ((want + a - 1) // a) * a
@@ -808,6 +813,7 @@ cdef class DeviceAllocator:
         cfg.consolidate = r["consolidate"]
         cfg.grow_base = r["grow_base"]
         cfg.grow_exact_credit = r["grow_exact_credit"]
+        cfg.settle_after = r["settle_after"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -855,6 +861,7 @@ cdef class DeviceAllocator:
             "consolidate": CONSOLIDATE_NAMES[cfg.consolidate],
             "grow_base": BASE_NAMES[cfg.grow_base],
             "grow_exact_credit": cfg.grow_exact_credit,
+            "settle_after": cfg.settle_after,
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }
@@ -964,6 +971,7 @@ cdef class DeviceAllocator:
             self.core.num_device_alloc = 0
             self.core.num_device_free = 0
             self.core.num_cache_hits = 0
+            self.core.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
             self.core.num_release_deferred = 0
             self.core.cx.mu.unlock()
 
