@@ -84,20 +84,22 @@ FINE_GRID = {
 }
 # The grid of `heldout` (issue 22, the corpus of bench/traces and ../shared/traces): the growth base (everything held,
 # or with chunks made exactly for one request credited for a few requests of the missing size) and the end of the
-# growth ramp (settle_after) with the step parameters around round 3's default (grow_exact_credit only matters with grow_base:grown: with reserved it stays
+# growth ramp (settle_after) and the bound in requests of the missing size (grow_requests) with the step parameters
+# around round 3's default (grow_exact_credit only matters with grow_base:grown: with reserved it stays
 # at its first value, see grid_confs).
 CORPUS_GRID = {
     "grow_base": ["reserved", "grown"],
     "grow_exact_credit": ["8", "4", "16"],
     "grow_min": ["3M", "4M"],
     "grow_step": ["10M", "12M", "14M"],
-    "grow_fraction": ["1/4", "1/3"],
+    "grow_fraction": ["1/4"],
     "grow_ratio": ["0.5", "0.625"],
     "grow_round": ["up", "within"],
     "consolidate": ["fold"],
     "small_size": ["64K", "128K"],
     "small_chunk": ["2M"],
     "settle_after": ["2000", "1000", "0"],
+    "grow_requests": ["32", "0", "48"],
 }
 # The parameters `sensitivity` scales (x0.5, x2), with their unit for the conf string.
 SCALED = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "small_size", "small_chunk")
@@ -230,7 +232,7 @@ def default_conf():
             "grow_round": ac.DEFAULT_GROW_ROUND, "consolidate": ac.DEFAULT_CONSOLIDATE,
             "small_size": f"{ac.DEFAULT_SMALL_SIZE // 1024}K", "small_chunk": f"{ac.DEFAULT_SMALL_CHUNK // MiB}M",
             "grow_base": ac.DEFAULT_GROW_BASE, "grow_exact_credit": str(ac.DEFAULT_GROW_EXACT_CREDIT),
-            "settle_after": str(ac.DEFAULT_SETTLE_AFTER)}
+            "settle_after": str(ac.DEFAULT_SETTLE_AFTER), "grow_requests": str(ac.DEFAULT_GROW_REQUESTS)}
 
 
 def scale(key, value, factor):
@@ -341,7 +343,7 @@ def main(argv=None):
         def same(k, a, b):
             if k in ("grow_fraction", "grow_ratio"):
                 return abs(ac._parse_fraction(k, a, "", 4.0) - ac._parse_fraction(k, b, "", 4.0)) < 1e-12
-            if k in ("grow_round", "consolidate", "grow_base", "grow_exact_credit", "settle_after"):
+            if k in ("grow_round", "consolidate", "grow_base", "grow_exact_credit", "settle_after", "grow_requests"):
                 return str(a) == str(b)
             return ac.parse_size(k, a) == ac.parse_size(k, b)
         print("\nthe default's neighbours in this grid (one key changed) and the traces where the goal then fails:")

@@ -53,6 +53,8 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 ``settle_after``   a whole number: once this many allocations were served from the cache since the last large-pool
                    growth, the growth ramp is over and a miss asks for ``grow_min`` alone (in whole requests, at
                    least the request); 0: never. Default 2000.
+``grow_requests``  a whole number: the target is at most this many requests of the missing size (before the rounding
+                   to whole requests; 0: no bound). Default 32.
 """
 import os
 
@@ -61,7 +63,7 @@ from paddle_rt._core import errors
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
-             "grow_base", "grow_exact_credit", "settle_after")
+             "grow_base", "grow_exact_credit", "settle_after", "grow_requests")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
@@ -86,6 +88,7 @@ DEFAULT_CONSOLIDATE = "fold"
 DEFAULT_GROW_BASE = "grown"
 DEFAULT_GROW_EXACT_CREDIT = 8
 DEFAULT_SETTLE_AFTER = 2000
+DEFAULT_GROW_REQUESTS = 32
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -214,7 +217,7 @@ def normalize(conf, source):
             out[key] = _parse_name(key, value, CONSOLIDATE_NAMES, source)
         elif key == "grow_base":
             out[key] = _parse_name(key, value, BASE_NAMES, source)
-        elif key in ("grow_exact_credit", "settle_after"):
+        elif key in ("grow_exact_credit", "settle_after", "grow_requests"):
             out[key] = _parse_count(key, value, source)
         else:
             out[key] = parse_size(key, value)
@@ -281,6 +284,7 @@ def resolve(conf):
         "grow_base": BASE_NAMES.index(conf.get("grow_base", DEFAULT_GROW_BASE)),
         "grow_exact_credit": conf.get("grow_exact_credit", DEFAULT_GROW_EXACT_CREDIT),
         "settle_after": conf.get("settle_after", DEFAULT_SETTLE_AFTER),
+        "grow_requests": conf.get("grow_requests", DEFAULT_GROW_REQUESTS),
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",

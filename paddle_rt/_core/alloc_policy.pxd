@@ -79,6 +79,15 @@ cdef inline size_t grow_target(const AllocConfig* cfg, size_t reserved, size_t c
     return want if want < cap else cap
 
 
+cdef inline size_t request_bound(const AllocConfig* cfg, size_t want, size_t size) noexcept nogil:
+    """`want` at most grow_requests requests of the missing `size` (0: no bound): a small request after the pool has
+    grown large (a 0.2 MiB tensor once activations fill tens of MiB) does not make a chunk far beyond what it and
+    its like need."""
+    if cfg.grow_requests != 0 and size <= SIZE_MAX // cfg.grow_requests and want > cfg.grow_requests * size:
+        return cfg.grow_requests * size
+    return want
+
+
 cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t cap, size_t size) noexcept nogil:
     """`want` made a whole number of requests of `size` (grow_round: the nearest, the next one up, the one below,
     or the next one up but no more than fit in `cap`; at least one), so that the chunk's tail is not a useless
@@ -123,7 +132,7 @@ cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size,
     if pool == POOL_SMALL:
         return size if size > cfg.small_chunk else cfg.small_chunk
     cap = grow_cap(cfg, reserved)
-    want = cfg.grow_min if settled else grow_target(cfg, reserved, cap)
+    want = request_bound(cfg, cfg.grow_min if settled else grow_target(cfg, reserved, cap), size)
     if want > size:
         want = whole_requests(cfg, want, cap, size)
     if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:

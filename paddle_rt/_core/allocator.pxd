@@ -110,6 +110,7 @@ cdef struct AllocConfig:
     int consolidate        # ... CONSOLIDATE_*: idle chunks before growth
     int grow_base          # ... BASE_*: what the target and the cap are proportional to
     size_t grow_exact_credit   # ... BASE_GROWN: exact chunks count for at most this many missing requests
+    size_t grow_requests   # ... a chunk aims at most at this many requests of the missing size (0: no bound)
     size_t settle_after    # ... after this many cache hits since the last large-pool growth, a miss grows by grow_min
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
     int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk

@@ -814,6 +814,7 @@ cdef class DeviceAllocator:
         cfg.grow_base = r["grow_base"]
         cfg.grow_exact_credit = r["grow_exact_credit"]
         cfg.settle_after = r["settle_after"]
+        cfg.grow_requests = r["grow_requests"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -862,6 +863,7 @@ cdef class DeviceAllocator:
             "grow_base": BASE_NAMES[cfg.grow_base],
             "grow_exact_credit": cfg.grow_exact_credit,
             "settle_after": cfg.settle_after,
+            "grow_requests": cfg.grow_requests,
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }
