@@ -295,8 +295,8 @@ def test_grow_requests_bounds_the_target(d1):
     b = m(MiB, d1)                       # target 16 MiB, bounded to 4 requests of 1 MiB
     assert segments(d1) == [4 * MiB, 16 * MiB]
     paddle_rt.set_allocator_config(d1, grow_requests=0)
-    c = m(3 * MiB, d1)                   # no bound: target 20 MiB, 7 requests of 3 MiB
-    assert segments(d1) == [4 * MiB, 16 * MiB, 21 * MiB]
+    c = m(4 * MiB, d1)                   # no bound: target 20 MiB, 5 requests of 4 MiB
+    assert segments(d1) == [4 * MiB, 16 * MiB, 20 * MiB]
     for p in (a, b, c):
         f(p, d1)
 
