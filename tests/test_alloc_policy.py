@@ -6,6 +6,7 @@ import gc
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import paddle_rt
 from paddle_rt._core import alloc_config
@@ -299,6 +300,47 @@ def test_grow_requests_bounds_the_target(d1):
     assert segments(d1) == [4 * MiB, 16 * MiB, 20 * MiB]
     for p in (a, b, c):
         f(p, d1)
+
+
+def _probe(d):
+    """The large-pool chunks a fixed sequence makes (an exact chunk, a miss sized from the growth base, three cache
+    hits, a miss after them), freed."""
+    ps = [m(40 * MiB, d), m(MiB, d)]
+    for _ in range(3):
+        f(m(MiB, d), d)
+    ps += [m(5 * MiB, d), m(MiB, d)]
+    got = segments(d)
+    for p in ps:
+        f(p, d)
+    return got
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from([200 * KiB, MiB, 3 * MiB, 9 * MiB, 24 * MiB, 70 * MiB]),
+                              st.booleans()), max_size=30))
+def test_growth_after_any_history_is_that_of_a_fresh_allocator(d1, ops):
+    """Whatever was allocated and freed before (exact chunks made and given back, cache hits counted), once
+    everything is freed and the allocator reset, the growth rule's state (the bytes of exact chunks, the hits since
+    the last growth) is back to a fresh allocator's: the same sequence makes the same chunks."""
+    paddle_rt.set_allocator_config(d1, settle_after=3)
+    # fresh: 40 MiB exactly; 1 MiB: base min(40, 8 x 1) = 8, target 4 MiB; three hits in it: the ramp has ended
+    # (settle_after 3), so the 5 MiB miss asks for grow_min 4 MiB, i.e. exactly 5 MiB; 1 MiB: fits the 4 MiB chunk.
+    # (With the 40 MiB chunk still counted as exact after it went back, the 1 MiB miss would make a 12 MiB chunk;
+    # without the three hits, the 5 MiB miss would make a 15 MiB one.)
+    fresh = [4 * MiB, 5 * MiB, 40 * MiB]
+    assert _probe(d1) == fresh
+    paddle_rt.reset_allocator(d1)
+    assert _probe(d1) == fresh
+    paddle_rt.reset_allocator(d1)
+    held = []
+    for n, free_one in ops:
+        held.append(m(n, d1))
+        if free_one and held:
+            f(held.pop(0), d1)
+    for p in held:
+        f(p, d1)
+    paddle_rt.reset_allocator(d1)
+    assert _probe(d1) == fresh
 
 
 def test_grow_ratio_scales_the_target(d1):
