@@ -25,11 +25,12 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 
 The growth rule of ``growth:adaptive`` (alloc_policy.chunk_for_miss): a miss in the large pool asks the plugin for a
-target of ``grow_ratio * base``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * base)``
-(``base``: what the allocator holds at the miss, less, with ``grow_base:grown``, the chunks it made exactly for one
-request: a model's weights or one oversize tensor do not inflate later steps), made a whole number of requests of the
-missing size
-(``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
+target of ``grow_ratio * base``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * base)`` and at most
+``grow_requests`` requests of the missing size (``base``: what the allocator holds at the miss; with
+``grow_base:grown`` its chunks made exactly for one request count for at most ``grow_exact_credit`` requests of the
+missing size, so that a model's weights or one oversize tensor do not inflate later steps; once ``settle_after``
+allocations were served from the cache since the last growth, the target is ``grow_min`` alone), made a whole number
+of requests of the missing size (``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
 chunks. The defaults: chosen by family-held-out validation on the corpus of bench/traces and ../shared/traces
 (bench/RESULTS.md, issue 22; ``python bench/policy_search.py heldout``).
 
@@ -40,7 +41,7 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
                    Default 0.5.
 ``grow_round``     ``up`` (default: the smallest whole number of requests of the missing size at or above the
                    target), ``nearest``, ``down`` (at least one request), ``within`` (as ``up``, but no more requests
-                   than fit in the cap ``max(grow_step, grow_fraction * reserved)``, at least one) or ``off`` (the
+                   than fit in the cap ``max(grow_step, grow_fraction * base)``, at least one) or ``off`` (the
                    target as it is).
 ``consolidate``    ``fold`` (default): the pool's idle chunks go back to the plugin and the new chunk is at least the
                    request plus what went back; ``release``: they go back and the new chunk is sized by the rule
