@@ -239,13 +239,14 @@ inline void exp_rows(double* x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = std::exp(x[i]);
 }
 
+/* x[i] = exp(x[i] - max) for i < n, returning 1 / their sum: the caller scales the weighted sum of the values by it
+   (dim products instead of n). */
 template <typename C>
-inline void softmax_row(C* __restrict x, int64_t n) {
+inline C softmax_row(C* __restrict x, int64_t n) {
     const C m = lane_max(x, n);
     for (int64_t i = 0; i < n; i++) x[i] -= m;
     exp_rows(x, n);
-    const C inv = (C)1 / lane_sum(x, n);
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+    return (C)1 / lane_sum(x, n);
 }
 
 /* Queries per unit of work of a prefill: a unit is (kv head, block of queries), all the group's query heads. */
@@ -354,9 +355,11 @@ C_Status attention(const paddle_rt_op_call* c) {
                                       reinterpret_cast<float* const*>(scs));
                     else
                         scores((int)nh, qs, kt, D, kept, scale, scs);
-                    for (int t = 0; t < nh; t++) softmax_row(scs[t], kept);
+                    C inv[4];
+                    for (int t = 0; t < nh; t++) inv[t] = softmax_row(scs[t], kept);
                     weighted_sum((int)nh, const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
                     for (int t = 0; t < nh; t++) {
+                        for (int64_t e = 0; e < D; e++) accs[t][e] *= inv[t];
                         char* o = static_cast<char*>(out.data) + (i * out.strides[0] + (h0 + t) * out.strides[1]) * es;
                         write_row<C>(o, out.dtype, out.strides[2], D, accs[t]);
                     }
