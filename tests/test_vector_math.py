@@ -179,6 +179,7 @@ def test_half_activations_every_isa(variants, dt):
             assert _rel_error(r[f"{name}_{dt}"], want, ok) <= ulp * 0.5 + 1e-4, (isa, name, dt)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("dt", DTYPES)
 def test_tails_match_full_vectors(dt):
     """A length that is not a multiple of the vector width: the tail gives the bits the full vectors give."""
@@ -197,6 +198,7 @@ _FNS = {"gelu": lambda a, b: ops.gelu(a), "gelu_tanh": lambda a, b: ops.gelu(a, 
         "silu": lambda a, b: ops.silu(a), "swiglu": ops.swiglu, "add": ops.add, "mul": ops.mul}
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("dt", DTYPES)
 def test_strided_and_in_place(dt):
     """Strided operands take the blocked path, in-place ones the vector loop: both give the contiguous results."""
