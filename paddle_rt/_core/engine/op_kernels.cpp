@@ -344,6 +344,13 @@ int vm_op(int op, const double* attrs) {
     }
 }
 
+/* Whether an elementwise call writes its output around the caches (non-temporal stores): when the output is larger
+   than a last-level cache (32 MiB here; 16-32 MiB on common CPUs) it cannot stay cached for the next operator anyway,
+   and streaming it saves reading every output line before writing it: add 16 M float32 (64 MiB out) 7.6 -> 5.5 ms
+   at one thread on this machine. */
+constexpr int64_t kStreamBytes = 32 << 20;
+bool stream_output(int64_t bytes) { return bytes >= kStreamBytes; }
+
 /* The dtype as vector_math.h's loop reads and writes it, or -1. */
 int vm_dtype(int dt) {
     switch (dt) {
@@ -371,8 +378,10 @@ C_Status ew_float(const paddle_rt_op_call* c) {
     const int vdt = dt_o == dt_a && dt_a == dt_b ? vm_dtype(dt_o) : -1;
     if (vop >= 0 && vdt >= 0 && so == 1 && sa == 1 && (k == 2 || sb == 1)) {
         const int64_t es = L.esize[0];
-        for_spans(L, [vop, vdt, es, k](char* const* p, int64_t j0, int64_t j1) {
-            prt_vm_apply_typed(vop, vdt, p[1] + j0 * es, k == 3 ? p[2] + j0 * es : nullptr, p[0] + j0 * es, j1 - j0);
+        const int stream = stream_output(numel(L) * es);
+        for_spans(L, [vop, vdt, es, k, stream](char* const* p, int64_t j0, int64_t j1) {
+            prt_vm_apply_typed(vop, vdt, p[1] + j0 * es, k == 3 ? p[2] + j0 * es : nullptr, p[0] + j0 * es, j1 - j0,
+                               stream);
         });
         return C_SUCCESS;
     }

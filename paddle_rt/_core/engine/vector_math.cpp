@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -22,18 +24,26 @@
 #define PRT_VM_NS lanes1
 #define PRT_VM_W 1
 #define PRT_VM_HALF 0
+#define PRT_VM_STREAM 0
 #include "engine/vector_math_lanes.inc"
 #undef PRT_VM_NS
 #undef PRT_VM_W
 #undef PRT_VM_HALF
+#undef PRT_VM_STREAM
 
 #define PRT_VM_NS lanes4          /* SSE2 on x86-64 (its baseline), the generic 128-bit vectors elsewhere */
 #define PRT_VM_W 4
 #define PRT_VM_HALF 0
+#if defined(__x86_64__)
+#define PRT_VM_STREAM 1
+#else
+#define PRT_VM_STREAM 0
+#endif
 #include "engine/vector_math_lanes.inc"
 #undef PRT_VM_NS
 #undef PRT_VM_W
 #undef PRT_VM_HALF
+#undef PRT_VM_STREAM
 
 #if defined(__x86_64__)
 #pragma GCC push_options
@@ -42,10 +52,12 @@
 #define PRT_VM_NS lanes8
 #define PRT_VM_W 8
 #define PRT_VM_HALF 256
+#define PRT_VM_STREAM 1
 #include "engine/vector_math_lanes.inc"
 #undef PRT_VM_NS
 #undef PRT_VM_W
 #undef PRT_VM_HALF
+#undef PRT_VM_STREAM
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -53,13 +65,16 @@
 #pragma GCC optimize("fp-contract=fast")
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"   /* GCC 12's avx512fintrin.h: _mm512_undefined_ps */
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #define PRT_VM_NS lanes16
 #define PRT_VM_W 16
 #define PRT_VM_HALF 512
+#define PRT_VM_STREAM 1
 #include "engine/vector_math_lanes.inc"
 #undef PRT_VM_NS
 #undef PRT_VM_W
 #undef PRT_VM_HALF
+#undef PRT_VM_STREAM
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif
@@ -108,19 +123,19 @@ const Dispatch g_vm = load_dispatch();
 
 }  // namespace
 
-void prt_vm_apply_typed(int op, int dt, const void* a, const void* b, void* o, int64_t n) {
+void prt_vm_apply_typed(int op, int dt, const void* a, const void* b, void* o, int64_t n, int stream) {
     switch (g_vm.level) {
 #if defined(__x86_64__)
-    case 3: lanes16::apply(op, dt, a, b, o, n, g_vm.exp); return;
-    case 2: lanes8::apply(op, dt, a, b, o, n, g_vm.exp); return;
+    case 3: lanes16::apply(op, dt, a, b, o, n, g_vm.exp, stream != 0); return;
+    case 2: lanes8::apply(op, dt, a, b, o, n, g_vm.exp, stream != 0); return;
 #endif
-    case 1: lanes4::apply(op, dt, a, b, o, n, g_vm.exp); return;
-    default: lanes1::apply(op, dt, a, b, o, n, nullptr); return;
+    case 1: lanes4::apply(op, dt, a, b, o, n, g_vm.exp, stream != 0); return;
+    default: lanes1::apply(op, dt, a, b, o, n, nullptr, false); return;
     }
 }
 
 void prt_vm_apply(int op, const float* a, const float* b, float* o, int64_t n) {
-    prt_vm_apply_typed(op, PRT_VM_F32, a, b, o, n);
+    prt_vm_apply_typed(op, PRT_VM_F32, a, b, o, n, 0);
 }
 
 const char* prt_vm_isa(void) {

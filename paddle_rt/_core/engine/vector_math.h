@@ -37,8 +37,9 @@ enum prt_vm_dtype {
 };
 
 /* o[i] = op(a[i], b[i]) for i < n, all three contiguous arrays of dtype dt (computed in float, rounded back to nearest
-   even); b only for the binary ops; o may alias a or b exactly. */
-void prt_vm_apply_typed(int op, int dt, const void* a, const void* b, void* o, int64_t n);
+   even); b only for the binary ops; o may alias a or b exactly. stream != 0: write o with non-temporal stores (no read
+   of each output line before it is written; for outputs too large to stay cached for the next operator). */
+void prt_vm_apply_typed(int op, int dt, const void* a, const void* b, void* o, int64_t n, int stream);
 /* The float32 form. */
 void prt_vm_apply(int op, const float* a, const float* b, float* o, int64_t n);
 /* Which loop is in use: "avx512", "avx2", "sse" (or "vector" off x86) or "scalar"; whether PRT_VM_EXP's vector
