@@ -4,8 +4,9 @@
  * points are found at the first gemm, op.pyx) with that library's own threads; the rest is one fused pass per row or
  * per block, split over paddle_rt's host thread pool (host_parallel.h) in ranges of whole rows or blocks, so every
  * element is computed by the same arithmetic whatever the thread count (results are bit-identical at 1 or N
- * threads). float32 exp, erf, gelu, silu and swiglu go through glibc's vector math (vector_math.h). Linked into the
- * op extension only (setup.py ENGINE_SOURCES). */
+ * threads). add, sub, mul, gelu, silu and swiglu on one float dtype with unit strides run vector_math.h's fused loop
+ * (the widest instruction set the CPU has, float16/bfloat16 converted in registers); softmax's exp goes through
+ * glibc's libmvec there too. Linked into the op extension only (setup.py ENGINE_SOURCES). */
 #include "engine/op_kernels.h"
 #include "engine/op_families.h"
 #include "engine/host_float.h"
