@@ -55,7 +55,7 @@ FAMILIES = {
     "transformer_train": ("bert_varlen", "grad_accum_train", "clip_contrastive"),
     "transformer_infer": ("vit_infer_varbatch", "conformer_varlen", "moe_infer_varlen"),
     "generation": ("llama_generate_cat", "llama_generate_static", "seq2seq_beam", "llm_batched_varlen",
-                   "llm_paged_kv", "llm_long_context"),
+                   "llm_paged_kv", "llm_long_context", "llama_example_15m"),
     "dense_sparse": ("mlp_varbatch", "dlrm_embeddings", "gnn_minibatch"),
     "recurrent_rl": ("lstm_lm_train", "rl_rollout_ppo"),
 }
@@ -82,17 +82,24 @@ FINE_GRID = {
     "small_size": ["128K", "192K", "256K", "384K"],
     "small_chunk": ["2M", "3M"],
 }
-# The grid of `heldout` (issue 22, the corpus of bench/traces and ../shared/traces): smaller growth steps and caps
-# next to the earlier default's, whole-request rounding on or off.
+# The grid of `heldout` (issue 22, the corpus of bench/traces and ../shared/traces): the growth base (everything held,
+# or with chunks made exactly for one request credited for a few requests of the missing size) and the end of the
+# growth ramp (settle_after) and the bound in requests of the missing size (grow_requests) with the step parameters
+# around round 3's default (grow_exact_credit only matters with grow_base:grown: with reserved it stays
+# at its first value, see grid_confs).
 CORPUS_GRID = {
-    "grow_min": ["2M", "4M", "6M"],
+    "grow_base": ["reserved", "grown"],
+    "grow_exact_credit": ["8", "4", "16"],
+    "grow_min": ["3M", "4M"],
     "grow_step": ["10M", "12M", "14M"],
-    "grow_fraction": ["1/6", "1/4", "1/3"],
-    "grow_ratio": ["0.375", "0.5", "0.625"],
-    "grow_round": ["nearest", "up"],
+    "grow_fraction": ["1/4"],
+    "grow_ratio": ["0.5", "0.625"],
+    "grow_round": ["up", "within"],
     "consolidate": ["fold"],
     "small_size": ["64K", "128K"],
     "small_chunk": ["2M"],
+    "settle_after": ["2000", "1000", "0"],
+    "grow_requests": ["32", "0", "48"],
 }
 # The parameters `sensitivity` scales (x0.5, x2), with their unit for the conf string.
 SCALED = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "small_size", "small_chunk")
@@ -177,9 +184,14 @@ def corpus_score(res, names=None):
 
 
 def grid_confs(grid=GRID):
+    """Every combination of ``grid``'s values, but grow_exact_credit (meaningless under grow_base:reserved) only at
+    its first value there."""
     keys = list(grid)
     for vals in itertools.product(*(grid[k] for k in keys)):
-        yield dict(zip(keys, vals))
+        conf = dict(zip(keys, vals))
+        if conf.get("grow_base") == "reserved" and conf.get("grow_exact_credit", "") != grid["grow_exact_credit"][0]:
+            continue
+        yield conf
 
 
 def search(traces, select=None, grid=GRID, log=None, scorer=None):
@@ -218,7 +230,9 @@ def default_conf():
     return {"grow_min": f"{ac.DEFAULT_GROW_MIN // MiB}M", "grow_step": f"{ac.DEFAULT_GROW_STEP // MiB}M",
             "grow_fraction": repr(ac.DEFAULT_GROW_FRACTION), "grow_ratio": repr(ac.DEFAULT_GROW_RATIO),
             "grow_round": ac.DEFAULT_GROW_ROUND, "consolidate": ac.DEFAULT_CONSOLIDATE,
-            "small_size": f"{ac.DEFAULT_SMALL_SIZE // 1024}K", "small_chunk": f"{ac.DEFAULT_SMALL_CHUNK // MiB}M"}
+            "small_size": f"{ac.DEFAULT_SMALL_SIZE // 1024}K", "small_chunk": f"{ac.DEFAULT_SMALL_CHUNK // MiB}M",
+            "grow_base": ac.DEFAULT_GROW_BASE, "grow_exact_credit": str(ac.DEFAULT_GROW_EXACT_CREDIT),
+            "settle_after": str(ac.DEFAULT_SETTLE_AFTER), "grow_requests": str(ac.DEFAULT_GROW_REQUESTS)}
 
 
 def scale(key, value, factor):
@@ -329,12 +343,12 @@ def main(argv=None):
         def same(k, a, b):
             if k in ("grow_fraction", "grow_ratio"):
                 return abs(ac._parse_fraction(k, a, "", 4.0) - ac._parse_fraction(k, b, "", 4.0)) < 1e-12
-            if k in ("grow_round", "consolidate"):
-                return a == b
+            if k in ("grow_round", "consolidate", "grow_base", "grow_exact_credit", "settle_after", "grow_requests"):
+                return str(a) == str(b)
             return ac.parse_size(k, a) == ac.parse_size(k, b)
         print("\nthe default's neighbours in this grid (one key changed) and the traces where the goal then fails:")
         for sc, conf, res in rows:
-            diff = [k for k in base if not same(k, conf[k], base[k])]
+            diff = [k for k in base if k in conf and not same(k, conf[k], base[k])]
             if len(diff) <= 1:
                 miss = [n for n in res if res[n]["badness"] > 1]
                 print(f"  {diff[0] + '=' + conf[diff[0]] if diff else '(the default)'}: {', '.join(miss) or 'none'}")

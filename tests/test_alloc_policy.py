@@ -6,6 +6,7 @@ import gc
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import paddle_rt
 from paddle_rt._core import alloc_config
@@ -67,6 +68,7 @@ def test_defaults_are_the_documented_ones(d1):
         (4 * MiB, 12 * MiB, 0.5, "up", "fold")
     assert c["grow_fraction"] == pytest.approx(1 / 4)
     assert (c["small_size"], c["small_chunk"]) == (128 * KiB, 2 * MiB)
+    assert (c["grow_base"], c["grow_exact_credit"], c["settle_after"], c["grow_requests"]) == ("grown", 8, 2000, 32)
     assert c["growth"] == "adaptive"
 
 
@@ -75,7 +77,9 @@ def test_defaults_are_the_documented_ones(d1):
     ("grow_step", 1 << 20, MiB), ("grow_fraction", "1/16", 1 / 16), ("grow_fraction", 0.25, 0.25),
     ("grow_fraction", "0", 0.0), ("grow_ratio", "0.5", 0.5), ("grow_ratio", 2, 2.0),
     ("grow_round", "Nearest", "nearest"), ("grow_round", "off", "off"), ("consolidate", "fold", "fold"),
-    ("consolidate", "off", "off"),
+    ("consolidate", "off", "off"), ("grow_base", "Reserved", "reserved"), ("grow_base", "grown", "grown"),
+    ("grow_exact_credit", "8", 8), ("grow_exact_credit", 0, 0), ("settle_after", "500", 500), ("settle_after", 0, 0),
+    ("grow_requests", "32", 32), ("grow_requests", 0, 0),
 ])
 def test_keys_parse(d1, key, value, parsed):
     default = paddle_rt.allocator_config(d1)[key]
@@ -90,7 +94,9 @@ def test_keys_parse(d1, key, value, parsed):
     ("grow_min", "-1"), ("grow_min", "lots"), ("grow_min", True), ("grow_step", "3 parsecs"), ("grow_step", -5),
     ("grow_fraction", "2"), ("grow_fraction", "-0.1"), ("grow_fraction", "x"), ("grow_fraction", "1/0"),
     ("grow_fraction", True), ("grow_ratio", "5"), ("grow_ratio", "fast"), ("grow_round", "sideways"),
-    ("grow_round", 1), ("consolidate", "maybe"),
+    ("grow_round", 1), ("consolidate", "maybe"), ("grow_base", "everything"), ("grow_exact_credit", "-1"),
+    ("grow_exact_credit", "many"), ("grow_exact_credit", True), ("grow_exact_credit", 1.5),
+    ("settle_after", "-3"), ("settle_after", "soon"), ("grow_requests", "-1"), ("grow_requests", "x"),
 ])
 def test_bad_values_raise_naming_the_key(d1, key, value):
     before = paddle_rt.allocator_config(d1)
@@ -121,7 +127,8 @@ def test_keywords_win_over_the_environment(run_python):
 # -- the growth rule -------------------------------------------------------------------------------------------------
 def _grow_conf(d, **kw):
     conf = dict(grow_min="4M", grow_step="32M", grow_fraction="1/32", grow_ratio=1, grow_round="up",
-                consolidate="release", small_size="128K", small_chunk="2M")
+                consolidate="release", small_size="128K", small_chunk="2M", grow_base="reserved", grow_exact_credit=0, settle_after=0,
+                grow_requests=0)
     conf.update(kw)
     paddle_rt.set_allocator_config(d, **conf)
 
@@ -204,6 +211,138 @@ def test_cap_grows_with_what_is_held(d1):
         f(p, d1)
 
 
+def test_grown_base_leaves_out_a_big_exact_chunk(d1):
+    """grow_base:grown: the growth after a chunk made exactly for one big request (a model's weights) is sized as if
+    that chunk were not there; under grow_base:reserved the same miss makes a chunk as large as the cap allows."""
+    _grow_conf(d1, grow_base="grown", grow_min="2M", grow_fraction=0)
+    a = m(64 * MiB, d1)                  # above the target: a chunk of exactly its size, left out of the base
+    b = m(MiB, d1)                       # base 0: target grow_min 2 MiB (2 requests), not 32 MiB
+    c = m(MiB, d1)                       # the chunk's second request
+    assert segments(d1) == [2 * MiB, 64 * MiB]
+    d = m(3 * MiB, d1)                   # base 2 MiB (the grown chunk counts): target 2 < 3, exactly the request
+    e = m(MiB, d1)                       # base 66 + 3 - 64 - 3 = 2 MiB: target 2 MiB
+    assert segments(d1) == [2 * MiB, 2 * MiB, 3 * MiB, 64 * MiB]
+    for p in (a, b, c, d, e):
+        f(p, d1)
+
+
+def test_reserved_base_counts_the_big_exact_chunk(d1):
+    _grow_conf(d1, grow_base="reserved", grow_min="2M", grow_fraction=0)
+    a = m(64 * MiB, d1)
+    b = m(MiB, d1)                       # base 64 MiB: target min(64, grow_step 32) = 32 requests
+    assert segments(d1) == [32 * MiB, 64 * MiB]
+    for p in (a, b):
+        f(p, d1)
+
+
+def test_grown_base_forgets_an_exact_chunk_given_back(d1):
+    """A chunk made exactly for one request leaves the base's accounting when it goes back to the plugin: the base
+    is then what is held, not less (the bookkeeping of Chunk.exact / exact_bytes)."""
+    _grow_conf(d1, grow_base="grown", grow_min="2M", grow_fraction=0)
+    a = m(64 * MiB, d1)
+    big = m(10 * MiB, d1)                # base 0, exactly the request: held, left out of the base
+    b = m(MiB, d1)                       # 2 MiB chunk
+    f(a, d1)
+    paddle_rt.empty_cache(d1)            # the 64 MiB chunk goes back
+    assert segments(d1) == [2 * MiB, 10 * MiB]
+    c = m(MiB, d1)                       # fits b's chunk
+    e = m(3 * MiB, d1)                   # base 12 - 10 = 2 MiB: exactly 3 MiB (left out too)
+    g = m(MiB, d1)                       # base 15 - 13 = 2 MiB: a 2 MiB chunk (with 64 MiB still counted as
+    assert segments(d1) == [2 * MiB, 2 * MiB, 3 * MiB, 10 * MiB]  # exact, the base would be clamped to 15: 15 MiB)
+    f(big, d1)
+    paddle_rt.empty_cache(d1)
+    h = m(2 * MiB, d1)                   # base 7 - 3 = 4 MiB: 2 requests (8 MiB if the 10 MiB chunk still counted)
+    assert segments(d1) == [2 * MiB, 2 * MiB, 3 * MiB, 4 * MiB]
+    for p in (b, c, e, g, h):
+        f(p, d1)
+
+
+def test_exact_credit_counts_exact_chunks_for_misses_of_their_size(d1):
+    """grow_base:grown with grow_exact_credit N: the exact chunks count in the base for at most N requests of the
+    missing size, so a small miss after a big exact chunk grows little, a big miss after it as under reserved."""
+    _grow_conf(d1, grow_base="grown", grow_exact_credit=4, grow_min="1M", grow_fraction="1/2", grow_step="8M")
+    a = m(64 * MiB, d1)                  # exact
+    b = m(MiB, d1)                       # base 0 + min(64, 4 x 1) = 4 MiB: target 4 MiB (grow_ratio 1)
+    assert segments(d1) == [4 * MiB, 64 * MiB]
+    c = m(20 * MiB, d1)                  # base 4 + min(64, 80) = 68: target min(68, cap max(8, 34)) = 34: 2 requests
+    assert segments(d1) == [4 * MiB, 40 * MiB, 64 * MiB]
+    for p in (a, b, c):
+        f(p, d1)
+
+
+@pytest.mark.parametrize("settle,second,third", [(3, 9 * MiB, 30 * MiB), (0, 18 * MiB, 40 * MiB)])
+def test_a_miss_after_a_steady_phase_grows_by_grow_min(d1, settle, second, third):
+    """settle_after N: once N allocations were served from the cache since the last large-pool growth, the ramp is
+    over and a miss grows by grow_min alone (here less than the request: exactly the request); the count restarts
+    with that growth, so the next miss right after it is sized by the rule again."""
+    _grow_conf(d1, grow_min="1M", settle_after=settle)
+    a = m(8 * MiB, d1)                   # exactly its size
+    b = m(MiB, d1)                       # target 8 MiB: 8 requests
+    for _ in range(3):                   # three cache hits
+        f(m(MiB, d1), d1)
+    c = m(9 * MiB, d1)                   # settled: exactly 9 MiB; not (settle 0): target 16 MiB, 2 requests
+    assert segments(d1) == sorted([8 * MiB, 8 * MiB, second])
+    d = m(10 * MiB, d1)                  # no hit since: the rule's target, min(16 + c's chunk, cap 32), in requests
+    assert segments(d1) == sorted([8 * MiB, 8 * MiB, second, third])
+    for p in (a, b, c, d):
+        f(p, d1)
+
+
+def test_grow_requests_bounds_the_target(d1):
+    """grow_requests N: the target is at most N requests of the missing size, so a small request after the pool
+    has grown large makes a small chunk."""
+    _grow_conf(d1, grow_requests=4)
+    a = m(16 * MiB, d1)                  # exactly its size
+    b = m(MiB, d1)                       # target 16 MiB, bounded to 4 requests of 1 MiB
+    assert segments(d1) == [4 * MiB, 16 * MiB]
+    paddle_rt.set_allocator_config(d1, grow_requests=0)
+    c = m(4 * MiB, d1)                   # no bound: target 20 MiB, 5 requests of 4 MiB
+    assert segments(d1) == [4 * MiB, 16 * MiB, 20 * MiB]
+    for p in (a, b, c):
+        f(p, d1)
+
+
+def _probe(d):
+    """The large-pool chunks a fixed sequence makes (an exact chunk, a miss sized from the growth base, three cache
+    hits, a miss after them), freed."""
+    ps = [m(40 * MiB, d), m(MiB, d)]
+    for _ in range(3):
+        f(m(MiB, d), d)
+    ps += [m(5 * MiB, d), m(MiB, d)]
+    got = segments(d)
+    for p in ps:
+        f(p, d)
+    return got
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from([200 * KiB, MiB, 3 * MiB, 9 * MiB, 24 * MiB, 70 * MiB]),
+                              st.booleans()), max_size=30))
+def test_growth_after_any_history_is_that_of_a_fresh_allocator(d1, ops):
+    """Whatever was allocated and freed before (exact chunks made and given back, cache hits counted), once
+    everything is freed and the allocator reset, the growth rule's state (the bytes of exact chunks, the hits since
+    the last growth) is back to a fresh allocator's: the same sequence makes the same chunks."""
+    paddle_rt.set_allocator_config(d1, settle_after=3)
+    # fresh: 40 MiB exactly; 1 MiB: base min(40, 8 x 1) = 8, target 4 MiB; three hits in it: the ramp has ended
+    # (settle_after 3), so the 5 MiB miss asks for grow_min 4 MiB, i.e. exactly 5 MiB; 1 MiB: fits the 4 MiB chunk.
+    # (With the 40 MiB chunk still counted as exact after it went back, the 1 MiB miss would make a 12 MiB chunk;
+    # without the three hits, the 5 MiB miss would make a 15 MiB one.)
+    fresh = [4 * MiB, 5 * MiB, 40 * MiB]
+    assert _probe(d1) == fresh
+    paddle_rt.reset_allocator(d1)
+    assert _probe(d1) == fresh
+    paddle_rt.reset_allocator(d1)
+    held = []
+    for n, free_one in ops:
+        held.append(m(n, d1))
+        if free_one and held:
+            f(held.pop(0), d1)
+    for p in held:
+        f(p, d1)
+    paddle_rt.reset_allocator(d1)
+    assert _probe(d1) == fresh
+
+
 def test_grow_ratio_scales_the_target(d1):
     _grow_conf(d1, grow_ratio=0.5, grow_min="1M")
     a = m(16 * MiB, d1)
@@ -251,7 +390,7 @@ CORPUS = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The traces where the default misses a target (bench/RESULTS.md, issue 22; the README states them): peak reserved over
 # 1.15 x Paddle's, or device allocations over PyTorch's.
 KNOWN_MISSES = {"vit_infer_varbatch"}
-GOAL_AT_LEAST = 18       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 26
+GOAL_AT_LEAST = 19       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 27
 
 
 @pytest.mark.slow
@@ -276,7 +415,7 @@ def test_default_policy_on_the_corpus(d1):
         goal += verdict == "goal"
         if verdict == "MISS":
             beyond.append((name, round(ratio, 3), r["device_allocs"], torch["device_allocs"]))
-    assert len(names) >= 25
+    assert len(names) >= 27
     assert {b[0] for b in beyond} <= KNOWN_MISSES, beyond
     assert goal >= GOAL_AT_LEAST
 

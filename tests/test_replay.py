@@ -118,7 +118,7 @@ def test_models_reproduce_the_anchors(name, paddle, torch):
 def test_default_policy_beats_both_on_real_traces(name, capsys):
     """The replay command's figures against its models, on rt_cpu's default hints and an unbounded device: the
     allocator's bound on every trace (issue 22, which replaced issue 3's "no higher than Paddle's" with a corpus-wide
-    default: mlp_varbatch is now at 1.10x) -- peak reserved at most 1.15x Paddle's rules and no more device
+    default: mlp_varbatch is at 1.09x) -- peak reserved at most 1.15x Paddle's rules and no more device
     allocations than PyTorch's."""
     path = os.path.join(TRACES, f"{name}.csv.gz")
     assert replay.main([path, "--device", "rt_cpu:1", "--json", "--no-min-capacity", "--baselines"]) == 0

@@ -25,9 +25,12 @@ then the plugin's hints). Sizes accept a suffix ``K``/``KB``/``KiB``, ``M``/``MB
 ``small_chunk``    bytes, the chunk size of the small pool. Default 2 MiB.
 
 The growth rule of ``growth:adaptive`` (alloc_policy.chunk_for_miss): a miss in the large pool asks the plugin for a
-target of ``grow_ratio * reserved``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * reserved)``
-(``reserved``: what the allocator holds at the miss), made a whole number of requests of the missing size
-(``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
+target of ``grow_ratio * base``, at least ``grow_min``, at most ``max(grow_step, grow_fraction * base)`` and at most
+``grow_requests`` requests of the missing size (``base``: what the allocator holds at the miss; with
+``grow_base:grown`` its chunks made exactly for one request count for at most ``grow_exact_credit`` requests of the
+missing size, so that a model's weights or one oversize tensor do not inflate later steps; once ``settle_after``
+allocations were served from the cache since the last growth, the target is ``grow_min`` alone), made a whole number
+of requests of the missing size (``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
 chunks. The defaults: chosen by family-held-out validation on the corpus of bench/traces and ../shared/traces
 (bench/RESULTS.md, issue 22; ``python bench/policy_search.py heldout``).
 
@@ -38,11 +41,21 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
                    Default 0.5.
 ``grow_round``     ``up`` (default: the smallest whole number of requests of the missing size at or above the
                    target), ``nearest``, ``down`` (at least one request), ``within`` (as ``up``, but no more requests
-                   than fit in the cap ``max(grow_step, grow_fraction * reserved)``, at least one) or ``off`` (the
+                   than fit in the cap ``max(grow_step, grow_fraction * base)``, at least one) or ``off`` (the
                    target as it is).
 ``consolidate``    ``fold`` (default): the pool's idle chunks go back to the plugin and the new chunk is at least the
                    request plus what went back; ``release``: they go back and the new chunk is sized by the rule
                    alone; ``off``: they stay cached.
+``grow_base``      ``grown`` (default): the growth base is what the allocator holds, its large-pool chunks made
+                   exactly for one request (a chunk no larger than the request it was made for: a model's weights, one
+                   oversize tensor) counted for at most ``grow_exact_credit`` requests of the missing size;
+                   ``reserved``: everything it holds (the rule of issue 22's first default).
+``grow_exact_credit``  a whole number (0: such chunks do not count at all). Default 8.
+``settle_after``   a whole number: once this many allocations were served from the cache since the last large-pool
+                   growth, the growth ramp is over and a miss asks for ``grow_min`` alone (in whole requests, at
+                   least the request); 0: never. Default 2000.
+``grow_requests``  a whole number: the target is at most this many requests of the missing size (before the rounding
+                   to whole requests; 0: no bound). Default 32.
 """
 import os
 
@@ -50,7 +63,8 @@ from paddle_rt._core import errors
 
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
-             "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate")
+             "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
+             "grow_base", "grow_exact_credit", "settle_after", "grow_requests")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
@@ -60,6 +74,8 @@ RELEASE_NAMES = ("empty_cache", "free")
 ROUND_NAMES = ("nearest", "up", "down", "off", "within")
 #: Names of what adaptive growth does with idle chunks before it grows, indexed by CONSOLIDATE_* (allocator.pxd).
 CONSOLIDATE_NAMES = ("fold", "release", "off")
+#: Names of what adaptive growth is proportional to, indexed by the BASE_* constants (allocator.pxd).
+BASE_NAMES = ("reserved", "grown")
 
 KiB, MiB = 1 << 10, 1 << 20
 DEFAULT_SMALL_SIZE = 128 * KiB    # requests up to it go to the small pool
@@ -70,6 +86,10 @@ DEFAULT_GROW_FRACTION = 1 / 4
 DEFAULT_GROW_RATIO = 0.5
 DEFAULT_GROW_ROUND = "up"
 DEFAULT_CONSOLIDATE = "fold"
+DEFAULT_GROW_BASE = "grown"
+DEFAULT_GROW_EXACT_CREDIT = 8
+DEFAULT_SETTLE_AFTER = 2000
+DEFAULT_GROW_REQUESTS = 32
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -158,6 +178,19 @@ def _parse_fraction(key, value, source, hi):
     return f
 
 
+def _parse_count(key, value, source):
+    """A whole number >= 0 (an int or a decimal string)."""
+    if isinstance(value, bool):
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected a whole number, got {value!r}")
+    try:
+        n = int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: {value!r} is not a whole number") from None
+    if n < 0 or n > 1 << 40:
+        raise errors.InvalidArgument(f"{source}: allocator config {key}: expected 0 to {1 << 40}, got {value!r}")
+    return n
+
+
 def normalize(conf, source):
     """Validate a {key: value} mapping; return {key: parsed}. ``source`` names where it came from, for messages."""
     out = {}
@@ -183,6 +216,10 @@ def normalize(conf, source):
             out[key] = _parse_name(key, value, ROUND_NAMES, source)
         elif key == "consolidate":
             out[key] = _parse_name(key, value, CONSOLIDATE_NAMES, source)
+        elif key == "grow_base":
+            out[key] = _parse_name(key, value, BASE_NAMES, source)
+        elif key in ("grow_exact_credit", "settle_after", "grow_requests"):
+            out[key] = _parse_count(key, value, source)
         else:
             out[key] = parse_size(key, value)
     return out
@@ -245,6 +282,10 @@ def resolve(conf):
         "grow_ratio": conf.get("grow_ratio", DEFAULT_GROW_RATIO),
         "grow_round": ROUND_NAMES.index(conf.get("grow_round", DEFAULT_GROW_ROUND)),
         "consolidate": CONSOLIDATE_NAMES.index(conf.get("consolidate", DEFAULT_CONSOLIDATE)),
+        "grow_base": BASE_NAMES.index(conf.get("grow_base", DEFAULT_GROW_BASE)),
+        "grow_exact_credit": conf.get("grow_exact_credit", DEFAULT_GROW_EXACT_CREDIT),
+        "settle_after": conf.get("settle_after", DEFAULT_SETTLE_AFTER),
+        "grow_requests": conf.get("grow_requests", DEFAULT_GROW_REQUESTS),
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",

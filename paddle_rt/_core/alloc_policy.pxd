@@ -1,11 +1,11 @@
 # The caching allocator's policy decisions, one small named function each (inline, nogil, stateless: they read the
 # resolved configuration and the figures they are given). allocator.pyx is the mechanism that calls them: it holds
 # no `if paddle_compat` branch; paddle_compat is a preset of these settings (alloc_config.resolve).
-from libc.stdint cimport SIZE_MAX, uint64_t
+from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
 
 from paddle_rt._core.allocator cimport (
     AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
-    ROUND_NEAREST, ROUND_UP, ROUND_DOWN, ROUND_WITHIN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF,
+    ROUND_NEAREST, ROUND_UP, ROUND_DOWN, ROUND_WITHIN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF, BASE_GROWN,
 )
 
 cdef inline int pool_for(const AllocConfig* cfg, size_t size) noexcept nogil:
@@ -43,6 +43,27 @@ cdef inline bint consolidates_before_growth(const AllocConfig* cfg, int pool) no
     return cfg.growth == GROWTH_ADAPTIVE and pool == POOL_LARGE and cfg.consolidate != CONSOLIDATE_OFF
 
 
+cdef inline bint made_for_one_request(int pool, size_t chunk, size_t size) noexcept nogil:
+    """Whether a new chunk of `chunk` bytes, made on a miss of `size` bytes, is exactly that request's: a large-pool
+    chunk no larger than the (rounded) request. Such a chunk (the weights of a model, one oversize tensor) says
+    nothing about how the pool's other requests grow, so grow_base:grown leaves it out of growth_base."""
+    return pool == POOL_LARGE and chunk <= size
+
+
+cdef inline size_t growth_base(const AllocConfig* cfg, size_t reserved, size_t exact_bytes,
+                               size_t size) noexcept nogil:
+    """What adaptive growth's target and cap are proportional to, on a miss of `size` bytes: everything the allocator
+    holds (grow_base:reserved), or (grow_base:grown) that with the held chunks made exactly for one request
+    (made_for_one_request) counted for at most grow_exact_credit requests of the missing size. One huge chunk (a
+    model's weights) then does not inflate the steps of the small requests after it, while a miss as large as the
+    exact chunks (a run of big activations) still counts them."""
+    cdef size_t credit
+    if cfg.grow_base != BASE_GROWN or exact_bytes > reserved:
+        return reserved
+    credit = SIZE_MAX if size != 0 and cfg.grow_exact_credit > SIZE_MAX // size else cfg.grow_exact_credit * size
+    return reserved - exact_bytes + (exact_bytes if exact_bytes < credit else credit)
+
+
 cdef inline size_t grow_cap(const AllocConfig* cfg, size_t reserved) noexcept nogil:
     """The most adaptive growth aims at: max(grow_step, grow_fraction * reserved)."""
     cdef size_t cap = <size_t>(<double>reserved * cfg.grow_fraction)
@@ -56,6 +77,15 @@ cdef inline size_t grow_target(const AllocConfig* cfg, size_t reserved, size_t c
     if want < cfg.grow_min:
         want = cfg.grow_min
     return want if want < cap else cap
+
+
+cdef inline size_t request_bound(const AllocConfig* cfg, size_t want, size_t size) noexcept nogil:
+    """`want` at most grow_requests requests of the missing `size` (0: no bound): a small request after the pool has
+    grown large (a 0.2 MiB tensor once activations fill tens of MiB) does not make a chunk far beyond what it and
+    its like need."""
+    if cfg.grow_requests != 0 and size <= SIZE_MAX // cfg.grow_requests and want > cfg.grow_requests * size:
+        return cfg.grow_requests * size
+    return want
 
 
 cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t cap, size_t size) noexcept nogil:
@@ -81,10 +111,19 @@ cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t ca
     return size * (k if k > 0 else 1)
 
 
+cdef inline bint ramp_ended(const AllocConfig* cfg, int64_t hits_since_growth) noexcept nogil:
+    """Whether the growth ramp is over: at least settle_after allocations were served from the cache since the last
+    large-pool growth (0: never). A miss after such a steady phase is a late, rare demand, not the pool still filling
+    up, so it grows by the least step (chunk_for_miss)."""
+    return cfg.settle_after != 0 and hits_since_growth >= <int64_t>cfg.settle_after
+
+
 cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size, size_t reserved,
-                                  size_t released) noexcept nogil:
-    """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: what the
-    allocator held before the miss; `released`: what consolidation just gave back."""
+                                  size_t released, bint settled=False) noexcept nogil:
+    """Bytes to ask the plugin for when no free block serves a rounded request of `size` bytes. `reserved`: the growth
+    base before the miss (growth_base: what the allocator held, with grow_base:grown less its chunks made exactly for
+    one request); `released`: what consolidation just gave back; `settled`: the growth ramp is over (ramp_ended),
+    so the target is grow_min alone."""
     cdef size_t want, cap
     if cfg.growth == GROWTH_FIXED:
         return size if size >= cfg.chunk_size else cfg.chunk_size
@@ -93,7 +132,7 @@ cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size,
     if pool == POOL_SMALL:
         return size if size > cfg.small_chunk else cfg.small_chunk
     cap = grow_cap(cfg, reserved)
-    want = grow_target(cfg, reserved, cap)
+    want = request_bound(cfg, cfg.grow_min if settled else grow_target(cfg, reserved, cap), size)
     if want > size:
         want = whole_requests(cfg, want, cap, size)
     if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:

@@ -47,6 +47,10 @@ cdef enum:
     CONSOLIDATE_RELEASE = 1   # ... gives idle chunks back; the new chunk is sized by the growth rule alone
     CONSOLIDATE_OFF = 2       # ... keeps them
 
+cdef enum:
+    BASE_RESERVED = 0     # adaptive growth sizes a chunk from everything the allocator holds
+    BASE_GROWN = 1        # ... from what it holds minus the chunks made exactly for one request (alloc_policy)
+
 # One counter of PyTorch's scheme: current, peak, allocated (sum of increases), freed (sum of decreases).
 cdef struct Stat:
     int64_t current
@@ -72,6 +76,7 @@ cdef struct Chunk:
     size_t size
     uintptr_t stream
     int pool
+    int exact              # made exactly for one request (alloc_policy.made_for_one_request): not in the growth base
 
 cdef struct Block:
     uintptr_t addr
@@ -103,6 +108,10 @@ cdef struct AllocConfig:
     double grow_ratio      # ... the target before the cap: grow_ratio * reserved (1: doubling)
     int grow_round         # ... ROUND_*: the target becomes a whole number of requests
     int consolidate        # ... CONSOLIDATE_*: idle chunks before growth
+    int grow_base          # ... BASE_*: what the target and the cap are proportional to
+    size_t grow_exact_credit   # ... BASE_GROWN: exact chunks count for at most this many missing requests
+    size_t grow_requests   # ... a chunk aims at most at this many requests of the missing size (0: no bound)
+    size_t settle_after    # ... after this many cache hits since the last large-pool growth, a miss grows by grow_min
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
     int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk
     int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size
@@ -143,6 +152,8 @@ cdef struct AllocatorCore:
     size_t capacity        # device total memory at creation (0: unknown)
     int64_t deferred_pending   # frees waiting for record_stream streams (atomic; see core_wait_deferred)
     int64_t num_release_deferred   # idle chunks kept instead of released because streams were busy (per attempt)
+    size_t exact_bytes     # bytes of the held chunks made exactly for one request (Chunk.exact)
+    int64_t hits_at_growth # num_cache_hits at the last large-pool growth (alloc_policy.ramp_ended)
     int release_kept       # 1 while idle chunks kept that way may still be cached (release on free sweeps them)
 
 # With the GIL: the allocator of `device` (None: current device) for KIND_DEVICE or KIND_HOST, created on first use.

@@ -64,6 +64,7 @@ from paddle_rt._core.alloc_index cimport (
 )
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
+    made_for_one_request, growth_base, ramp_ended,
 )
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
@@ -97,7 +98,7 @@ cdef enum:
     ERR_HOST_OOM = 8
     ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
 
-from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES
+from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES, BASE_NAMES
 from paddle_rt._core import alloc_config
 
 _registry_lock = threading.RLock()
@@ -376,6 +377,7 @@ cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size
     ch.size = size
     ch.stream = stream
     ch.pool = pool
+    ch.exact = 0
     b.addr = <uintptr_t>p
     b.size = size
     b.stream = stream
@@ -404,6 +406,8 @@ cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     c.cx.chunks.erase(ch.base)
     stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
     stat_add(c, ch.pool, ST_SEGMENT, -1)
+    if ch.exact:
+        c.exact_bytes -= ch.size
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_FREE, ch.base, ch.size, ch.stream)
     _plugin_free(c, ch.base, ch.size)
@@ -449,10 +453,15 @@ cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t
 # consolidating idle chunks when the policy says so, rounded to the plugin's alignment and cut to the limit.
 cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
     cdef size_t released = 0, want, reserved, a
-    reserved = <size_t>c.stats[0][ST_RESERVED_BYTES].current
+    cdef bint settled = False
+    reserved = growth_base(&c.cfg, <size_t>c.stats[0][ST_RESERVED_BYTES].current, c.exact_bytes, size)
     if consolidates_before_growth(&c.cfg, pool):
         released = _release_idle(c, POOL_LARGE, 1, stream)
-    want = chunk_for_miss(&c.cfg, pool, size, reserved, released)
+    if pool == POOL_LARGE:
+        # cache hits since the last large-pool growth (both counters restart with reset_accumulated_stats)
+        settled = ramp_ended(&c.cfg, c.num_cache_hits - c.hits_at_growth)
+        c.hits_at_growth = c.num_cache_hits
+    want = chunk_for_miss(&c.cfg, pool, size, reserved, released, settled)
     a = c.cfg.alignment
     if want <= SIZE_MAX - a:
         want = ((want + a - 1) // a) * a
@@ -610,6 +619,9 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
             if b == NULL and err.kind == ERR_OOM:
                 c.num_ooms += 1
         if b != NULL:
+            if made_for_one_request(pool, b.size, size):
+                b.chunk.exact = 1
+                c.exact_bytes += b.size
             b = _take(c, b, size, nbytes, &err.kind)
     c.cx.mu.unlock()
     if b == NULL:
@@ -799,6 +811,10 @@ cdef class DeviceAllocator:
         cfg.grow_ratio = r["grow_ratio"]
         cfg.grow_round = r["grow_round"]
         cfg.consolidate = r["consolidate"]
+        cfg.grow_base = r["grow_base"]
+        cfg.grow_exact_credit = r["grow_exact_credit"]
+        cfg.settle_after = r["settle_after"]
+        cfg.grow_requests = r["grow_requests"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -844,6 +860,10 @@ cdef class DeviceAllocator:
             "grow_ratio": cfg.grow_ratio,
             "grow_round": ROUND_NAMES[cfg.grow_round],
             "consolidate": CONSOLIDATE_NAMES[cfg.consolidate],
+            "grow_base": BASE_NAMES[cfg.grow_base],
+            "grow_exact_credit": cfg.grow_exact_credit,
+            "settle_after": cfg.settle_after,
+            "grow_requests": cfg.grow_requests,
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }
@@ -953,6 +973,7 @@ cdef class DeviceAllocator:
             self.core.num_device_alloc = 0
             self.core.num_device_free = 0
             self.core.num_cache_hits = 0
+            self.core.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
             self.core.num_release_deferred = 0
             self.core.cx.mu.unlock()
 
