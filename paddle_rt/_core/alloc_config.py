@@ -64,7 +64,7 @@ from paddle_rt._core import errors
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
-             "grow_base", "grow_exact_credit", "settle_after", "grow_requests")
+             "grow_base", "grow_exact_credit", "settle_after", "grow_requests", "exact_above", "small_borrow")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
@@ -90,6 +90,8 @@ DEFAULT_GROW_BASE = "grown"
 DEFAULT_GROW_EXACT_CREDIT = 8
 DEFAULT_SETTLE_AFTER = 2000
 DEFAULT_GROW_REQUESTS = 32
+DEFAULT_EXACT_ABOVE = 0.0
+DEFAULT_SMALL_BORROW = False
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -198,7 +200,7 @@ def normalize(conf, source):
         if key not in CONF_KEYS:
             raise errors.InvalidArgument(f"{source}: unknown allocator config key {key!r} "
                                          f"(known: {', '.join(CONF_KEYS)})")
-        if key == "paddle_compat":
+        if key in ("paddle_compat", "small_borrow"):
             out[key] = parse_bool(key, value)
         elif key == "growth":
             out[key] = _parse_name(key, value, GROWTH_NAMES, source)
@@ -212,6 +214,8 @@ def normalize(conf, source):
             out[key] = _parse_fraction(key, value, source, 1.0)
         elif key == "grow_ratio":
             out[key] = _parse_fraction(key, value, source, 4.0)
+        elif key == "exact_above":
+            out[key] = _parse_fraction(key, value, source, 1.0)
         elif key == "grow_round":
             out[key] = _parse_name(key, value, ROUND_NAMES, source)
         elif key == "consolidate":
@@ -286,6 +290,8 @@ def resolve(conf):
         "grow_exact_credit": conf.get("grow_exact_credit", DEFAULT_GROW_EXACT_CREDIT),
         "settle_after": conf.get("settle_after", DEFAULT_SETTLE_AFTER),
         "grow_requests": conf.get("grow_requests", DEFAULT_GROW_REQUESTS),
+        "exact_above": conf.get("exact_above", DEFAULT_EXACT_ABOVE),
+        "small_borrow": bool(conf.get("small_borrow", DEFAULT_SMALL_BORROW)) and not compat,
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",
