@@ -88,10 +88,10 @@ DEFAULT_GROW_ROUND = "up"
 DEFAULT_CONSOLIDATE = "fold"
 DEFAULT_GROW_BASE = "grown"
 DEFAULT_GROW_EXACT_CREDIT = 8
-DEFAULT_SETTLE_AFTER = 2000
+DEFAULT_SETTLE_AFTER = 0
 DEFAULT_GROW_REQUESTS = 32
-DEFAULT_EXACT_ABOVE = 0.0
-DEFAULT_SMALL_BORROW = False
+DEFAULT_EXACT_ABOVE = 0.95
+DEFAULT_SMALL_BORROW = True
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
