@@ -30,7 +30,9 @@ target of ``grow_ratio * base``, at least ``grow_min``, at most ``max(grow_step,
 ``grow_base:grown`` its chunks made exactly for one request count for at most ``grow_exact_credit`` requests of the
 missing size, so that a model's weights or one oversize tensor do not inflate later steps; once ``settle_after``
 allocations were served from the cache since the last growth, the target is ``grow_min`` alone), made a whole number
-of requests of the missing size (``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
+of requests of the missing size (``grow_round``; a request of at least ``exact_above`` times the target gets a chunk
+of exactly its size instead), at least the request. A small request that no free block of the small pool serves
+first takes a free block of the large pool (``small_borrow``), before the small pool grows. Before it grows, ``consolidate`` decides what happens to the pool's idle
 chunks. The defaults: chosen by family-held-out validation on the corpus of bench/traces and ../shared/traces
 (bench/RESULTS.md, issue 22; ``python bench/policy_search.py heldout``).
 
@@ -53,9 +55,13 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 ``grow_exact_credit``  a whole number (0: such chunks do not count at all). Default 8.
 ``settle_after``   a whole number: once this many allocations were served from the cache since the last large-pool
                    growth, the growth ramp is over and a miss asks for ``grow_min`` alone (in whole requests, at
-                   least the request); 0: never. Default 2000.
+                   least the request); 0: never. Default 0.
 ``grow_requests``  a whole number: the target is at most this many requests of the missing size (before the rounding
                    to whole requests; 0: no bound). Default 32.
+``exact_above``    a number 0..1: a missing request of at least this fraction of the target (after grow_requests) gets
+                   a chunk of exactly its size, not whole requests (0: never). Default 0.95.
+``small_borrow``   ``0``/``1``: a small request that no free block of the small pool serves takes a free block of the
+                   large pool before the small pool grows (off in paddle_compat, which has one pool). Default 1.
 """
 import os
 
