@@ -6,8 +6,14 @@ preallocated on both sides where torch has an ``out=`` form; otherwise both side
 stream-ordered pool, torch from its CPU allocator), as each would be used.
 
 Each figure is paddle_rt's speed over torch's (torch's time / paddle_rt's), with the targets of issue 25: >= 1x for
-every operator, >= 2x for the fused ones (rms_norm, layer_norm, causal_softmax, swiglu), the one-element call no
-slower than torch's, and a small upload (1 KiB, with its synchronize) at most 5 us.
+every operator, >= 2x for the fused ones (rms_norm, layer_norm, causal_softmax, swiglu, add_rms_norm, attention),
+the one-element call no slower than torch's, and a small upload (1 KiB, with its synchronize) at most 5 us.
+
+add_rms_norm is compared with ``h = x + r; F.rms_norm(h, ...)`` (h is the residual both sides return); attention
+(grouped-query, 32 query heads / 8 KV heads, head_dim 128, as in Llama-3-8B) with what a torch user writes: the new
+keys and values stored into a KV cache by slice assignment, then ``F.scaled_dot_product_attention(...,
+enable_gqa=True)`` over the cache's filled part, causal for a prefill; once a decode step (one query, a cache of 1024
+positions) and once a prefill block (256 queries from position 0).
 """
 import ctypes
 import statistics
@@ -19,7 +25,7 @@ import paddle_rt
 from paddle_rt import ops
 from paddle_rt.bench import result, figure
 
-FUSED = ("rms_norm", "layer_norm", "causal_softmax", "swiglu")
+FUSED = ("rms_norm", "layer_norm", "causal_softmax", "swiglu", "add_rms_norm", "attention")
 
 
 def _pairs(ours, theirs, reps):
@@ -118,7 +124,7 @@ def _cases(torch, n, m, rng):
         return torch.cat([x1 * T["cos"] - x2 * T["sin"], x1 * T["sin"] + x2 * T["cos"]], dim=-1)
 
     s = lambda t: t.synchronize()   # noqa: E731  (paddle_rt: until the output is ready)
-    return [
+    return _fused_llm_cases(torch, n, rng, P, T, eps) + [
         (f"gemm float32 {g}^3 (out=)", lambda: s(ops.gemm(P["ga"], P["gb"], out=P["gout"])),
          lambda: torch.matmul(T["ga"], T["gb"], out=T["gout"])),
         (f"add float32 {m >> 20} M (out=)", lambda: s(ops.add(P["v1"], P["v2"], out=P["vout"])),
@@ -142,6 +148,61 @@ def _cases(torch, n, m, rng):
         (f"rope float32 {n}^2 (gpt_neox)", lambda: s(ops.rope(P["x3"], P["pos"], P["sin"], P["cos"])), t_rope),
         (f"add float16 {n}^2 (out=)", lambda: s(ops.add(P["h"], P["h"], out=P["hout"])),
          lambda: torch.add(T["h"], T["h"], out=T["hout"])),
+    ]
+
+
+def _attention_case(torch, rng, seq, pos, cache):
+    """(paddle_rt call, torch call) of a grouped-query attention step over a KV cache (see the module's text)."""
+    F = torch.nn.functional
+    nq, nkv, dim = 32, 8, 128
+    q = rng.standard_normal((nq, seq, dim), dtype=np.float32)
+    k, v = (rng.standard_normal((nkv, seq, dim), dtype=np.float32) for _ in range(2))
+    kc, vc = (rng.standard_normal((nkv, cache, dim), dtype=np.float32) for _ in range(2))
+    P = [paddle_rt.tensor(a) for a in (q, k, v, kc, vc)]
+    out = paddle_rt.empty((seq, nq, dim))
+    tq, tk, tv, tkc, tvc = (torch.from_numpy(a)[None] for a in (q, k, v, kc, vc))
+    causal = seq > 1
+
+    def ours():
+        ops.attention(*P, pos, out=out).synchronize()
+
+    def theirs():
+        tkc[:, :, pos:pos + seq] = tk
+        tvc[:, :, pos:pos + seq] = tv
+        return F.scaled_dot_product_attention(tq, tkc[:, :, :pos + seq], tvc[:, :, :pos + seq], is_causal=causal,
+                                              enable_gqa=True)
+    ours()
+    _same("attention", out.numpy(), theirs()[0].transpose(0, 1).numpy())
+    return ours, theirs
+
+
+def _same(name, ours, theirs):
+    """The two sides of a row compute the same thing (float32 tolerances), or the bench stops."""
+    if not np.allclose(ours, theirs, rtol=1e-4, atol=1e-5):
+        raise AssertionError(f"bench ops: {name} differs from torch's by {np.abs(ours - theirs).max():.3g}")
+
+
+def _fused_llm_cases(torch, n, rng, P, T, eps):
+    """add_rms_norm on the n x n data, attention at a decode step and for a prefill block."""
+    F = torch.nn.functional
+    cache, prefill = (256, 64) if n < 4096 else (1024, 256)
+    P["aout"], P["ares"] = paddle_rt.empty((n, n)), paddle_rt.empty((n, n))
+
+    def t_add_rms():
+        h = T["x"] + T["y"]
+        return F.rms_norm(h, (n,), T["w"], eps), h
+    y, r = ops.add_rms_norm(P["x"], P["y"], P["w"], eps, out=P["aout"], residual_out=P["ares"])
+    ty, tr = t_add_rms()
+    _same("add_rms_norm", y.numpy(), ty.numpy())
+    _same("add_rms_norm's residual", r.numpy(), tr.numpy())
+    dec = _attention_case(torch, rng, 1, cache - 1, cache)
+    pre = _attention_case(torch, rng, prefill, 0, cache)
+    return [
+        (f"add_rms_norm float32 {n}^2 (out=)",
+         lambda: ops.add_rms_norm(P["x"], P["y"], P["w"], eps, out=P["aout"], residual_out=P["ares"])[0]
+         .synchronize(), t_add_rms),
+        (f"attention decode, GQA 32/8 d128, {cache} cached", *dec),
+        (f"attention prefill {prefill}, GQA 32/8 d128", *pre),
     ]
 
 

@@ -9,12 +9,19 @@
  * >= pos + seq, dim); out (seq, q_heads, dim); attrs[0] = pos. k and v are written to the caches at [pos, pos + seq);
  * query head h reads kv head h / (q_heads / kv_heads) (grouped-query); scores q.k / sqrt(dim) over the first
  * total = pos + seq cached positions, position j kept for query i iff j <= i + pos (causal); softmax; weighted sum
- * of the cached values. */
+ * of the cached values. The work is split over the host thread pool by (kv head, block of 16 queries); each unit
+ * runs the group's query heads, so a kv head's cached rows are read from cache by all of them. */
 #include <math.h>
 #include <string.h>
 
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
 #include "engine/host_float.h"
+#include "engine/host_parallel.h"
 #include "engine/op_families.h"
+#include "engine/vector_math.h"
 
 using namespace prt_host;
 
@@ -36,6 +43,172 @@ void copy_slab(const paddle_rt_tensor& dst, char* dbase, int64_t off, const padd
     }
 }
 
+/* ---- attention's inner loops ------------------------------------------------------------------------------------
+ * The keys a unit reads are first transposed into blocks of kKeys keys, dimension-major (Kt[(b * dim + e) * kKeys +
+ * l] = K[b * kKeys + l][e], zeros past the last key): the scores of kKeys keys are then kKeys independent sums that
+ * the compiler vectorises across keys (q[e] broadcast, one multiply-add per kKeys/width keys, no horizontal
+ * reduction per key). scores: sc[j] = scale * q . K[j] for j < kept, returning their maximum; weighted_sum:
+ * acc = sum_j p[j] * V[j] over contiguous value rows, kKeys output elements at a time kept in registers over all
+ * j. The float versions are compiled
+ * for AVX-512, AVX2+FMA and the x86-64 baseline (GCC's target_clones, chosen once at load by the CPU): these two loops
+ * are all of attention's arithmetic. Each sum runs in a fixed order on one thread, whatever the thread count. */
+constexpr int kKeys = 64;
+
+template <typename C>
+void transpose_keys(const C* __restrict row, int64_t j, int64_t dim, C* __restrict kt) {
+    C* __restrict blk = kt + (j / kKeys) * dim * kKeys + j % kKeys;
+    for (int64_t e = 0; e < dim; e++) blk[e * kKeys] = row[e];
+}
+
+/* A whole block of kKeys keys (rows ld apart) at once: 8 x 8 tiles, so that both sides touch few cache lines. */
+template <typename C>
+void transpose_key_block(const C* __restrict K, int64_t ld, int64_t dim, C* __restrict blk) {
+    int64_t e0 = 0;
+    for (; e0 + 8 <= dim; e0 += 8)
+        for (int l0 = 0; l0 < kKeys; l0 += 8)
+            for (int e = 0; e < 8; e++)
+                for (int l = 0; l < 8; l++) blk[(e0 + e) * kKeys + l0 + l] = K[(l0 + l) * ld + e0 + e];
+    for (; e0 < dim; e0++)
+        for (int l = 0; l < kKeys; l++) blk[e0 * kKeys + l] = K[l * ld + e0];
+}
+
+/* sc[h][j0 + l] = scale * q[h] . K[j0 + l] for l < W and H query heads at once (one load of the keys for all of
+   them); k: the keys' transposed block (row stride kKeys). */
+template <int H, int W, typename C>
+__attribute__((always_inline)) inline void block_scores(const C* const* q, const C* __restrict k, int64_t dim,
+                                                        C scale, C* const* sc, int64_t j0) {
+    C acc[H][W] = {};
+    for (int64_t e = 0; e < dim; e++)
+        for (int h = 0; h < H; h++) {
+            const C x = q[h][e];
+            for (int l = 0; l < W; l++) acc[h][l] += x * k[e * kKeys + l];
+        }
+    for (int h = 0; h < H; h++)
+        for (int l = 0; l < W; l++) sc[h][j0 + l] = acc[h][l] * scale;
+}
+
+/* sc[h][j] for j < kept: whole blocks of kKeys keys; a last block of at most kKeys / 2 keys computes only its first
+   half (zeros past the last key); sc[h] has room for kept rounded up to kKeys. */
+template <int H, typename C>
+__attribute__((always_inline)) inline void scores_body(const C* const* q, const C* __restrict kt, int64_t dim,
+                                                       int64_t kept, C scale, C* const* sc) {
+    const int64_t full = kept / kKeys, rest = kept - full * kKeys;
+    for (int64_t b = 0; b < full; b++) block_scores<H, kKeys, C>(q, kt + b * dim * kKeys, dim, scale, sc, b * kKeys);
+    if (rest > kKeys / 2) block_scores<H, kKeys, C>(q, kt + full * dim * kKeys, dim, scale, sc, full * kKeys);
+    else if (rest > 0) block_scores<H, kKeys / 2, C>(q, kt + full * dim * kKeys, dim, scale, sc, full * kKeys);
+}
+
+/* acc[h] = sum_j p[h][j] * V[j] for H heads at once (one load of the values for all of them), kKeys output elements
+   at a time held in registers over every j. */
+template <int H, typename C>
+__attribute__((always_inline)) inline void weighted_sum_body(const C* const* p, const C* __restrict V, int64_t ld,
+                                                             int64_t dim, int64_t kept, C* const* acc) {
+    int64_t e0 = 0;
+    for (; e0 + kKeys <= dim; e0 += kKeys) {
+        C a[H][kKeys] = {};
+        for (int64_t j = 0; j < kept; j++) {
+            const C* __restrict v = V + j * ld + e0;
+            for (int h = 0; h < H; h++) {
+                const C pj = p[h][j];
+                for (int l = 0; l < kKeys; l++) a[h][l] += pj * v[l];
+            }
+        }
+        for (int h = 0; h < H; h++)
+            for (int l = 0; l < kKeys; l++) acc[h][e0 + l] = a[h][l];
+    }
+    if (e0 < dim)
+        for (int h = 0; h < H; h++) {
+            for (int64_t e = e0; e < dim; e++) acc[h][e] = 0;
+            for (int64_t j = 0; j < kept; j++) {
+                const C pj = p[h][j];
+                const C* __restrict v = V + j * ld;
+                for (int64_t e = e0; e < dim; e++) acc[h][e] += pj * v[e];
+            }
+        }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PRT_ATTENTION_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PRT_ATTENTION_CLONES
+#endif
+
+/* nh = 4 heads (a GQA group of 4, 8, ...) or 1 at a time. */
+template <typename C>
+__attribute__((always_inline)) inline void scores_heads(int nh, const C* const* q, const C* kt, int64_t dim,
+                                                        int64_t kept, C scale, C* const* sc) {
+    if (nh == 4) scores_body<4, C>(q, kt, dim, kept, scale, sc);
+    else scores_body<1, C>(q, kt, dim, kept, scale, sc);
+}
+template <typename C>
+__attribute__((always_inline)) inline void weighted_sum_heads(int nh, const C* const* p, const C* V, int64_t ld,
+                                                              int64_t dim, int64_t kept, C* const* acc) {
+    if (nh == 4) weighted_sum_body<4, C>(p, V, ld, dim, kept, acc);
+    else weighted_sum_body<1, C>(p, V, ld, dim, kept, acc);
+}
+PRT_ATTENTION_CLONES void scores(int nh, const float* const* q, const float* kt, int64_t dim, int64_t kept,
+                                 float scale, float* const* sc) {
+    scores_heads<float>(nh, q, kt, dim, kept, scale, sc);
+}
+PRT_ATTENTION_CLONES void weighted_sum(int nh, const float* const* p, const float* V, int64_t ld, int64_t dim,
+                                       int64_t kept, float* const* acc) {
+    weighted_sum_heads<float>(nh, p, V, ld, dim, kept, acc);
+}
+void scores(int nh, const double* const* q, const double* kt, int64_t dim, int64_t kept, double scale,
+            double* const* sc) {
+    scores_heads<double>(nh, q, kt, dim, kept, scale, sc);
+}
+void weighted_sum(int nh, const double* const* p, const double* V, int64_t ld, int64_t dim, int64_t kept,
+                  double* const* acc) {
+    weighted_sum_heads<double>(nh, p, V, ld, dim, kept, acc);
+}
+
+/* x[i] = exp(x[i] - max) / sum over i < n; the max and the sum in 16 interleaved partial results (vectorised, a fixed
+   order). */
+constexpr int kLanes = 16;
+
+template <typename C>
+inline C lane_max(const C* __restrict x, int64_t n) {       /* n >= 1 */
+    C acc[kLanes];
+    for (int l = 0; l < kLanes; l++) acc[l] = x[0];
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; l++) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+    for (int l = 0; i < n; i++, l++) acc[l] = x[i] > acc[l] ? x[i] : acc[l];
+    C m = acc[0];
+    for (int l = 1; l < kLanes; l++) m = acc[l] > m ? acc[l] : m;
+    return m;
+}
+
+template <typename C>
+inline C lane_sum(const C* __restrict x, int64_t n) {
+    C acc[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; l++) acc[l] += x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += x[i];
+    for (int w = kLanes / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+inline void exp_rows(float* x, int64_t n) { prt_vm_apply(PRT_VM_EXP, x, nullptr, x, n); }
+inline void exp_rows(double* x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = std::exp(x[i]);
+}
+
+template <typename C>
+inline void softmax_row(C* __restrict x, int64_t n) {
+    const C m = lane_max(x, n);
+    for (int64_t i = 0; i < n; i++) x[i] -= m;
+    exp_rows(x, n);
+    const C inv = (C)1 / lane_sum(x, n);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* Queries per unit of work of a prefill: a unit is (kv head, block of queries), all the group's query heads. */
+constexpr int64_t kQueryBlock = 16;
+
 template <typename C>
 C_Status attention(const paddle_rt_op_call* c) {
     const paddle_rt_tensor &out = c->out, &q = c->inputs[0], &k = c->inputs[1], &v = c->inputs[2],
@@ -49,48 +222,99 @@ C_Status attention(const paddle_rt_op_call* c) {
         copy_slab(vc, static_cast<char*>(vc.data) + g * vc.strides[0] * es, pos, v,
                   static_cast<const char*>(v.data) + g * v.strides[0] * es, 1, seq, dim);
     }
-    C* K = static_cast<C*>(c->workspace);
-    C* V = K + total * dim;
-    C* qr = V + total * dim;
-    C* acc = qr + dim;
-    C* sc = acc + dim;
+    /* float32 caches with contiguous rows are read where they are; the rest is widened per unit into scratch */
+    const bool f32 = std::is_same<C, float>::value;
+    const bool direct_kv = f32 && kc.dtype == FLOAT32 && kc.strides[2] == 1 && vc.strides[2] == 1;
+    const bool direct_q = f32 && q.dtype == FLOAT32 && q.strides[2] == 1;
     const C scale = (C)1 / std::sqrt((C)dim);
-    for (int64_t g = 0; g < nkv; g++) {
-        for (int64_t j = 0; j < total; j++) {
-            read_row<C>(static_cast<const char*>(kc.data) + (g * kc.strides[0] + j * kc.strides[1]) * es, kc.dtype,
-                        kc.strides[2], dim, K + j * dim);
-            read_row<C>(static_cast<const char*>(vc.data) + (g * vc.strides[0] + j * vc.strides[1]) * es, vc.dtype,
-                        vc.strides[2], dim, V + j * dim);
+    const int64_t blocks = (seq + kQueryBlock - 1) / kQueryBlock;
+    std::atomic<int> failed{0};
+    const int64_t key_blocks = (total + kKeys - 1) / kKeys;
+    prt::parallel_for(nkv * blocks, 1, [&](int64_t u0, int64_t u1) {
+        const int64_t D = dim, P = pos;
+        /* this thread's rows: the transposed keys, the values when widened, the scores, a query, a key, the output */
+        const size_t kt_elems = (size_t)(key_blocks * kKeys * D), v_elems = direct_kv ? 0 : (size_t)(total * D);
+        C* scratch = static_cast<C*>(prt_parallel_scratch(
+            (kt_elems + v_elems + (size_t)(4 * key_blocks * kKeys + 9 * D)) * sizeof(C)));
+        if (!scratch) {
+            failed.store(1);
+            return;
         }
-        for (int64_t h = g * group; h < (g + 1) * group; h++)
-            for (int64_t i = 0; i < seq; i++) {
-                read_row<C>(static_cast<const char*>(q.data) + (h * q.strides[0] + i * q.strides[1]) * es, q.dtype,
-                            q.strides[2], dim, qr);
-                const int64_t kept = i + pos + 1;
-                C m = -INFINITY;
-                for (int64_t j = 0; j < kept; j++) {
-                    const C* kr = K + j * dim;
-                    C s = 0;
-                    for (int64_t e = 0; e < dim; e++) s += qr[e] * kr[e];
-                    sc[j] = s * scale;
-                    m = sc[j] > m ? sc[j] : m;
-                }
-                C sum = 0;
-                for (int64_t j = 0; j < kept; j++) {
-                    sc[j] = std::exp(sc[j] - m);
-                    sum += sc[j];
-                }
-                for (int64_t e = 0; e < dim; e++) acc[e] = 0;
-                for (int64_t j = 0; j < kept; j++) {
-                    const C p = sc[j] / sum;
-                    const C* vr = V + j * dim;
-                    for (int64_t e = 0; e < dim; e++) acc[e] += p * vr[e];
-                }
-                write_row<C>(static_cast<char*>(out.data) + (i * out.strides[0] + h * out.strides[1]) * es,
-                             out.dtype, out.strides[2], dim, acc);
+        C* kt = scratch;
+        C* Vw = kt + kt_elems;
+        C* sc = Vw + v_elems;                          /* 4 rows of scores, 4 query rows, a key row, 4 output rows */
+        C* qr = sc + 4 * key_blocks * kKeys;
+        C* kr = qr + 4 * D;
+        C* acc = kr + D;
+        int64_t nh = 4;
+        int64_t cur_g = -1, have = 0;                  /* the kv head whose first `have` keys are in kt (and Vw) */
+        for (int64_t u = u0; u < u1; u++) {
+            const int64_t g = u / blocks, i0 = (u % blocks) * kQueryBlock, i1 = std::min(seq, i0 + kQueryBlock);
+            const int64_t need = i1 + P;                   /* the cached positions this block reads */
+            const char* kbase = static_cast<const char*>(kc.data) + g * kc.strides[0] * es;
+            const char* vbase = static_cast<const char*>(vc.data) + g * vc.strides[0] * es;
+            const int64_t padded = (need + kKeys - 1) / kKeys * kKeys;
+            if (g != cur_g) {                              /* a chunk's units ascend: (g, block 0), (g, block 1), ... */
+                cur_g = g;
+                have = 0;
             }
-    }
-    return C_SUCCESS;
+            for (int64_t j = have; j < need; j++) {       /* the keys earlier blocks of this kv head did not need */
+                const char* p = kbase + j * kc.strides[1] * es;
+                if (direct_kv && j % kKeys == 0 && j + kKeys <= need) {
+                    transpose_key_block<C>(reinterpret_cast<const C*>(p), kc.strides[1], D, kt + j * D);
+                    j += kKeys - 1;
+                } else if (direct_kv) {
+                    transpose_keys<C>(reinterpret_cast<const C*>(p), j, D, kt);
+                } else {
+                    read_row<C>(p, kc.dtype, kc.strides[2], D, kr);
+                    transpose_keys<C>(kr, j, D, kt);
+                }
+            }
+            if (padded > need) {                            /* zeros after the last key: runs of each dim's row */
+                C* blk = kt + (need / kKeys) * D * kKeys;
+                const int64_t r = need % kKeys;
+                for (int64_t e = 0; e < D; e++)
+                    for (int64_t l = r; l < kKeys; l++) blk[e * kKeys + l] = 0;
+            }
+            const C* V = reinterpret_cast<const C*>(vbase);
+            int64_t ldv = vc.strides[1];
+            if (!direct_kv) {
+                for (int64_t j = have; j < need; j++)
+                    read_row<C>(vbase + j * vc.strides[1] * es, vc.dtype, vc.strides[2], D, Vw + j * D);
+                V = Vw;
+                ldv = D;
+            }
+            have = need;
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t kept = i + P + 1;
+                for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
+                    nh = (g + 1) * group - h0 >= 4 ? 4 : 1;
+                    const C* qs[4];
+                    C* scs[4];
+                    C* accs[4];
+                    for (int t = 0; t < nh; t++) {
+                        const char* qp = static_cast<const char*>(q.data) +
+                                         ((h0 + t) * q.strides[0] + i * q.strides[1]) * es;
+                        qs[t] = reinterpret_cast<const C*>(qp);
+                        if (!direct_q) {
+                            read_row<C>(qp, q.dtype, q.strides[2], D, qr + t * D);
+                            qs[t] = qr + t * D;
+                        }
+                        scs[t] = sc + t * key_blocks * kKeys;
+                        accs[t] = acc + t * D;
+                    }
+                    scores((int)nh, qs, kt, D, kept, scale, scs);
+                    for (int t = 0; t < nh; t++) softmax_row(scs[t], kept);
+                    weighted_sum((int)nh, const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
+                    for (int t = 0; t < nh; t++) {
+                        char* o = static_cast<char*>(out.data) + (i * out.strides[0] + (h0 + t) * out.strides[1]) * es;
+                        write_row<C>(o, out.dtype, out.strides[2], D, accs[t]);
+                    }
+                }
+            }
+        }
+    });
+    return failed.load() ? C_ERROR : C_SUCCESS;
 }
 
 }  // namespace
@@ -128,7 +352,4 @@ C_Status prt_attention_kernel(const paddle_rt_op_call* c) {
     return c->dtype == FLOAT64 ? attention<double>(c) : attention<float>(c);
 }
 
-size_t prt_attention_workspace(const paddle_rt_op_call* c) {
-    const int64_t seq = c->inputs[0].shape[1], dim = c->inputs[0].shape[2], total = (int64_t)c->attrs[0] + seq;
-    return (size_t)(2 * total * dim + 2 * dim + total) * compute_size(c);
-}
+size_t prt_attention_workspace(const paddle_rt_op_call*) { return 0; }   /* per-thread scratch rows instead */

@@ -10,6 +10,8 @@
 #include "paddle_rt/extension.h"
 
 /* norm_kernels.cpp */
+C_Status prt_layer_norm_kernel(const paddle_rt_op_call* call);
+size_t prt_layer_norm_workspace(const paddle_rt_op_call* call);
 C_Status prt_add_rms_norm_kernel(const paddle_rt_op_call* call);
 size_t prt_add_rms_norm_workspace(const paddle_rt_op_call* call);
 /* softmax_kernels.cpp */

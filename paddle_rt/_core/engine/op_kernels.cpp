@@ -477,35 +477,23 @@ inline C row_max(const C* x, int64_t n) {      /* n >= 1; the sequential loop's 
     for (int j = 1; j < kLanes; j++) m = acc[j] > m ? acc[j] : m;
     return m;
 }
+/* rms_norm (layer_norm: norm_kernels.cpp) */
 template <typename C>
 C_Status norm_kernel(const paddle_rt_op_call* c) {
-    const bool layer = c->op == PADDLE_RT_OP_LAYER_NORM;
     Layout L = layout_of(c, 2);
     if (numel(L) == 0) return C_SUCCESS;
     const int64_t d = L.shape[L.nd - 1], so = last(L, 0), sx = last(L, 1);
     C* w = static_cast<C*>(c->workspace) + d;      /* the weights, read by every thread */
-    C* b = w + d;
     load_row(static_cast<const char*>(c->inputs[1].data), c->inputs[1].dtype, c->inputs[1].strides[0], d, w);
-    if (layer && c->n_inputs > 2)
-        load_row(static_cast<const char*>(c->inputs[2].data), c->inputs[2].dtype, c->inputs[2].strides[0], d, b);
-    else if (layer)
-        std::fill(b, b + d, (C)0);   /* layer_norm without a bias */
     const C eps = (C)c->attrs[0];
     std::atomic<int> failed{0};
     for_rows_parallel(L, d, [&](char* const* p, int64_t) {
         C* x = static_cast<C*>(prt_parallel_scratch((size_t)d * sizeof(C)));   /* this thread's row */
         if (!x) { failed.store(1); return; }
         load_row(p[1], c->inputs[0].dtype, sx, d, x);
-        if (layer) {
-            const C mean = row_sum<C>(d, [x](int64_t i) { return x[i]; }) / (C)d;
-            const C v = row_sum<C>(d, [x, mean](int64_t i) { C t = x[i] - mean; return t * t; });
-            const C r = (C)1 / std::sqrt(v / (C)d + eps);
-            for (int64_t i = 0; i < d; i++) x[i] = (x[i] - mean) * r * w[i] + b[i];
-        } else {
-            const C s = row_sum<C>(d, [x](int64_t i) { return x[i] * x[i]; });
-            const C r = (C)1 / std::sqrt(s / (C)d + eps);
-            for (int64_t i = 0; i < d; i++) x[i] = x[i] * r * w[i];
-        }
+        const C s = row_sum<C>(d, [x](int64_t i) { return x[i] * x[i]; });
+        const C r = (C)1 / std::sqrt(s / (C)d + eps);
+        for (int64_t i = 0; i < d; i++) x[i] = x[i] * r * w[i];
         store_row(p[0], c->out.dtype, so, d, x);
     });
     return failed.load() ? C_ERROR : C_SUCCESS;
@@ -702,7 +690,8 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
     case PADDLE_RT_OP_AXPBY:
         return is_float(dtype) ? ew_kernel : nullptr;
     case PADDLE_RT_OP_GEMM: return is_float(dtype) ? gemm_kernel : nullptr;
-    case PADDLE_RT_OP_RMS_NORM: case PADDLE_RT_OP_LAYER_NORM: return is_float(dtype) ? norm_dispatch : nullptr;
+    case PADDLE_RT_OP_RMS_NORM: return is_float(dtype) ? norm_dispatch : nullptr;
+    case PADDLE_RT_OP_LAYER_NORM: return is_float(dtype) ? prt_layer_norm_kernel : nullptr;
     case PADDLE_RT_OP_CAUSAL_SOFTMAX: return is_float(dtype) ? softmax_dispatch : nullptr;
     case PADDLE_RT_OP_ROPE: return is_float(dtype) ? prt_rope_kernel : nullptr;
     case PADDLE_RT_OP_ADD_RMS_NORM: return is_float(dtype) ? prt_add_rms_norm_kernel : nullptr;
@@ -727,7 +716,7 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
         return g.ws_a + g.ws_b + g.ws_c;
     }
     case PADDLE_RT_OP_RMS_NORM: return (size_t)(2 * d) * cs;
-    case PADDLE_RT_OP_LAYER_NORM: return (size_t)(3 * d) * cs;
+    case PADDLE_RT_OP_LAYER_NORM: return prt_layer_norm_workspace(c);
     case PADDLE_RT_OP_CAUSAL_SOFTMAX: return (size_t)d * cs;
     case PADDLE_RT_OP_ROPE: return prt_rope_workspace(c);
     case PADDLE_RT_OP_ADD_RMS_NORM: return prt_add_rms_norm_workspace(c);
