@@ -86,7 +86,8 @@ FINE_GRID = {
 # or with chunks made exactly for one request credited for a few requests of the missing size) and the end of the
 # growth ramp (settle_after) and the bound in requests of the missing size (grow_requests) with the step parameters
 # around round 3's default (grow_exact_credit only matters with grow_base:grown: with reserved it stays
-# at its first value, see grid_confs).
+# at its first value, see grid_confs); round 5: a request nearly as large as the step grows exactly (exact_above) and
+# small requests borrow the large pool's free blocks before the small pool grows (small_borrow).
 CORPUS_GRID = {
     "grow_base": ["reserved", "grown"],
     "grow_exact_credit": ["8", "4", "16"],
@@ -100,6 +101,8 @@ CORPUS_GRID = {
     "small_chunk": ["2M"],
     "settle_after": ["2000", "1000", "0"],
     "grow_requests": ["32", "0", "48"],
+    "exact_above": ["0", "0.95"],
+    "small_borrow": ["0", "1"],
 }
 # The parameters `sensitivity` scales (x0.5, x2), with their unit for the conf string.
 SCALED = ("grow_min", "grow_step", "grow_fraction", "grow_ratio", "small_size", "small_chunk")
@@ -232,7 +235,8 @@ def default_conf():
             "grow_round": ac.DEFAULT_GROW_ROUND, "consolidate": ac.DEFAULT_CONSOLIDATE,
             "small_size": f"{ac.DEFAULT_SMALL_SIZE // 1024}K", "small_chunk": f"{ac.DEFAULT_SMALL_CHUNK // MiB}M",
             "grow_base": ac.DEFAULT_GROW_BASE, "grow_exact_credit": str(ac.DEFAULT_GROW_EXACT_CREDIT),
-            "settle_after": str(ac.DEFAULT_SETTLE_AFTER), "grow_requests": str(ac.DEFAULT_GROW_REQUESTS)}
+            "settle_after": str(ac.DEFAULT_SETTLE_AFTER), "grow_requests": str(ac.DEFAULT_GROW_REQUESTS),
+            "exact_above": repr(ac.DEFAULT_EXACT_ABOVE), "small_borrow": str(int(ac.DEFAULT_SMALL_BORROW))}
 
 
 def scale(key, value, factor):
@@ -341,9 +345,10 @@ def main(argv=None):
         from paddle_rt._core import alloc_config as ac
 
         def same(k, a, b):
-            if k in ("grow_fraction", "grow_ratio"):
+            if k in ("grow_fraction", "grow_ratio", "exact_above"):
                 return abs(ac._parse_fraction(k, a, "", 4.0) - ac._parse_fraction(k, b, "", 4.0)) < 1e-12
-            if k in ("grow_round", "consolidate", "grow_base", "grow_exact_credit", "settle_after", "grow_requests"):
+            if k in ("grow_round", "consolidate", "grow_base", "grow_exact_credit", "settle_after", "grow_requests",
+                     "exact_above", "small_borrow"):
                 return str(a) == str(b)
             return ac.parse_size(k, a) == ac.parse_size(k, b)
         print("\nthe default's neighbours in this grid (one key changed) and the traces where the goal then fails:")

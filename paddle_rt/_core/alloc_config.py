@@ -30,7 +30,9 @@ target of ``grow_ratio * base``, at least ``grow_min``, at most ``max(grow_step,
 ``grow_base:grown`` its chunks made exactly for one request count for at most ``grow_exact_credit`` requests of the
 missing size, so that a model's weights or one oversize tensor do not inflate later steps; once ``settle_after``
 allocations were served from the cache since the last growth, the target is ``grow_min`` alone), made a whole number
-of requests of the missing size (``grow_round``), at least the request. Before it grows, ``consolidate`` decides what happens to the pool's idle
+of requests of the missing size (``grow_round``; a request of at least ``exact_above`` times the target gets a chunk
+of exactly its size instead), at least the request. A small request that no free block of the small pool serves
+first takes a free block of the large pool (``small_borrow``), before the small pool grows. Before it grows, ``consolidate`` decides what happens to the pool's idle
 chunks. The defaults: chosen by family-held-out validation on the corpus of bench/traces and ../shared/traces
 (bench/RESULTS.md, issue 22; ``python bench/policy_search.py heldout``).
 
@@ -53,9 +55,13 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 ``grow_exact_credit``  a whole number (0: such chunks do not count at all). Default 8.
 ``settle_after``   a whole number: once this many allocations were served from the cache since the last large-pool
                    growth, the growth ramp is over and a miss asks for ``grow_min`` alone (in whole requests, at
-                   least the request); 0: never. Default 2000.
+                   least the request); 0: never. Default 0.
 ``grow_requests``  a whole number: the target is at most this many requests of the missing size (before the rounding
                    to whole requests; 0: no bound). Default 32.
+``exact_above``    a number 0..1: a missing request of at least this fraction of the target (after grow_requests) gets
+                   a chunk of exactly its size, not whole requests (0: never). Default 0.95.
+``small_borrow``   ``0``/``1``: a small request that no free block of the small pool serves takes a free block of the
+                   large pool before the small pool grows (off in paddle_compat, which has one pool). Default 1.
 """
 import os
 
@@ -64,7 +70,7 @@ from paddle_rt._core import errors
 #: The keys, in the order the README's table documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
-             "grow_base", "grow_exact_credit", "settle_after", "grow_requests")
+             "grow_base", "grow_exact_credit", "settle_after", "grow_requests", "exact_above", "small_borrow")
 
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
@@ -88,8 +94,10 @@ DEFAULT_GROW_ROUND = "up"
 DEFAULT_CONSOLIDATE = "fold"
 DEFAULT_GROW_BASE = "grown"
 DEFAULT_GROW_EXACT_CREDIT = 8
-DEFAULT_SETTLE_AFTER = 2000
+DEFAULT_SETTLE_AFTER = 0
 DEFAULT_GROW_REQUESTS = 32
+DEFAULT_EXACT_ABOVE = 0.95
+DEFAULT_SMALL_BORROW = True
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -198,7 +206,7 @@ def normalize(conf, source):
         if key not in CONF_KEYS:
             raise errors.InvalidArgument(f"{source}: unknown allocator config key {key!r} "
                                          f"(known: {', '.join(CONF_KEYS)})")
-        if key == "paddle_compat":
+        if key in ("paddle_compat", "small_borrow"):
             out[key] = parse_bool(key, value)
         elif key == "growth":
             out[key] = _parse_name(key, value, GROWTH_NAMES, source)
@@ -212,6 +220,8 @@ def normalize(conf, source):
             out[key] = _parse_fraction(key, value, source, 1.0)
         elif key == "grow_ratio":
             out[key] = _parse_fraction(key, value, source, 4.0)
+        elif key == "exact_above":
+            out[key] = _parse_fraction(key, value, source, 1.0)
         elif key == "grow_round":
             out[key] = _parse_name(key, value, ROUND_NAMES, source)
         elif key == "consolidate":
@@ -286,6 +296,8 @@ def resolve(conf):
         "grow_exact_credit": conf.get("grow_exact_credit", DEFAULT_GROW_EXACT_CREDIT),
         "settle_after": conf.get("settle_after", DEFAULT_SETTLE_AFTER),
         "grow_requests": conf.get("grow_requests", DEFAULT_GROW_REQUESTS),
+        "exact_above": conf.get("exact_above", DEFAULT_EXACT_ABOVE),
+        "small_borrow": bool(conf.get("small_borrow", DEFAULT_SMALL_BORROW)) and not compat,
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",

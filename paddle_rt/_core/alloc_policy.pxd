@@ -15,6 +15,13 @@ cdef inline int pool_for(const AllocConfig* cfg, size_t size) noexcept nogil:
     return POOL_LARGE
 
 
+cdef inline bint borrows_from_large(const AllocConfig* cfg, int pool) noexcept nogil:
+    """Whether a small request that no free block of the small pool serves first looks for one in the large pool
+    (small_borrow), before the small pool grows: the free end of a large chunk serves it instead of a new small
+    chunk that small workloads would hold mostly unused."""
+    return pool == POOL_SMALL and cfg.small_borrow != 0
+
+
 cdef inline bint serves(const AllocConfig* cfg, size_t block, size_t size) noexcept nogil:
     """Whether a free block of `block` bytes may serve a request of `size` (max_split_size: oversize blocks serve
     only oversize requests)."""
@@ -111,6 +118,13 @@ cdef inline size_t whole_requests(const AllocConfig* cfg, size_t want, size_t ca
     return size * (k if k > 0 else 1)
 
 
+cdef inline bint large_for_step(const AllocConfig* cfg, size_t want, size_t size) noexcept nogil:
+    """Whether a missing request of `size` is large for a growth step aiming at `want` bytes: at least exact_above *
+    want (0: never). Such a request gets a chunk of its own size, as Paddle and PyTorch give large requests their
+    own blocks, instead of a step of whole requests that may end in an unused one."""
+    return cfg.exact_above != 0.0 and <double>size >= cfg.exact_above * <double>want
+
+
 cdef inline bint ramp_ended(const AllocConfig* cfg, int64_t hits_since_growth) noexcept nogil:
     """Whether the growth ramp is over: at least settle_after allocations were served from the cache since the last
     large-pool growth (0: never). A miss after such a steady phase is a late, rare demand, not the pool still filling
@@ -133,7 +147,9 @@ cdef inline size_t chunk_for_miss(const AllocConfig* cfg, int pool, size_t size,
         return size if size > cfg.small_chunk else cfg.small_chunk
     cap = grow_cap(cfg, reserved)
     want = request_bound(cfg, cfg.grow_min if settled else grow_target(cfg, reserved, cap), size)
-    if want > size:
+    if large_for_step(cfg, want, size):
+        want = size
+    elif want > size:
         want = whole_requests(cfg, want, cap, size)
     if cfg.consolidate == CONSOLIDATE_FOLD and size + released > want:
         want = size + released

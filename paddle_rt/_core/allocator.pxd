@@ -112,6 +112,8 @@ cdef struct AllocConfig:
     size_t grow_exact_credit   # ... BASE_GROWN: exact chunks count for at most this many missing requests
     size_t grow_requests   # ... a chunk aims at most at this many requests of the missing size (0: no bound)
     size_t settle_after    # ... after this many cache hits since the last large-pool growth, a miss grows by grow_min
+    double exact_above     # ... a request at least this fraction of the target gets a chunk of its size (0: off)
+    int small_borrow       # a small request that no free small block serves takes a free large block before growth
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
     int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk
     int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size

@@ -64,7 +64,7 @@ from paddle_rt._core.alloc_index cimport (
 )
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
-    made_for_one_request, growth_base, ramp_ended,
+    made_for_one_request, growth_base, ramp_ended, borrows_from_large,
 )
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
@@ -272,13 +272,17 @@ cdef void _q_flush(AllocatorCore* c) noexcept nogil:
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
 cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail) noexcept nogil:
     cdef Block* b
+    cdef int pool
     if c.q_blocks:
         b = _q_pop(c, size, stream)
         if b != NULL:
             _count_alloc(c, b, nbytes)
             c.num_cache_hits += 1
             return b
-    b = best_fit(c, pool_of(c, size), stream, size)
+    pool = pool_of(c, size)
+    b = best_fit(c, pool, stream, size)
+    if b == NULL and borrows_from_large(&c.cfg, pool):
+        b = best_fit(c, POOL_LARGE, stream, size)
     if b == NULL:
         return NULL
     c.num_cache_hits += 1
@@ -815,6 +819,8 @@ cdef class DeviceAllocator:
         cfg.grow_exact_credit = r["grow_exact_credit"]
         cfg.settle_after = r["settle_after"]
         cfg.grow_requests = r["grow_requests"]
+        cfg.exact_above = r["exact_above"]
+        cfg.small_borrow = r["small_borrow"]
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
@@ -864,6 +870,8 @@ cdef class DeviceAllocator:
             "grow_exact_credit": cfg.grow_exact_credit,
             "settle_after": cfg.settle_after,
             "grow_requests": cfg.grow_requests,
+            "exact_above": cfg.exact_above,
+            "small_borrow": bool(cfg.small_borrow),
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }

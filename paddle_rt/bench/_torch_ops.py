@@ -28,15 +28,25 @@ from paddle_rt.bench import result, figure
 FUSED = ("rms_norm", "layer_norm", "causal_softmax", "swiglu", "add_rms_norm", "attention")
 
 
+# A pause before each timed call (not timed): torch's OpenMP threads (libgomp) spin for some milliseconds after each
+# parallel region before they sleep, and on a 2-core machine such a spinning thread takes a core from paddle_rt's pool
+# during the paddle_rt call that follows it; paddle_rt's pool threads sleep at once, so the reverse never happens.
+# Measured here (silu 4096^2 float32, 2 threads, torch call just before): paddle_rt 8.6 ms with no pause, 5.1-6.1 ms
+# with 5-20 ms; torch's own time did not change. With the pause each side starts from its idle state, as a lone call.
+SETTLE_S = 0.02
+
+
 def _pairs(ours, theirs, reps):
-    """Seconds of each callable per repetition, alternating (one warm-up call each)."""
+    """Seconds of each callable per repetition, alternating (one warm-up call each), each after SETTLE_S."""
     ours()
     theirs()
     a, b = [], []
     for _ in range(reps):
+        time.sleep(SETTLE_S)
         t0 = time.perf_counter()
         ours()
         a.append(time.perf_counter() - t0)
+        time.sleep(SETTLE_S)
         t0 = time.perf_counter()
         theirs()
         b.append(time.perf_counter() - t0)

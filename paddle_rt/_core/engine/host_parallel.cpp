@@ -17,7 +17,7 @@
 namespace {
 
 constexpr int kMaxThreads = 256;
-constexpr int kChunksPerThread = 4;     /* a few chunks per thread: a late or preempted thread costs little */
+constexpr int kChunksPerThread = 16;    /* several chunks per thread: a late, preempted or core-sharing thread costs little */
 
 struct Job {
     prt_parallel_body body;

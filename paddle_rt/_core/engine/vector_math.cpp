@@ -1,135 +1,149 @@
-/* Vectorised float32 elementwise math (vector_math.h): glibc's libmvec in 16 lanes (AVX-512), 8 (AVX2) or 4 (SSE),
- * found once at load; the arithmetic around the calls is one loop body written with GCC's vector types, compiled
- * once per width. Linked into the op extension only (setup.py ENGINE_SOURCES). */
+/* Vectorised elementwise math (vector_math.h): the loop of vector_math_lanes.inc compiled for AVX-512F (16 lanes),
+ * AVX2+FMA+F16C (8), SSE2 (4) and 1 lane, one of them chosen once at load; libmvec's expf for PRT_VM_EXP found at
+ * load. This file is the one place that knows which instruction sets exist. Linked into the op extension only
+ * (setup.py ENGINE_SOURCES). */
 #include "engine/vector_math.h"
 
 #include <dlfcn.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* The vector types below are passed to libmvec in registers of their own width inside functions compiled for that
-   width; GCC's note that such arguments change the ABI elsewhere does not apply. */
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "engine/host_float.h"
+
+/* The vector types are passed to libmvec in registers of their own width inside functions compiled for that width;
+   GCC's note that such arguments change the ABI elsewhere does not apply. */
 #pragma GCC diagnostic ignored "-Wpsabi"
+
+#define PRT_VM_NS lanes1
+#define PRT_VM_W 1
+#define PRT_VM_HALF 0
+#define PRT_VM_STREAM 0
+#include "engine/vector_math_lanes.inc"
+#undef PRT_VM_NS
+#undef PRT_VM_W
+#undef PRT_VM_HALF
+#undef PRT_VM_STREAM
+
+#define PRT_VM_NS lanes4          /* SSE2 on x86-64 (its baseline), the generic 128-bit vectors elsewhere */
+#define PRT_VM_W 4
+#define PRT_VM_HALF 0
+#if defined(__x86_64__)
+#define PRT_VM_STREAM 1
+#else
+#define PRT_VM_STREAM 0
+#endif
+#include "engine/vector_math_lanes.inc"
+#undef PRT_VM_NS
+#undef PRT_VM_W
+#undef PRT_VM_HALF
+#undef PRT_VM_STREAM
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#pragma GCC optimize("fp-contract=fast")     /* a * b + c as one fused multiply-add (one rounding) */
+#define PRT_VM_NS lanes8
+#define PRT_VM_W 8
+#define PRT_VM_HALF 256
+#define PRT_VM_STREAM 1
+#include "engine/vector_math_lanes.inc"
+#undef PRT_VM_NS
+#undef PRT_VM_W
+#undef PRT_VM_HALF
+#undef PRT_VM_STREAM
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+#pragma GCC optimize("fp-contract=fast")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"   /* GCC 12's avx512fintrin.h: _mm512_undefined_ps */
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define PRT_VM_NS lanes16
+#define PRT_VM_W 16
+#define PRT_VM_HALF 512
+#define PRT_VM_STREAM 1
+#include "engine/vector_math_lanes.inc"
+#undef PRT_VM_NS
+#undef PRT_VM_W
+#undef PRT_VM_HALF
+#undef PRT_VM_STREAM
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
 
 namespace {
 
-struct Mvec {
-    void* exp[3] = {nullptr, nullptr, nullptr};     /* 4, 8, 16 lanes: vf (*)(vf) */
-    void* erf[3] = {nullptr, nullptr, nullptr};
-    int width = 0;                                  /* 0: scalar loop, 1: SSE, 2: AVX2, 3: AVX-512 */
+/* levels: 0 one lane, 1 four (SSE2), 2 eight (AVX2), 3 sixteen (AVX-512F) */
+const char* const kNames[4] = {"scalar", "sse", "avx2", "avx512"};
+
+struct Dispatch {
+    int level = 0;
+    void* exp = nullptr;        /* libmvec's expf for the level's width, or nullptr */
 };
 
-Mvec load_mvec() {
-    Mvec m;
+/* The widest level the CPU runs, capped by PADDLE_RT_VECTOR_ISA (testing only; an unknown value is ignored). */
+int choose_level() {
 #if defined(__x86_64__)
-    void* h = dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-    if (!h) h = dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) return m;   /* the handle stays open for the life of the process (its functions are in use) */
-    static const char* const kExp[3] = {"_ZGVbN4v_expf", "_ZGVdN8v_expf", "_ZGVeN16v_expf"};
-    static const char* const kErf[3] = {"_ZGVbN4v_erff", "_ZGVdN8v_erff", "_ZGVeN16v_erff"};
-    const bool isa[3] = {true, __builtin_cpu_supports("avx2") != 0, __builtin_cpu_supports("avx512f") != 0};
-    for (int w = 0; w < 3; w++) {
-        if (!isa[w]) continue;
-        m.exp[w] = dlsym(h, kExp[w]);
-        m.erf[w] = dlsym(h, kErf[w]);
-        if (m.exp[w]) m.width = w + 1;
+    int level = 1;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) level = 2;
+    if (level == 2 && __builtin_cpu_supports("avx512f")) level = 3;
+#else
+    int level = 1;
+#endif
+    const char* cap = getenv("PADDLE_RT_VECTOR_ISA");
+    if (cap && *cap)
+        for (int l = 0; l < 4; l++)
+            if (strcmp(cap, kNames[l]) == 0 && l < level) level = l;
+    return level;
+}
+
+Dispatch load_dispatch() {
+    Dispatch d;
+    d.level = choose_level();
+#if defined(__x86_64__)
+    static const char* const kExp[4] = {nullptr, "_ZGVbN4v_expf", "_ZGVdN8v_expf", "_ZGVeN16v_expf"};
+    if (d.level > 0) {
+        void* h = dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+        if (!h) h = dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL);
+        if (h) d.exp = dlsym(h, kExp[d.level]);   /* the handle stays open: its functions are in use */
     }
 #endif
-    return m;
+    return d;
 }
 
-const Mvec g_mvec = load_mvec();
-
-inline float scalar_op(int op, float a, float b) {
-    switch (op) {
-    case PRT_VM_EXP: return expf(a);
-    case PRT_VM_GELU_ERF: return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
-    case PRT_VM_GELU_TANH: {
-        float u = 0.7978845608028654f * (a + 0.044715f * a * a * a);
-        return a / (1.0f + expf(-2.0f * u));
-    }
-    case PRT_VM_SILU: return a / (1.0f + expf(-a));
-    default: return a * b / (1.0f + expf(-b));
-    }
-}
-
-void apply_scalar(int op, const float* a, const float* b, float* o, int64_t n) {
-    for (int64_t i = 0; i < n; i++) o[i] = scalar_op(op, a[i], b ? b[i] : 0.0f);
-}
-
-#if defined(__x86_64__)
-typedef float vf4 __attribute__((vector_size(16)));
-typedef float vf8 __attribute__((vector_size(32)));
-typedef float vf16 __attribute__((vector_size(64)));
-
-/* The loop, for a vector type V of W lanes; inlined into one function per instruction set below. */
-template <typename V, int W>
-__attribute__((always_inline)) inline void apply_lanes(int op, const float* a, const float* b, float* o, int64_t n,
-                                                       void* expv, void* erfv) {
-    typedef V (*vfn)(V);
-    const vfn vexp = reinterpret_cast<vfn>(expv);
-    const vfn verf = reinterpret_cast<vfn>(erfv);
-    if (op == PRT_VM_GELU_ERF && !verf) {
-        apply_scalar(op, a, b, o, n);
-        return;
-    }
-    const V zero = {};
-    for (int64_t i = 0; i < n; i += W) {
-        const int64_t m = n - i < W ? n - i : W;
-        V x = zero, y = zero, r;
-        if (m == W) {                              /* one unaligned load each */
-            memcpy(&x, a + i, sizeof(V));
-            if (op == PRT_VM_SWIGLU) memcpy(&y, b + i, sizeof(V));
-        } else {                                   /* the tail, zero-padded */
-            memcpy(&x, a + i, (size_t)m * 4);
-            if (op == PRT_VM_SWIGLU) memcpy(&y, b + i, (size_t)m * 4);
-        }
-        switch (op) {
-        case PRT_VM_EXP: r = vexp(x); break;
-        case PRT_VM_GELU_ERF: r = 0.5f * x * (1.0f + verf(x * 0.70710678118654752f)); break;
-        case PRT_VM_GELU_TANH: {
-            const V u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-            r = x / (1.0f + vexp(-2.0f * u));
-            break;
-        }
-        case PRT_VM_SILU: r = x / (1.0f + vexp(zero - x)); break;
-        default: r = x * y / (1.0f + vexp(zero - y)); break;
-        }
-        if (m == W) memcpy(o + i, &r, sizeof(V));
-        else memcpy(o + i, &r, (size_t)m * 4);
-    }
-}
-
-void apply_sse(int op, const float* a, const float* b, float* o, int64_t n) {
-    apply_lanes<vf4, 4>(op, a, b, o, n, g_mvec.exp[0], g_mvec.erf[0]);
-}
-
-__attribute__((target("avx2"))) void apply_avx2(int op, const float* a, const float* b, float* o, int64_t n) {
-    apply_lanes<vf8, 8>(op, a, b, o, n, g_mvec.exp[1], g_mvec.erf[1]);
-}
-
-__attribute__((target("avx512f"))) void apply_avx512(int op, const float* a, const float* b, float* o, int64_t n) {
-    apply_lanes<vf16, 16>(op, a, b, o, n, g_mvec.exp[2], g_mvec.erf[2]);
-}
-#endif
+const Dispatch g_vm = load_dispatch();
 
 }  // namespace
 
-void prt_vm_apply(int op, const float* a, const float* b, float* o, int64_t n) {
+void prt_vm_apply_typed(int op, int dt, const void* a, const void* b, void* o, int64_t n, int stream) {
+    switch (g_vm.level) {
 #if defined(__x86_64__)
-    switch (g_mvec.width) {
-    case 3: apply_avx512(op, a, b, o, n); return;
-    case 2: apply_avx2(op, a, b, o, n); return;
-    case 1: apply_sse(op, a, b, o, n); return;
-    default: break;
-    }
+    case 3: lanes16::apply(op, dt, a, b, o, n, g_vm.exp, stream != 0); return;
+    case 2: lanes8::apply(op, dt, a, b, o, n, g_vm.exp, stream != 0); return;
 #endif
-    apply_scalar(op, a, b, o, n);
+    case 1: lanes4::apply(op, dt, a, b, o, n, g_vm.exp, stream != 0); return;
+    default: lanes1::apply(op, dt, a, b, o, n, nullptr, false); return;
+    }
+}
+
+void prt_vm_apply(int op, const float* a, const float* b, float* o, int64_t n) {
+    prt_vm_apply_typed(op, PRT_VM_F32, a, b, o, n, 0);
 }
 
 const char* prt_vm_isa(void) {
-    static const char* const kNames[4] = {"scalar", "sse", "avx2", "avx512"};
-    return kNames[g_mvec.width];
+#if defined(__x86_64__)
+    return kNames[g_vm.level];
+#else
+    return g_vm.level ? "vector" : "scalar";
+#endif
 }
 
-int prt_vm_vector_erf(void) { return g_mvec.width > 0 && g_mvec.erf[g_mvec.width - 1] != nullptr; }
+int prt_vm_vector_erf(void) { return g_vm.level > 0; }
