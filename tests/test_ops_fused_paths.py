@@ -137,8 +137,13 @@ def test_add_rms_norm_same_bits_at_1_and_2_threads(threads, rng):
 # (q_heads, kv_heads, seq, dim, pos, cache): groups of 4 (the four-head path), 8, 3 and 1 (one head at a time); dims
 # that are and are not multiples of the 64-wide blocks; several 16-query blocks; caches across several 64-key blocks,
 # full blocks transposed at once and partial ones key by key.
+# A unit of one query (a decode step, a prefill whose last 16-query block has one query) reads the key rows directly:
+# decode rows with groups of 1, 3, 4 and 8, cached lengths that are not multiples of its 4-key steps, dims around its
+# 16-lane sums (5, 40, 130), and prefills of 17 and 33 queries whose last single-query block sits on the causal
+# boundary after full blocks.
 ATT = [(8, 2, 1, 128, 200, 256), (8, 1, 37, 64, 90, 130), (6, 2, 20, 72, 0, 20), (3, 3, 17, 5, 64, 81),
-       (4, 1, 70, 16, 0, 70), (2, 2, 1, 130, 127, 128)]
+       (4, 1, 70, 16, 0, 70), (2, 2, 1, 130, 127, 128), (16, 2, 1, 40, 1022, 1024), (6, 2, 1, 64, 6, 9),
+       (8, 2, 33, 40, 0, 33), (8, 1, 17, 128, 3, 21), (4, 4, 1, 16, 0, 1)]
 
 
 @pytest.mark.parametrize("nq,nkv,seq,dim,pos,cache", ATT)
@@ -166,8 +171,22 @@ def test_attention_strided_operands(rng):
     np.testing.assert_array_equal(tkc.numpy()[:, pos:pos + seq, 1::2], kcb[:, pos:pos + seq, 1::2])
 
 
-def test_attention_same_bits_at_1_and_2_threads(threads, rng):
-    nq, nkv, seq, dim, pos, cache = 16, 4, 40, 64, 100, 140
+@pytest.mark.parametrize("seq", [1, 17])
+def test_attention_padded_cache_rows(seq, rng):
+    """Caches whose rows are contiguous but further apart than dim (a slice of wider rows): the single-query
+    unit reads the keys in place at their row stride, so the padding must never enter a score."""
+    nq, nkv, dim, pos, cache = 8, 2, 48, 50, 80
+    kcb, vcb = rand((nkv, cache, dim + 16), "float32", rng, 0.5), rand((nkv, cache, dim + 16), "float32", rng)
+    kcb[:, :, dim:] = vcb[:, :, dim:] = 1e6                                     # poison past each row
+    q = rand((nq, seq, dim), "float32", rng, 0.5)
+    k, v = rand((nkv, seq, dim), "float32", rng, 0.5), rand((nkv, seq, dim), "float32", rng)
+    y = ops.attention(T(q), T(k), T(v), T(kcb)[:, :, :dim], T(vcb)[:, :, :dim], pos)
+    check(y.numpy(), ref.attention(q, k, v, kcb[:, :, :dim].copy(), vcb[:, :, :dim].copy(), pos), "float32", 4)
+
+
+@pytest.mark.parametrize("seq", [1, 40])
+def test_attention_same_bits_at_1_and_2_threads(threads, rng, seq):
+    nq, nkv, dim, pos, cache = 16, 4, 64, 100, 140
     args = [rand(s, "float32", rng, 0.5) for s in ((nq, seq, dim), (nkv, seq, dim), (nkv, seq, dim),
                                                     (nkv, cache, dim), (nkv, cache, dim))]
     outs = []

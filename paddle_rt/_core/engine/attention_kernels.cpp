@@ -127,6 +127,43 @@ __attribute__((always_inline)) inline void weighted_sum_body(const C* const* p, 
         }
 }
 
+/* A unit of a single query (a decode step) reads each key once: its scores come straight from the contiguous key
+   rows (no transpose, which would cost as much as the scores). sc[h][j] = scale * q[h] . K[j] for j < kept, H heads
+   and 4 keys at a time sharing the loads, each dot product in kLanes partial sums over the dimension (a fixed order),
+   added pairwise, then the dimension's tail. */
+constexpr int kDotLanes = 16;
+
+template <int H, int T, typename C>
+__attribute__((always_inline)) inline void row_scores(const C* const* q, const C* __restrict K, int64_t ld,
+                                                      int64_t dim, int64_t j, C scale, C* const* sc) {
+    const int64_t dv = dim / kDotLanes * kDotLanes;
+    C acc[H][T][kDotLanes] = {};
+    for (int64_t e0 = 0; e0 < dv; e0 += kDotLanes)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const C* __restrict kr = K + (j + t) * ld + e0;
+                const C* __restrict qh = q[h] + e0;
+                for (int l = 0; l < kDotLanes; l++) acc[h][t][l] += qh[l] * kr[l];
+            }
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++) {
+            C* a = acc[h][t];
+            for (int w = kDotLanes / 2; w > 0; w /= 2)
+                for (int l = 0; l < w; l++) a[l] += a[l + w];
+            C s = a[0];
+            for (int64_t e = dv; e < dim; e++) s += q[h][e] * K[(j + t) * ld + e];
+            sc[h][j + t] = s * scale;
+        }
+}
+
+template <int H, typename C>
+__attribute__((always_inline)) inline void direct_scores_body(const C* const* q, const C* __restrict K, int64_t ld,
+                                                              int64_t dim, int64_t kept, C scale, C* const* sc) {
+    int64_t j = 0;
+    for (; j + 4 <= kept; j += 4) row_scores<H, 4, C>(q, K, ld, dim, j, scale, sc);
+    for (; j < kept; j++) row_scores<H, 1, C>(q, K, ld, dim, j, scale, sc);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PRT_ATTENTION_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -153,6 +190,11 @@ PRT_ATTENTION_CLONES void scores(int nh, const float* const* q, const float* kt,
 PRT_ATTENTION_CLONES void weighted_sum(int nh, const float* const* p, const float* V, int64_t ld, int64_t dim,
                                        int64_t kept, float* const* acc) {
     weighted_sum_heads<float>(nh, p, V, ld, dim, kept, acc);
+}
+PRT_ATTENTION_CLONES void direct_scores(int nh, const float* const* q, const float* K, int64_t ld, int64_t dim,
+                                        int64_t kept, float scale, float* const* sc) {
+    if (nh == 4) direct_scores_body<4, float>(q, K, ld, dim, kept, scale, sc);
+    else direct_scores_body<1, float>(q, K, ld, dim, kept, scale, sc);
 }
 void scores(int nh, const double* const* q, const double* kt, int64_t dim, int64_t kept, double scale,
             double* const* sc) {
@@ -197,13 +239,14 @@ inline void exp_rows(double* x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = std::exp(x[i]);
 }
 
+/* x[i] = exp(x[i] - max) for i < n, returning 1 / their sum: the caller scales the weighted sum of the values by it
+   (dim products instead of n). */
 template <typename C>
-inline void softmax_row(C* __restrict x, int64_t n) {
+inline C softmax_row(C* __restrict x, int64_t n) {
     const C m = lane_max(x, n);
     for (int64_t i = 0; i < n; i++) x[i] -= m;
     exp_rows(x, n);
-    const C inv = (C)1 / lane_sum(x, n);
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+    return (C)1 / lane_sum(x, n);
 }
 
 /* Queries per unit of work of a prefill: a unit is (kv head, block of queries), all the group's query heads. */
@@ -233,7 +276,7 @@ C_Status attention(const paddle_rt_op_call* c) {
     prt::parallel_for(nkv * blocks, 1, [&](int64_t u0, int64_t u1) {
         const int64_t D = dim, P = pos;
         /* this thread's rows: the transposed keys, the values when widened, the scores, a query, a key, the output */
-        const size_t kt_elems = (size_t)(key_blocks * kKeys * D), v_elems = direct_kv ? 0 : (size_t)(total * D);
+        const size_t kt_elems = direct_kv && seq == 1 ? 0 : (size_t)(key_blocks * kKeys * D), v_elems = direct_kv ? 0 : (size_t)(total * D);
         C* scratch = static_cast<C*>(prt_parallel_scratch(
             (kt_elems + v_elems + (size_t)(4 * key_blocks * kKeys + 9 * D)) * sizeof(C)));
         if (!scratch) {
@@ -254,11 +297,14 @@ C_Status attention(const paddle_rt_op_call* c) {
             const char* kbase = static_cast<const char*>(kc.data) + g * kc.strides[0] * es;
             const char* vbase = static_cast<const char*>(vc.data) + g * vc.strides[0] * es;
             const int64_t padded = (need + kKeys - 1) / kKeys * kKeys;
-            if (g != cur_g) {                              /* a chunk's units ascend: (g, block 0), (g, block 1), ... */
+            /* one query (a decode step; a prefill's last block of one): scores from the key rows where they are */
+            const bool rows = direct_kv && i1 - i0 == 1;
+            if (rows) cur_g = -1;                          /* kt is not filled for this unit */
+            else if (g != cur_g) {                         /* a chunk's units ascend: (g, block 0), (g, block 1), ... */
                 cur_g = g;
                 have = 0;
             }
-            for (int64_t j = have; j < need; j++) {       /* the keys earlier blocks of this kv head did not need */
+            for (int64_t j = rows ? need : have; j < need; j++) {   /* keys earlier blocks of this kv head lacked */
                 const char* p = kbase + j * kc.strides[1] * es;
                 if (direct_kv && j % kKeys == 0 && j + kKeys <= need) {
                     transpose_key_block<C>(reinterpret_cast<const C*>(p), kc.strides[1], D, kt + j * D);
@@ -270,7 +316,7 @@ C_Status attention(const paddle_rt_op_call* c) {
                     transpose_keys<C>(kr, j, D, kt);
                 }
             }
-            if (padded > need) {                            /* zeros after the last key: runs of each dim's row */
+            if (!rows && padded > need) {                   /* zeros after the last key: runs of each dim's row */
                 C* blk = kt + (need / kKeys) * D * kKeys;
                 const int64_t r = need % kKeys;
                 for (int64_t e = 0; e < D; e++)
@@ -284,7 +330,7 @@ C_Status attention(const paddle_rt_op_call* c) {
                 V = Vw;
                 ldv = D;
             }
-            have = need;
+            if (!rows) have = need;
             for (int64_t i = i0; i < i1; i++) {
                 const int64_t kept = i + P + 1;
                 for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
@@ -303,10 +349,17 @@ C_Status attention(const paddle_rt_op_call* c) {
                         scs[t] = sc + t * key_blocks * kKeys;
                         accs[t] = acc + t * D;
                     }
-                    scores((int)nh, qs, kt, D, kept, scale, scs);
-                    for (int t = 0; t < nh; t++) softmax_row(scs[t], kept);
+                    if (rows)
+                        direct_scores((int)nh, reinterpret_cast<const float* const*>(qs),
+                                      reinterpret_cast<const float*>(kbase), kc.strides[1], D, kept, (float)scale,
+                                      reinterpret_cast<float* const*>(scs));
+                    else
+                        scores((int)nh, qs, kt, D, kept, scale, scs);
+                    C inv[4];
+                    for (int t = 0; t < nh; t++) inv[t] = softmax_row(scs[t], kept);
                     weighted_sum((int)nh, const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
                     for (int t = 0; t < nh; t++) {
+                        for (int64_t e = 0; e < D; e++) accs[t][e] *= inv[t];
                         char* o = static_cast<char*>(out.data) + (i * out.strides[0] + (h0 + t) * out.strides[1]) * es;
                         write_row<C>(o, out.dtype, out.strides[2], D, accs[t]);
                     }
