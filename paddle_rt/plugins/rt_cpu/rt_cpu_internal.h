@@ -66,6 +66,17 @@ C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void* arg), void (*cleanu
 /* Monotonic clock in nanoseconds. */
 uint64_t rt_now_ns(void);
 
+/* Device memory accounting (rt_cpu.c), for rt_cpu_vmm.c: charge `size` bytes against device `id`'s capacity (0, or -1
+ * when it would exceed RT_CPU_MEMORY_BYTES), give them back; rt_alloc_fault: 1 when RT_CPU_FAIL_ALLOC_EVERY/_AFTER
+ * make this allocation fail (it counts in the same sequence as device_memory_allocate). */
+int rt_device_charge(int id, size_t size);
+void rt_device_uncharge(int id, size_t size);
+int rt_alloc_fault(void);
+
+/* The virtual-memory extension (rt_cpu_vmm.c): forget every range, mapping and physical allocation (called by the
+ * last finalize, with the memory state of rt_cpu.c). */
+void rt_vmm_teardown(void);
+
 /* Collectives (rt_cpu_ccl.c): fill the xccl_* hooks; free every communicator (called by the last finalize, after
  * every stream has been joined). */
 void rt_ccl_fill(C_DeviceInterface* iface);
