@@ -352,7 +352,8 @@ out:
   return st;
 }
 
-void rt_vmm_teardown(void) {
+/* The last finalize (a layer's teardown): every range, mapping and physical allocation is forgotten. */
+static void vmm_teardown(void) {
   pthread_once(&g_once, vmm_config);
   pthread_mutex_lock(&g_mu);
   for (size_t i = 0; i < g_ranges.cap; i++) {
@@ -376,6 +377,10 @@ void rt_vmm_teardown(void) {
   }
   pthread_mutex_unlock(&g_mu);
 }
+
+static void vmm_fill(C_DeviceInterface* iface) { (void)iface; } /* no ABI hook: the extension is exported symbols */
+static rt_layer g_vmm_layer = {"vmm", vmm_fill, vmm_teardown, NULL};
+__attribute__((constructor)) static void vmm_register(void) { rt_layer_register(&g_vmm_layer); }
 
 RT_EXPORT size_t rt_cpu_vmm_count(int device, int which) {
   if (device < 0 || device >= RT_CPU_MAX_DEVICES) return 0;
