@@ -825,13 +825,10 @@ static C_Status h_synchronize_stream(const C_Device device, C_Stream stream) {
     rt_stream_put(s);
     return C_ERROR;
   }
-  if (rt_fault_hit(RT_FAULT_SYNCHRONIZE)) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  stream_drain(s);
+  int fail = rt_fault_hit(RT_FAULT_SYNCHRONIZE);
+  stream_drain(s); /* an injected failure is reported after the wait, like an asynchronous error at a sync point */
   rt_stream_put(s);
-  return C_SUCCESS;
+  return fail ? C_FAILED : C_SUCCESS;
 }
 
 static C_Status h_stream_add_callback(const C_Device device, C_Stream stream, C_Callback callback, void* user_data) {
@@ -860,8 +857,9 @@ static C_Status h_stream_add_callback(const C_Device device, C_Stream stream, C_
 
 static C_Status h_synchronize_device(const C_Device device) {
   DEV_OR_ERROR(device, id);
-  if (rt_fault_hit(RT_FAULT_SYNCHRONIZE)) return C_FAILED;
-  return sync_device_streams(id);
+  int fail = rt_fault_hit(RT_FAULT_SYNCHRONIZE);
+  C_Status st = sync_device_streams(id);
+  return fail && st == C_SUCCESS ? C_FAILED : st;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -959,16 +957,13 @@ static C_Status h_synchronize_event(const C_Device device, C_Event event) {
   (void)id;
   rt_event* e = event_get(event);
   if (!e) return C_ERROR;
-  if (rt_fault_hit(RT_FAULT_SYNCHRONIZE)) {
-    event_put(e);
-    return C_FAILED;
-  }
+  int fail = rt_fault_hit(RT_FAULT_SYNCHRONIZE);
   pthread_mutex_lock(&e->mu);
   uint64_t target = e->recorded;
   while (e->completed < target) pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
   event_put(e);
-  return C_SUCCESS;
+  return fail ? C_FAILED : C_SUCCESS;
 }
 
 static C_Status h_stream_wait_event(const C_Device device, C_Stream stream, C_Event event) {

@@ -14,7 +14,9 @@
  * Kinds: alloc (device_memory_allocate: out of memory), host_alloc (host/unified allocation), memcpy (every copy
  * hook, synchronous and asynchronous), memset (device_memory_set, async_memory_set), create_stream, create_event,
  * record_event, synchronize (synchronize_device, synchronize_stream, synchronize_event). A failing call returns
- * C_FAILED (alloc: as configured by RT_CPU_OOM_NULL) and changes nothing.
+ * C_FAILED (alloc: as configured by RT_CPU_OOM_NULL) and changes nothing -- except synchronize, which waits first
+ * and then reports the failure (an asynchronous error seen at a sync point: the work is over either way, so the
+ * host never reuses memory that queued work may still use).
  */
 #include <stdatomic.h>
 #include <stdio.h>
