@@ -1084,7 +1084,7 @@ static C_Status h_device_memory_deallocate(const C_Device device, void* ptr, siz
 }
 
 /* For rt_cpu_vmm.c (rt_cpu_internal.h): physical memory of the virtual-memory extension counts against the device's
- * capacity like device allocations, and its creations take part in RT_CPU_FAIL_ALLOC_EVERY / _AFTER. */
+ * capacity like device allocations. */
 int rt_device_charge(int id, size_t size) {
   rt_device_state* ds = &g_dev[id];
   pthread_mutex_lock(&ds->mu);
@@ -1102,13 +1102,6 @@ void rt_device_uncharge(int id, size_t size) {
   pthread_mutex_lock(&ds->mu);
   ds->live_bytes -= size < ds->live_bytes ? size : ds->live_bytes;
   pthread_mutex_unlock(&ds->mu);
-}
-
-int rt_alloc_fault(void) {
-  size_t seq = atomic_fetch_add(&g_alloc_seq, 1) + 1;
-  if (rt_cfg.fail_alloc_every && seq % rt_cfg.fail_alloc_every == 0) return 1;
-  if (rt_cfg.fail_alloc_after && seq > rt_cfg.fail_alloc_after) return 1;
-  return 0;
 }
 
 static C_Status h_device_memory_set(const C_Device device, void* ptr, unsigned char value, size_t size) {

@@ -95,11 +95,9 @@ C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void* arg), void (*cleanu
 uint64_t rt_now_ns(void);
 
 /* Device memory accounting, for the virtual-memory layer: charge `size` bytes against device `id`'s capacity (0, or
- * -1 when it would exceed RT_CPU_MEMORY_BYTES), give them back; rt_alloc_fault: 1 when RT_CPU_FAIL_ALLOC_EVERY/_AFTER
- * make this allocation fail (it counts in the same sequence as device_memory_allocate). */
+ * -1 when it would exceed RT_CPU_MEMORY_BYTES), give them back. */
 int rt_device_charge(int id, size_t size);
 void rt_device_uncharge(int id, size_t size);
-int rt_alloc_fault(void);
 
 /* ---- virtual memory (rt_cpu_vmm.c): a layer of the core; exports paddle_rt_vmm_ext.h, calls only the core ------ */
 

@@ -18,8 +18,9 @@
  *   RT_CPU_VMM_GRANULARITY=N      granularity in bytes, a power of two of at least the page size (default 2M, CUDA's)
  *   RT_CPU_VMM_LIE=remap          a broken plugin, for paddle_rt's `check`: map gives fresh zero pages instead of the
  *                                 physical allocation's bytes
- * Fault injection: physical creations take part in RT_CPU_FAIL_ALLOC_EVERY / RT_CPU_FAIL_ALLOC_AFTER (C_FAILED, or
- * C_SUCCESS with a NULL handle under RT_CPU_OOM_NULL=1); RT_CPU_FAIL_VMM=call[,call...] (granularity, reserve,
+ * Fault injection: physical creations are calls of rt_cpu_faults.c's kind "alloc" (RT_CPU_FAIL_ALLOC_EVERY / _AFTER,
+ * RT_CPU_FAULTS=alloc:..., rt_cpu_set_fault("alloc", ...)): C_FAILED, or C_SUCCESS with a NULL handle under
+ * RT_CPU_OOM_NULL=1; RT_CPU_FAIL_VMM=call[,call...] (granularity, reserve,
  * free_range, create, release, map, unmap; read at each call) makes those calls return C_ERROR and do nothing.
  *
  * Exported helpers (not part of the ABI; tests): size_t rt_cpu_vmm_count(int device, int which): physical bytes (0),
@@ -220,7 +221,7 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_free_range(const C_Device device, void* bas
 RT_EXPORT C_Status paddle_rt_ext_vmm_create(const C_Device device, size_t size, PaddleRtVmmPhys* handle) {
   int id = vmm_device_id(device, "create");
   if (id < 0 || !handle || size == 0 || !aligned(size)) return C_ERROR;
-  if (rt_alloc_fault() || rt_device_charge(id, size) != 0) {
+  if (rt_fault_hit(RT_FAULT_ALLOC) || rt_device_charge(id, size) != 0) {
     *handle = NULL;
     return rt_cfg.oom_null ? C_SUCCESS : C_FAILED;
   }
