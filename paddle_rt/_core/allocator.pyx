@@ -109,6 +109,17 @@ _torn_down = False
 
 
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
+# Whether a page under [addr, addr + size) of expandable range ch is not mapped (only asked while ch has holes).
+cdef inline bint _span_unmapped(Chunk* ch, uintptr_t addr, size_t size, size_t g) noexcept nogil:
+    cdef size_t i = (addr - ch.base) // g
+    cdef size_t hi = (addr + size - ch.base + g - 1) // g
+    while i < hi:
+        if ch.phys[i] == NULL:
+            return True
+        i += 1
+    return False
+
+
 # With may_map (the nogil path), pages of an expandable range under the part handed out are mapped first (vmm_back);
 # without (the GIL path, which never calls the plugin), such a block is a miss.
 cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail,
@@ -128,7 +139,7 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
         b = best_fit(c, POOL_LARGE, stream, size)
     if b == NULL:
         return NULL
-    if b.chunk.holes:
+    if b.chunk.holes and _span_unmapped(b.chunk, b.addr, size, c.gran):
         if not may_map:
             return NULL
         if vmm_back(c, b, size, &e) != 0:
