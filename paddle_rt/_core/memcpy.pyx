@@ -430,6 +430,7 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
 
 cdef int _submit(Stream s, CopyOp* op, object dst, object src, str call) except -1:
     """Enqueue a planned copy on s (on error the caller frees op; once enqueued, the worker does)."""
+    s._check_open()          # planning ran Python code (buffers): another thread may have closed s meanwhile
     # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
     op.use_async = s.ctx.has_pstream and _async_hook(op) and (
         s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
