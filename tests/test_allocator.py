@@ -554,7 +554,7 @@ void InitPlugin(CustomRuntimeParams* params) {
     r = subprocess.run(["gcc", "-std=gnu11", "-O1", "-shared", "-fPIC", "-pthread", f"-I{include_dir()}", f"-I{tp}",
                         str(src), "-o", str(out)], capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot build the test plugin: {r.stderr}")
+        pytest.fail(f"cannot build the test plugin (a broken test plugin is a failure, not a skip): {r.stderr}")
     return paddle_rt.load_plugin(str(out))
 
 
