@@ -542,10 +542,7 @@ static C_Status err_alloc(const C_Device device, void** ptr, size_t size) {
   return tp_device_memory_allocate(device, ptr, size);
 }
 void InitPlugin(CustomRuntimeParams* params) {
-  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
-  params->device_type = (char*)DEVICE_TYPE;
-  params->sub_device_type = (char*)SUB_DEVICE_TYPE;
-  tp_fill_required(params->interface);
+  TP_INIT_PLUGIN(params);  /* version, type names, the ten required hooks (tp_common.h) */
   params->interface->device_memory_allocate = err_alloc;
 }
 ''')
