@@ -228,3 +228,18 @@ def test_dump_trace_without_history_or_with_two_devices_is_refused(tmp_path):
     assert (tmp_path / "x.csv").read_text().splitlines()[1].split(",")[2:] == ["allocate", hex(b.ptr), "100", "0"]
     a.free()
     b.free()
+
+
+def test_clear_history_while_recording_forgets_what_the_recorder_still_holds():
+    """clear_history() while recording first takes what the recorder holds but has not delivered yet: those events
+    happened before the clear and must not come back after it."""
+    memory.record_history()
+    try:
+        paddle_rt.malloc(7168, "rt_cpu:0").free()      # recorded, possibly not delivered yet
+        memory.clear_history()
+        paddle_rt.malloc(9216, "rt_cpu:0").free()
+        sizes = [e["size"] for e in dev_trace(memory.history()) if e["action"] == "alloc"]
+        assert 9216 in sizes and 7168 not in sizes
+    finally:
+        memory.record_history(False)
+        memory.clear_history()
