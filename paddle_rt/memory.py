@@ -220,4 +220,4 @@ def view(*sources, output=None, conf=None, baselines=False, device=None, labels=
     configurations an allocation log is replayed under (one run each, in a child process); ``baselines``: add
     Paddle's and PyTorch's allocator models' runs of a log. See the docs' viewer page."""
     from paddle_rt.tools.view import view as _view
-    return _view(*sources, output=output, conf=conf, baselines=baselines, device=device, labels=labels, title=title)
+    return _view(*(sources or (history(),)), output=output, conf=conf, baselines=baselines, device=device, labels=labels, title=title)

@@ -29,16 +29,14 @@ def _conf_list(conf):
 
 
 def view(*sources, output=None, conf=None, baselines=False, device=None, labels=None, title=None):
-    """Build the viewer page of ``sources`` (paths, or snapshot dicts as ``paddle_rt.memory.history()`` returns; with
-    none: the current history of this process) and return it as a :class:`~paddle_rt.tools.view_page.Page` (shown
+    """Build the viewer page of ``sources`` (paths, or snapshot dicts as ``paddle_rt.memory.history()`` returns) and return it as a :class:`~paddle_rt.tools.view_page.Page` (shown
     inline in Jupyter); ``output``: also write it there. ``conf``: allocator configurations (``"key:value,..."`` or
     dicts) an allocation log is replayed under, one run each; ``baselines``: add Paddle's and PyTorch's allocator
     models' runs of a log; ``device``: only that device (replays run on it); ``labels``: a name per source."""
     from paddle_rt.tools import view_data, view_page
     view_page.require_plotly()
     if not sources:
-        from paddle_rt import memory
-        sources = (memory.history(),)
+        raise ValueError("view: give at least one source (paddle_rt.memory.view() views the current history)")
     runs = []
     for k, src in enumerate(sources):
         label = labels[k] if labels is not None and k < len(labels) else None

@@ -27,7 +27,7 @@ import numpy as np
 from paddle_rt.tools.figures import _error
 
 __all__ = ["KINDS", "ViewInputError", "detect_kind", "load_source", "events_from_history", "build_run",
-           "minmax_levels", "live_at", "baseline_runs", "replay_events"]
+           "minmax_levels", "live_at", "baseline_runs", "replay_in_child"]
 
 KINDS = ("snapshot", "history", "alloc_log", "chrome_trace")
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
@@ -258,93 +258,8 @@ def events_from_chrome_trace(obj, path="<trace>"):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Allocation logs: replayed through the allocator with the history recorded
-
-def replay_events(path, conf=None, device=None, chunk=200_000):
-    """Replay the allocation log ``path`` through this process's allocator (``conf``: dict of allocator keys) with the
-    history recorded, and return a plain dict of columns: the time axis is the log's event number (the segment
-    events of an allocation get its number). An out-of-memory stops the replay and is marked."""
-    import paddle_rt
-    from paddle_rt import memory
-    from paddle_rt.bench import _alloc_kernels
-    from paddle_rt.tools import replay
-
-    is_alloc, sizes, slots, nslots, _ = replay.load_trace(path)
-    streams = _log_streams(path, len(is_alloc))
-    dev = paddle_rt.device(device) if device else paddle_rt.get_device()
-    alloc = paddle_rt.get_allocator(dev)
-    alloc.empty_cache()
-    if conf:
-        alloc.configure(**conf)
-    config = alloc.config()
-    table = np.zeros(nslots, dtype=np.uintp)
-    cols = {k: [] for k in ("kind", "t", "addr", "size", "req", "stream")}
-    n = len(is_alloc)
-    done = 0
-    oom = None
-    name = str(dev)
-    memory.record_history(max_entries=max(4 * chunk, 1000), stacks=False)
-    try:
-        i = 0
-        while i < n and oom is None:
-            j = min(n, i + chunk)
-            try:
-                _alloc_kernels.replay(dev, is_alloc[i:j], sizes[i:j], slots[i:j], table)
-            except paddle_rt.OutOfMemoryError as exc:
-                j = i + getattr(exc, "events_done", 0)
-                oom = (j, int(sizes[j]) if j < n else 0, streams[j] if j < n else "0")
-            entries = memory._recorded_entries()
-            memory.clear_history()
-            k = i
-            for e in entries:
-                if e.get("device") != name or e.get("memory") != "device":
-                    continue
-                kind = ACTIONS.get(e["kind"])
-                if kind is None:
-                    continue
-                if kind == OOM:
-                    continue                      # marked once below, with the log's event number
-                ev = min(k, n - 1)
-                cols["kind"].append(kind)
-                cols["t"].append(float(ev))
-                cols["addr"].append(e["addr"])
-                cols["size"].append(e["size"])
-                cols["req"].append(e["requested"] if kind == ALLOC else -1)
-                cols["stream"].append(streams[ev] if kind in (ALLOC, FREE) else "0")
-                if kind in (ALLOC, FREE):
-                    k += 1
-            done = j
-            i = j
-        if oom is not None:
-            cols["kind"].append(OOM)
-            cols["t"].append(float(oom[0]))
-            cols["addr"].append(0)
-            cols["size"].append(oom[1])
-            cols["req"].append(oom[1])
-            cols["stream"].append(oom[2])
-    finally:
-        memory.record_history(False)
-        memory.clear_history()
-        for p in table[table != 0]:
-            paddle_rt.raw_free(int(p), dev)
-        alloc.empty_cache()
-    return {"device": name, "events": n, "done": done, "config": config, "columns": cols,
-            "trace": (is_alloc, sizes, slots, nslots)}
-
-
-def _log_streams(path, n):
-    """The ``Stream`` column of the log (a string per event; "0" throughout when it has none)."""
-    import csv
-    from paddle_rt.tools.replay import _open_text
-    with open(path, "rb") as raw, _open_text(raw) as f:
-        reader = csv.reader(f)
-        header = [c.strip() for c in next(reader, [])]
-        if "Stream" not in header:
-            return ["0"] * n
-        k = header.index("Stream")
-        out = [row[k].strip() if len(row) > k else "0" for row in reader if row]
-    return out if len(out) == n else (out + ["0"] * n)[:n]
-
+# Allocation logs: replayed through the allocator with the history recorded, in a child process
+# (paddle_rt/tools/view_replay.py)
 
 def events_from_replay(res):
     ev = Events(res["device"])
@@ -356,7 +271,7 @@ def events_from_replay(res):
 
 
 def replay_in_child(path, conf_text="", device=None):
-    """:func:`replay_events` in a fresh process (the caller's allocator and its configuration stay untouched)."""
+    """``view_replay.replay_events`` in a fresh process (the caller's allocator and its configuration stay untouched)."""
     import pickle
     import subprocess
     import sys
@@ -373,7 +288,8 @@ def replay_in_child(path, conf_text="", device=None):
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-            raise ViewInputError(lines[-1] if lines else f"{path}: the replay failed (status {r.returncode})")
+            msg = lines[-1].replace(os.path.abspath(path), path) if lines else None
+            raise ViewInputError(msg or f"{path}: the replay failed (status {r.returncode})")
         with open(out, "rb") as f:
             return pickle.load(f)
     finally:
@@ -386,7 +302,7 @@ def replay_in_child(path, conf_text="", device=None):
 def baseline_runs(trace, alignment=256, padding=0):
     """[(label, event numbers, reserved bytes, device allocations)] of Paddle's auto-growth and PyTorch's caching
     allocator models (``replay --baselines``) over the log ``trace`` (is_alloc, sizes, slots, nslots)."""
-    from paddle_rt.tools.replay import PaddleAutoGrowthModel, TorchCachingModel
+    from paddle_rt.tools.anchor_models import PaddleAutoGrowthModel, TorchCachingModel
     is_alloc, sizes, slots, nslots = trace[:4]
     out = []
     for label, model in (("Paddle auto-growth", PaddleAutoGrowthModel(alignment, padding)),

@@ -308,7 +308,9 @@ function segmapTraces(r, T){
       H.hovertext.push('<b>free hole</b> '+fmtB(n)+'<br>segment '+s[0]+' ('+s[2]+' pool)<br>offset '+fmtB(o)); nh++; };
     for(const k of bl){ hole(B.off[k]-pos, B.off[k]-pos);
       A.x.push(B.size[k]/size); A.base.push(B.off[k]/size); A.y.push(y); A.customdata.push(k);
-      const st=B.stack[k]>=0 ? S.stacks[B.stack[k]].split('\n').slice(0,10).map(esc).join('<br>') : 'no Python stack recorded';
+      const fr=B.stack[k]>=0 ? S.stacks[B.stack[k]].split('\n') : null;
+      const st=fr ? fr.slice(0,8).map(esc).join('<br>')+(fr.length>8?'<br>(+'+(fr.length-8)+' outer frames)':'')
+                  : 'no Python stack recorded';
       A.hovertext.push('<b>block</b> '+fmtB(B.size[k])+'<br>requested '+(B.req[k]>=0?fmtB(B.req[k]):'not recorded')+
         '<br>stream '+esc(B.stream[k])+'<br>allocated at '+fmtT(B.ta[k],unit)+'<br>freed at '+fmtT(B.tf[k],unit)+
         '<br>segment '+s[0]+' ('+s[2]+' pool)<br>stack:<br>'+st); nb++;
@@ -326,7 +328,7 @@ function segmapTraces(r, T){
 function showMoment(T){
   D.runs.forEach((r,i)=>{ if(!r.segmap) return;
     const div=document.getElementById('segmap-'+i); const res=segmapTraces(r,T);
-    const h=Math.max(260, 60+22*res.rows);
+    const h=Math.max(380, 90+26*res.rows);     // room for a hover label with a stack
     Plotly.react(div, res.traces, Object.assign({}, div.layout, {height:h,
       title:{text:'segment map at '+fmtT(res.t,r.time_unit),x:0.01}}));
     div.dataset.blocks=res.nb; div.dataset.holes=res.nh; div.dataset.moment=res.t;
