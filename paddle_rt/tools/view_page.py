@@ -256,6 +256,7 @@ td.site{font-family:ui-monospace,monospace;font-size:12px} .runs{display:flex;fl
 # The page's own script: links the timeline to the segment maps and picks the timeline's level on zoom.
 _SCRIPT = r"""
 (function(){
+document.body.dataset.scriptStartMs=performance.now().toFixed(0);   // the charts' own scripts ran before this
 const D = JSON.parse(document.getElementById('prt-data').textContent);
 function bytesOf(b){const s=atob(b);const u=new Uint8Array(s.length);for(let i=0;i<s.length;i++)u[i]=s.charCodeAt(i);
   return u.buffer;}
