@@ -39,6 +39,15 @@ typedef struct {
 
 extern rt_config rt_cfg;
 
+/* Fault injection (rt_cpu_faults.c): the kinds of calls that can be made to fail or wait. rt_fault_init applies the
+ * environment (after rt_cfg is read); rt_fault_hit(kind) sleeps the kind's delay and returns 1 when this call fails. */
+enum {
+  RT_FAULT_ALLOC, RT_FAULT_HOST_ALLOC, RT_FAULT_MEMCPY, RT_FAULT_MEMSET, RT_FAULT_CREATE_STREAM, RT_FAULT_CREATE_EVENT,
+  RT_FAULT_RECORD_EVENT, RT_FAULT_SYNCHRONIZE, RT_FAULT_N
+};
+void rt_fault_init(void);
+int rt_fault_hit(int kind);
+
 /* A pointer -> size map (linear probing, backward-shift deletion). Not thread-safe: callers lock. */
 typedef struct {
   uintptr_t* keys; /* 0 = empty */
