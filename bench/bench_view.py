@@ -103,16 +103,21 @@ def main():
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--keep", default=None, help="keep the log and the pages in this folder")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --keep: time the pages already in that folder (no new log, no new build)")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="bench_view_")
     os.makedirs(work, exist_ok=True)
     log = os.path.join(work, f"synthetic_{args.events}.csv.gz")
-    n = generate_log(log, args.events)
+    n = args.events if args.reuse and os.path.exists(log) else generate_log(log, args.events)
     cmd = [sys.executable, "-m", "paddle_rt", "view"]
     rows = []
     pages = {}
     for name, extra in (("one replay", []), ("replay + Paddle and PyTorch baselines", ["--baselines"])):
         page = os.path.join(work, f"view_{len(pages)}.html")
+        if args.reuse and os.path.exists(page):
+            pages[name] = (page, float("nan"))
+            continue
         t0 = time.perf_counter()
         r = subprocess.run(cmd + [log, "-o", page] + extra, capture_output=True, text=True)
         if r.returncode:

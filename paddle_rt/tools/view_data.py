@@ -106,7 +106,7 @@ class Events:
         self.kind, self.t, self.addr, self.size, self.req, self.stream, self.stack = [], [], [], [], [], [], []
         self.stacks, self._stack_ids = [], {}
         self.final_segments = None       # the snapshot's segments at the end (blocks live before the history)
-        self.pool_size = DEFAULT_SMALL_SIZE
+        self.small_size = DEFAULT_SMALL_SIZE
 
     def stack_id(self, frames):
         if not frames:
@@ -266,7 +266,7 @@ def events_from_replay(res):
     c = res["columns"]
     ev.kind, ev.t, ev.addr, ev.size, ev.req, ev.stream = c["kind"], c["t"], c["addr"], c["size"], c["req"], c["stream"]
     ev.stack = [-1] * len(ev.kind)
-    ev.pool_size = res["config"].get("small_size", DEFAULT_SMALL_SIZE)
+    ev.small_size = res["config"].get("small_size", DEFAULT_SMALL_SIZE)
     return ev
 
 
@@ -424,7 +424,7 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
             sid = segment_of(addr)
             ev_pool[i] = sid
             if sid is not None and segs[sid]["pool"] is None:
-                segs[sid]["pool"] = _pool_of(ev.size[i], ev.pool_size)
+                segs[sid]["pool"] = _pool_of(ev.size[i], ev.small_size)
             if addr in live_blocks:          # a free the history lost: end the old block here
                 blocks[live_blocks.pop(addr)]["t_free"] = t
             new_block(addr, ev.size[i], ev.req[i], ev_stream[i], ev.stack[i], t, sid)
