@@ -65,11 +65,32 @@ def _imports():
     return torch, transformers, importlib.import_module("llama_checkpoint"), importlib.import_module("llama_model")
 
 
-def build_checkpoint(transformers, torch, path, fields, seed=0):
+# family -> (transformers model class, config class, fields added to a size's): what examples/llama runs.
+FAMILIES = {
+    "llama": ("LlamaForCausalLM", "LlamaConfig", {}),
+    "llama3": ("LlamaForCausalLM", "LlamaConfig", {"rope_parameters": {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", {}),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", {"head_dim": None}),          # None: hidden / heads
+    "mistral": ("MistralForCausalLM", "MistralConfig", {"sliding_window": 32}),
+}
+
+
+def model_class(transformers, family):
+    return getattr(transformers, FAMILIES[family][0])
+
+
+def build_checkpoint(transformers, torch, path, fields, seed=0, family="llama"):
+    """A random checkpoint of ``family`` (FAMILIES) with the size's ``fields``, saved by transformers'
+    save_pretrained into ``path``."""
+    cls_name, config_name, extra = FAMILIES[family]
     fields = dict({"max_position_embeddings": 2048}, **fields)
-    config = transformers.LlamaConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields)
+    for k, v in extra.items():
+        fields[k] = fields["hidden_size"] // fields["num_attention_heads"] if (k == "head_dim" and v is None) else v
+    config = getattr(transformers, config_name)(bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields)
     torch.manual_seed(seed)
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    getattr(transformers, cls_name)(config).save_pretrained(path)
     return path
 
 
