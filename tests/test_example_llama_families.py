@@ -44,19 +44,19 @@ CASES = {
     "llama_llama3_gqa": ("LlamaForCausalLM", "LlamaConfig", dict(
         hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
         vocab_size=300, tie_word_embeddings=True, **rope("llama3", factor=8.0, low_freq_factor=1.0,
-                                                        high_freq_factor=4.0, original_max_position_embeddings=32)))),
+                                                        high_freq_factor=4.0, original_max_position_embeddings=32))),
     "llama_linear_mha": ("LlamaForCausalLM", "LlamaConfig", dict(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-        vocab_size=256, **rope("linear", factor=2.0)))),
+        vocab_size=256, **rope("linear", factor=2.0))),
     # max_position_embeddings 40 < 10 + 64: the frequencies are recomputed past it, step by step
     "llama_dynamic_mqa": ("LlamaForCausalLM", "LlamaConfig", dict(
         hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
-        head_dim=32, vocab_size=256, max_position_embeddings=40, **rope("dynamic", factor=2.0)))),
+        head_dim=32, vocab_size=256, max_position_embeddings=40, **rope("dynamic", factor=2.0))),
     # yarn with its attention factor, and Llama's attention_bias (q, k, v and o)
     "llama_yarn_bias": ("LlamaForCausalLM", "LlamaConfig", dict(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=256, attention_bias=True, max_position_embeddings=128,
-        **rope("yarn", factor=4.0, original_max_position_embeddings=32, rope_theta=500000.0)))),
+        **rope("yarn", factor=4.0, original_max_position_embeddings=32, rope_theta=500000.0))),
     "qwen2_tied_gqa": ("Qwen2ForCausalLM", "Qwen2Config", dict(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=256, tie_word_embeddings=True)),
@@ -317,7 +317,7 @@ def test_unsupported_config_is_one_line_and_exit_2(checkpoints, tmp_path, case, 
 
 BAD_PROMPTS = {
     "text_without_tokenizer": ("1,2\nhello there\n", [], "--prompts p.txt: line 2 is not token ids"),
-    "out_of_vocab": ("1,2\n3 999\n", [], "--prompts line 2's prompt id 999 is outside the vocabulary (0..255)"),
+    "out_of_vocab": ("1,2\n\n3 999\n", [], "--prompts line 3's prompt id 999 is outside the vocabulary (0..255)"),
     "does_not_fit": ("1,2\n" + ",".join(["4"] * 250) + "\n", ["--max-new-tokens", "7"],
                      "--prompts line 2's prompt (250) + max-new-tokens (7) exceeds max_position_embeddings (256)"),
     "empty": ("\n\n", [], "--prompts p.txt: no prompt in it"),

@@ -130,7 +130,8 @@ def _tokenizer(args):
 
 
 def read_prompts(args):
-    """The prompts of --prompts FILE as lists of token ids (and the tokenizer when a line was text)."""
+    """The prompts of --prompts FILE as lists of token ids, their line numbers in the file, and the tokenizer when a
+    line was text (else None)."""
     try:
         with open(args.prompts, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -138,11 +139,12 @@ def read_prompts(args):
         raise UsageError(f"--prompts {args.prompts}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--prompts {args.prompts}: cannot read it ({exc})") from None
-    prompts, tok = [], None
+    prompts, numbers, tok = [], [], None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         ids, parts = _is_ids(line)
+        numbers.append(n)
         if ids:
             prompts.append([int(p) for p in parts])
             continue
@@ -157,7 +159,7 @@ def read_prompts(args):
         prompts.append(list(ids))
     if not prompts:
         raise UsageError(f"--prompts {args.prompts}: no prompt in it")
-    return prompts, tok
+    return prompts, numbers, tok
 
 
 def check_prompt(config, prompt, max_new_tokens, where="the prompt"):
@@ -212,9 +214,9 @@ def run(args):
     config = llama_checkpoint.read_config(args.model)
     tok = None
     if args.prompts is not None:
-        prompts, tok = read_prompts(args)
-        for i, prompt in enumerate(prompts):
-            check_prompt(config, prompt, args.max_new_tokens, where=f"--prompts line {i + 1}'s prompt")
+        prompts, numbers, tok = read_prompts(args)
+        for n, prompt in zip(numbers, prompts):
+            check_prompt(config, prompt, args.max_new_tokens, where=f"--prompts line {n}'s prompt")
     else:
         prompts = [args.prompt]
         check_prompt(config, args.prompt, args.max_new_tokens)
