@@ -320,6 +320,7 @@ def test_cli_views_each_kind_from_a_folder_of_the_users(tmp_path):
     (["bad.json"], "bad.json: not valid JSON"),
     (["notes.txt"], "notes.txt: not a memory snapshot, a recorded history, an allocation log or a profiler trace"),
     (["broken.csv"], "broken.csv:3"),
+    (["bad.json", "-o", "nodir/out.html"], "--output nodir/out.html: no such folder nodir"),
 ])
 def test_cli_bad_files_one_line_status_2(tmp_path, files, says):
     (tmp_path / "bad.json").write_text("{nope")
