@@ -23,7 +23,8 @@ from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, PRT_OP_DROPPABLE, PRT_POS_DROPPED, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D, PRT_OPK_MEMSET,
+    PRT_OP_NEEDS_IDLE, PRT_OP_DROPPABLE, PRT_POS_DROPPED, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D,
+    PRT_OPK_MEMSET,
 )
 
 from paddle_rt._core import errors
@@ -430,6 +431,7 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
 
 cdef int _submit(Stream s, CopyOp* op, object dst, object src, str call) except -1:
     """Enqueue a planned copy on s (on error the caller frees op; once enqueued, the worker does)."""
+    s._check_open()          # planning ran Python code (buffers): another thread may have closed s meanwhile
     # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
     op.use_async = s.ctx.has_pstream and _async_hook(op) and (
         s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
