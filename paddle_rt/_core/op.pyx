@@ -17,7 +17,8 @@ from paddle_rt._core.allocation cimport Allocation
 from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of, tensor_at
 from paddle_rt._core.trace cimport trace_mask, trace_label_op
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
-from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind
+from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind, \
+    PRT_OP_DROPPABLE, PRT_POS_DROPPED
 from paddle_rt._core.includes.op_support cimport (
     paddle_rt_op_call, paddle_rt_tensor, PADDLE_RT_OP_MAX_ATTRS, paddle_rt_kernel_fn, paddle_rt_workspace_fn,
     paddle_rt_register_kernel_cb,
@@ -28,6 +29,7 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
     PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_COUNT, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX,
     PADDLE_RT_OP_SILU_AND_MUL, PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
+    PADDLE_RT_OP_BATCH_ATTENTION,
 )
 
 from paddle_rt._core.includes.host_parallel cimport (
@@ -51,6 +53,7 @@ OP_IDS = {
     "add_rms_norm": PADDLE_RT_OP_ADD_RMS_NORM, "softmax": PADDLE_RT_OP_SOFTMAX,
     "silu_and_mul": PADDLE_RT_OP_SILU_AND_MUL, "kv_caching": PADDLE_RT_OP_KV_CACHING,
     "attention": PADDLE_RT_OP_ATTENTION, "embedding": PADDLE_RT_OP_EMBEDDING,
+    "batch_attention": PADDLE_RT_OP_BATCH_ATTENTION,
 }
 OP_NAMES = {v: k for k, v in OP_IDS.items()}
 # The names as C strings for the records the worker makes (alive as long as the module: an operation may outlive its
@@ -65,6 +68,7 @@ _HOST_FAILURES = {
     PADDLE_RT_OP_GEMM: "no BLAS was loaded",
     PADDLE_RT_OP_EMBEDDING: "an id is outside [0, vocab) of the table",
     PADDLE_RT_OP_KV_CACHING: "a past length puts the new keys/values outside the cache",
+    PADDLE_RT_OP_BATCH_ATTENTION: "a position puts the queries outside the cache",
 }
 
 
@@ -80,6 +84,10 @@ cdef str _host_failure(const paddle_rt_op_call* c):
     if c.op == PADDLE_RT_OP_KV_CACHING:
         return (f"past_kv_lengths[{d[0]}] = {d[1]}: with {c.inputs[1].shape[2]} new positions it must be in "
                 f"[0, {c.out.shape[2] - c.inputs[1].shape[2]}] for max_seq {c.out.shape[2]}; nothing was written")
+    if c.op == PADDLE_RT_OP_BATCH_ATTENTION:
+        return (f"pos[{d[0]}] = {d[1]}: with {c.inputs[0].shape[2]} queries it must be in "
+                f"[0, {c.inputs[1].shape[2] - c.inputs[0].shape[2]}] for max_seq {c.inputs[1].shape[2]}; nothing was "
+                f"written")
     return msg
 
 # (device type, op, dtype) -> (kernel address, workspace function address, source)
@@ -414,6 +422,9 @@ cdef int _run_op(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
     cdef int r = 0
     cdef size_t numel = 1
     cdef int i
+    if pos & PRT_POS_DROPPED:
+        c_free(L)                # dropped (close(wait=False), exit): never run
+        return 0
     if L.hook == HOOK_AXPBY:
         for i in range(L.call.out.ndim):
             numel *= L.call.out.shape[i]
@@ -631,7 +642,7 @@ cdef class OpDescriptor:
         L.name = self._cname
         try:
             pos = s.enqueue(_run_op, L, 0,
-                            (0 if (self.plugin_kernel or self.hook) else PRT_OP_NEEDS_IDLE)
+                            PRT_OP_DROPPABLE | (0 if (self.plugin_kernel or self.hook) else PRT_OP_NEEDS_IDLE)
                             | prt_op_kind(PRT_OPK_OPERATOR), out.numel() * prt_dtype_size(out.dtype_code))
         except BaseException:
             c_free(L)
