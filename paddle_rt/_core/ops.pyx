@@ -409,7 +409,7 @@ def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None):
 
 def embedding(ids, weight, out=None, stream=None):
     """``embedding(ids, weight, out=None, stream=None) -> out`` (torch's embedding, InfiniCore's Embedding): rows of
-    weight (vocab, dim) by ids (any shape, int32/int64); out (*ids.shape, dim). An id outside [0, vocab) fails at the
+    weight (vocab, dim) by ids (any shape, int32/int64); out ``(*ids.shape, dim)``. An id outside [0, vocab) fails at the
     next synchronize (InvalidArgument naming the id) and writes nothing."""
     cdef tuple ts = _tensors("embedding", (ids, weight), ("ids", "weight"))
     cdef Tensor ti = ts[0], tw = ts[1]
