@@ -35,6 +35,7 @@ from paddle_rt._core import errors
 from paddle_rt._core import op as _op
 from paddle_rt._core.tensor import Tensor
 from paddle_rt._core.stream import Stream, current_stream
+from paddle_rt._core.device import device as _device
 
 try:
     import torch
@@ -393,9 +394,8 @@ def register_op(op_name, device_type, dtype, kernel, grid_fn):
     if not callable(grid_fn):
         raise errors.InvalidArgument(f"register_triton({op_name!r}): grid_fn must be callable as "
                                      f"grid_fn(out, *inputs, attrs=attrs), not {type(grid_fn).__name__}")
-    import paddle_rt
     try:
-        dev = paddle_rt.device(f"{device_type}:0")
+        dev = _device(f"{device_type}:0")
     except errors.PaddleRTError as exc:
         raise errors.InvalidArgument(f"register_triton({op_name!r}, {device_type!r}): no device of that type is "
                                      f"loaded ({exc})") from None

@@ -42,8 +42,8 @@ def replay_fresh(path, conf_text="", device=None):
     unbounded device, like the anchors' models, unless RT_CPU_MEMORY_BYTES is set)."""
     env = dict(os.environ)
     env.setdefault("RT_CPU_MEMORY_BYTES", str(64 << 30))
-    from paddle_rt.tools import replay
-    r = replay.replay_child([os.path.abspath(path), "--json", "--baselines", "--no-min-capacity", "--no-progress"],
+    from paddle_rt.tools.replay_child import replay_child
+    r = replay_child([os.path.abspath(path), "--json", "--baselines", "--no-min-capacity", "--no-progress"],
                             device, conf_text, env)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]

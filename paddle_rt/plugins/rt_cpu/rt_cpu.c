@@ -333,6 +333,17 @@ static void init_state(void) {
 
 int rt_is_initialized(void) { return atomic_load(&g_refcount) > 0; }
 
+/* The layers above the core (rt_cpu_internal.h): registered by their constructors while the library loads, before
+ * any hook can run, so the list needs no lock. */
+static rt_layer* g_layers;
+static rt_layer** g_layers_tail = &g_layers;
+
+void rt_layer_register(rt_layer* l) {
+  l->next = NULL;
+  *g_layers_tail = l;
+  g_layers_tail = &l->next;
+}
+
 int rt_device_id(const C_Device device) {
   if (!device) return -1;
   int id = device->id;
@@ -666,7 +677,8 @@ static void teardown_all(void) {
     if (streams.keys[i]) stream_shutdown((rt_stream*)streams.keys[i]);
   ptrmap_free(&streams);
 
-  rt_ccl_teardown();
+  for (rt_layer* l = g_layers; l; l = l->next) /* the layers above (collectives: their communicators) */
+    if (l->teardown) l->teardown();
 
   /* events and profiler sessions */
   pthread_mutex_lock(&g_reg_mu);
@@ -1517,7 +1529,7 @@ RT_EXPORT void InitPlugin(CustomRuntimeParams* params) {
 
   f->blas_axpby = h_blas_axpby;
 
-  rt_ccl_fill(f);
+  for (rt_layer* l = g_layers; l; l = l->next) l->fill(f); /* the layers above: collectives' xccl_* hooks */
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */

@@ -291,6 +291,11 @@ typedef struct rt_comm {
 } rt_comm;
 
 static pthread_mutex_t g_ccl_mu = PTHREAD_MUTEX_INITIALIZER; /* cliques list, comms registry, id serials */
+/* The transport across processes (rt_cpu_mpi.c registers it from its constructor, before any hook runs); c->mpi is
+ * set only when it is there. */
+static const rt_ccl_transport* g_transport;
+
+void rt_ccl_register_mpi_transport(const rt_ccl_transport* t) { g_transport = t; }
 static rt_clique* g_cliques;
 static ptrmap g_comms;
 static uint64_t g_next_serial = 1;
@@ -336,7 +341,7 @@ static void comm_put(rt_comm* c) {
     clique_unref_locked(q);
     pthread_mutex_unlock(&g_ccl_mu);
   }
-  rt_mpi_comm_free(c->mpi);
+  if (c->mpi) g_transport->comm_free(c->mpi);
   pthread_mutex_destroy(&c->mu);
   free(c->send_seq);
   free(c->recv_seq);
@@ -808,7 +813,7 @@ static void batch_run_mpi(rt_batch* b) {
   }
   int failed = 1;
   if (refuse) comm_record_failure(c, refuse, NULL, 0);
-  else if (rt_mpi_run(c->mpi, ops, k, f) == 0) failed = 0;
+  else if (g_transport->run(c->mpi, ops, k, f) == 0) failed = 0;
   else comm_record_failure(c, f->text, f->missing, f->n_missing);
   if (failed) {
     b->status = C_ERROR;
@@ -1371,7 +1376,7 @@ bad:
   return C_ERROR;
 }
 
-void rt_ccl_fill(C_DeviceInterface* f) {
+static void ccl_fill(C_DeviceInterface* f) {
   f->xccl_get_comm_name = h_get_comm_name;
   f->xccl_get_unique_id_size = h_get_unique_id_size;
   f->xccl_get_unique_id = h_get_unique_id;
@@ -1389,7 +1394,7 @@ void rt_ccl_fill(C_DeviceInterface* f) {
   f->xccl_all_to_all = h_all_to_all;
 }
 
-void rt_ccl_teardown(void) {
+static void ccl_teardown(void) {
   pthread_mutex_lock(&g_ccl_mu);
   ptrmap comms = g_comms;
   memset(&g_comms, 0, sizeof(g_comms));
@@ -1398,6 +1403,10 @@ void rt_ccl_teardown(void) {
     if (comms.keys[i]) comm_put((rt_comm*)comms.keys[i]);
   ptrmap_free(&comms);
 }
+
+static rt_layer g_ccl_layer = {"collectives", ccl_fill, ccl_teardown, NULL};
+
+__attribute__((constructor)) static void ccl_register(void) { rt_layer_register(&g_ccl_layer); }
 
 /* paddle_rt's optional extensions (paddle_rt/extension.h, paddle_rt/paddle_rt_ccl_ext.h). */
 RT_EXPORT int paddle_rt_ext_ccl_comm_failure(C_CCLComm comm, PaddleRtCclError* why) {
@@ -1425,7 +1434,7 @@ RT_EXPORT C_Status paddle_rt_ext_ccl_comm_abort(C_CCLComm comm) {
     pthread_cond_broadcast(&c->clique->cv);
     pthread_mutex_unlock(&c->clique->mu);
   }
-  if (c->mpi) rt_mpi_abort(c->mpi);
+  if (c->mpi) g_transport->abort(c->mpi);
   comm_put(c);
   return C_SUCCESS;
 }
@@ -1438,7 +1447,7 @@ RT_EXPORT int paddle_rt_ext_ccl_comm_find_missing(C_CCLComm comm, PaddleRtCclErr
   if (c->mpi && why) {
     rt_mpi_failure f;
     memset(&f, 0, sizeof(f));
-    r = rt_mpi_find_missing(c->mpi, &f);
+    r = g_transport->find_missing(c->mpi, &f);
     if (r == 1) {
       memset(why, 0, sizeof(*why));
       snprintf(why->text, sizeof(why->text), "%s", f.text);
@@ -1475,7 +1484,14 @@ RT_EXPORT C_Status paddle_rt_ext_ccl_comm_init_rank_mpi(size_t nranks, C_CCLRoot
     return C_FAILED;
   }
   char err[400] = "";
-  if (rt_mpi_comm_create(mpi_comm, nranks, rank, id->data, id->sz, &c->mpi, err, sizeof(err)) != 0) {
+  if (!g_transport) {
+    fprintf(stderr, "rt_cpu: paddle_rt_ext_ccl_comm_init_rank_mpi: this build has no MPI transport\n");
+    free(c);
+    free(ss);
+    free(rs);
+    return C_ERROR;
+  }
+  if (g_transport->comm_create(mpi_comm, nranks, rank, id->data, id->sz, &c->mpi, err, sizeof(err)) != 0) {
     fprintf(stderr, "rt_cpu: paddle_rt_ext_ccl_comm_init_rank_mpi (rank %zu of %zu): %s\n", rank, nranks, err);
     free(c);
     free(ss);
@@ -1487,7 +1503,7 @@ RT_EXPORT C_Status paddle_rt_ext_ccl_comm_init_rank_mpi(size_t nranks, C_CCLRoot
   int put = ptrmap_put(&g_comms, c, 0);
   pthread_mutex_unlock(&g_ccl_mu);
   if (put != 0) {
-    rt_mpi_comm_free(c->mpi);
+    g_transport->comm_free(c->mpi);
     pthread_mutex_destroy(&c->mu);
     free(c);
     free(ss);

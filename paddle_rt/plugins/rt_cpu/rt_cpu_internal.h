@@ -1,5 +1,11 @@
 /*
  * rt_cpu_internal.h -- internals shared by the files of the rt_cpu reference plugin (not installed, not an API).
+ *
+ * The files call in one direction: core (rt_cpu.c) <- collectives (rt_cpu_ccl.c) <- MPI transport (rt_cpu_mpi.c).
+ * A file calls only the sections of this header above its own. A lower file reaches a higher one only through a
+ * table the higher one registers from a constructor when the library loads: the core runs every registered
+ * rt_layer's fill and teardown; the collectives run the registered rt_ccl_transport. tests/test_structure.py checks
+ * the direction on the compiled objects (nm).
  */
 #ifndef RT_CPU_INTERNAL_H_
 #define RT_CPU_INTERNAL_H_
@@ -45,6 +51,19 @@ int ptrmap_find(const ptrmap* m, const void* key, size_t* val);
 int ptrmap_remove(ptrmap* m, const void* key);
 void ptrmap_free(ptrmap* m);
 
+/* ---- core (rt_cpu.c) ----------------------------------------------------------------------------------------- */
+
+/* A layer above the core (collectives, ...): fill sets its hooks of the interface after the core's (InitPlugin);
+ * teardown (may be NULL) frees its state when the last finalize has joined every stream. Registered from the
+ * layer's constructor; layers run in registration order. l must stay valid for the life of the library. */
+typedef struct rt_layer {
+  const char* name;
+  void (*fill)(C_DeviceInterface* iface);
+  void (*teardown)(void);
+  struct rt_layer* next; /* the core's list */
+} rt_layer;
+void rt_layer_register(rt_layer* l);
+
 /* Plugin-wide state. */
 int rt_is_initialized(void);
 /* The calling thread's current device (set_device; a stream worker's is its stream's device). */
@@ -66,10 +85,7 @@ C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void* arg), void (*cleanu
 /* Monotonic clock in nanoseconds. */
 uint64_t rt_now_ns(void);
 
-/* Collectives (rt_cpu_ccl.c): fill the xccl_* hooks; free every communicator (called by the last finalize, after
- * every stream has been joined). */
-void rt_ccl_fill(C_DeviceInterface* iface);
-void rt_ccl_teardown(void);
+/* ---- collectives (rt_cpu_ccl.c): a layer of the core; fills the xccl_* hooks ----------------------------------- */
 
 /* The collectives (the order of the ABI's hooks). */
 enum { K_ALL_REDUCE, K_BROADCAST, K_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_SEND, K_RECV, K_ALL_TO_ALL };
@@ -77,7 +93,8 @@ enum { K_ALL_REDUCE, K_BROADCAST, K_REDUCE, K_ALL_GATHER, K_REDUCE_SCATTER, K_SE
 int rt_ccl_reduce(void* dst, const void* const* srcs, size_t n, size_t count, C_DataType t, C_CCLReduceOp op);
 void rt_ccl_scale_half(void* p, size_t count, int bf16, float factor);
 
-/* The MPI transport (rt_cpu_mpi.c): a communicator whose ranks are the processes of an MPI communicator. */
+/* A transport across processes, registered by the MPI transport (rt_cpu_mpi.c): a communicator whose ranks are the
+ * processes of an MPI communicator. */
 typedef struct rt_mpi_comm rt_mpi_comm;
 typedef struct {
   int kind;           /* K_*; all_to_all comes as send/recv pairs */
@@ -94,16 +111,22 @@ typedef struct {
   size_t n_missing;
   size_t missing[64];
 } rt_mpi_failure;
-/* 0, or -1 with a reason in err. Collective over the MPI communicator; bounded by RT_CPU_CCL_TIMEOUT_MS. */
-int rt_mpi_comm_create(int64_t mpi_comm, size_t nranks, size_t rank, const void* id, size_t id_size,
-                       rt_mpi_comm** out, char* err, size_t errsz);
-void rt_mpi_comm_free(rt_mpi_comm* m);
-/* Run one batch in order, on this thread; 0, or -1 with *f filled (the communicator is then unusable). */
-int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f);
-/* Make the batch running on m (and later ones) give up at once. */
-void rt_mpi_abort(rt_mpi_comm* m);
-/* Ask the peers which of them have not reached the collective this rank is running: 1 with *f filled (text and
- * missing ranks), 0 when this rank runs no collective. */
-int rt_mpi_find_missing(rt_mpi_comm* m, rt_mpi_failure* f);
+typedef struct {
+  /* 0, or -1 with a reason in err. Collective over the MPI communicator; bounded by RT_CPU_CCL_TIMEOUT_MS. */
+  int (*comm_create)(int64_t mpi_comm, size_t nranks, size_t rank, const void* id, size_t id_size,
+                     rt_mpi_comm** out, char* err, size_t errsz);
+  void (*comm_free)(rt_mpi_comm* m);
+  /* Run one batch in order, on this thread; 0, or -1 with *f filled (the communicator is then unusable). */
+  int (*run)(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f);
+  /* Make the batch running on m (and later ones) give up at once. */
+  void (*abort)(rt_mpi_comm* m);
+  /* Ask the peers which of them have not reached the collective this rank is running: 1 with *f filled (text and
+   * missing ranks), 0 when this rank runs no collective. */
+  int (*find_missing)(rt_mpi_comm* m, rt_mpi_failure* f);
+} rt_ccl_transport;
+/* Called from the transport's constructor; t must stay valid for the life of the library. */
+void rt_ccl_register_mpi_transport(const rt_ccl_transport* t);
+
+/* ---- MPI transport (rt_cpu_mpi.c): registers its rt_ccl_transport; nothing calls into it by name ----------------- */
 
 #endif /* RT_CPU_INTERNAL_H_ */

@@ -349,7 +349,9 @@ static int idup(mpi_comm_t comm, mpi_comm_t* out, uint64_t deadline, char* err, 
   return 0;
 }
 
-int rt_mpi_comm_create(int64_t user_comm, size_t nranks, size_t rank, const void* id, size_t id_size,
+static void rt_mpi_comm_free(rt_mpi_comm* m);
+
+static int rt_mpi_comm_create(int64_t user_comm, size_t nranks, size_t rank, const void* id, size_t id_size,
                        rt_mpi_comm** out, char* err, size_t errsz) {
   if (mpi_ready(err, errsz) != 0) return -1;
   mpi_comm_t uc = (mpi_comm_t)user_comm;
@@ -413,7 +415,7 @@ int rt_mpi_comm_create(int64_t user_comm, size_t nranks, size_t rank, const void
   return 0;
 }
 
-void rt_mpi_comm_free(rt_mpi_comm* m) {
+static void rt_mpi_comm_free(rt_mpi_comm* m) {
   if (!m) return;
   int fin = 1;
   if (g_mpi_loaded) mpi.Finalized(&fin);
@@ -604,11 +606,11 @@ static void find_missing(rt_mpi_comm* m, uint64_t seq, rt_mpi_failure* f) {
   pthread_mutex_unlock(&m->find_mu);
 }
 
-void rt_mpi_abort(rt_mpi_comm* m) {
+static void rt_mpi_abort(rt_mpi_comm* m) {
   if (m) atomic_store(&m->aborted, 1);
 }
 
-int rt_mpi_find_missing(rt_mpi_comm* m, rt_mpi_failure* f) {
+static int rt_mpi_find_missing(rt_mpi_comm* m, rt_mpi_failure* f) {
   uint64_t entered = atomic_load(&m->entered);
   memset(f, 0, sizeof(*f));
   if (entered == 0 || atomic_load(&m->aborted)) return 0;
@@ -632,7 +634,7 @@ static void missing_text(rt_mpi_failure* f, char* out, size_t n) {
     k += (size_t)snprintf(out + k, n - k, "%s%zu", i ? ", " : "", f->missing[i]);
 }
 
-int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f) {
+static int rt_mpi_run(rt_mpi_comm* m, const rt_mpi_op* ops, size_t n, rt_mpi_failure* f) {
   memset(f, 0, sizeof(*f));
   uint64_t timeout_ms = rt_cfg.ccl_timeout_ms;
   uint64_t deadline = rt_now_ns() + timeout_ms * 1000000ull;
@@ -900,3 +902,8 @@ out:
   free(sts);
   return result;
 }
+
+static const rt_ccl_transport g_mpi_transport = {rt_mpi_comm_create, rt_mpi_comm_free, rt_mpi_run, rt_mpi_abort,
+                                                 rt_mpi_find_missing};
+
+__attribute__((constructor)) static void mpi_register(void) { rt_ccl_register_mpi_transport(&g_mpi_transport); }
