@@ -3,8 +3,8 @@
 - Every ```python block of README.md and docs/ is a whole program: Sybil finds it (and any skip directive before it),
   and it runs alone in a fresh interpreter started in an empty folder outside the checkout, as a script and pasted
   into the interactive interpreter. A block that needs an extra says so in a skip directive,
-  ``<!-- skip: next if(extra_missing("triton"), reason="...") -->``: it is skipped, with that reason, only where the
-  extra is missing, and carries the extra's marker (CI installs every extra and runs every marker).
+  ``<!-- skip: next needs("triton") -->``: it is skipped, with a reason naming the extra, only where the extra is
+  missing, and carries the extra's marker (CI installs every extra and runs every marker).
   Blocks not meant to run alone are ```py (a script for ``mpiexec``), ```cython, ```console or ```text.
 - A newcomer's first hour: no command or link leaves the repository; PyTorch's CPU wheel command is in one place and
   every page that needs torch links to it; the README is short and starts with the two set-up commands.
@@ -117,7 +117,15 @@ def parse(path, folder=None, how="script"):
         run_alone(example, folder, how)
     doc = sybil_document.Document.parse(str(path), CodeBlockParser(language="python", evaluator=evaluate),
                                         SkipParser())
-    doc.namespace["extra_missing"] = extra_missing
+    def needs(extra, script_only=False):
+        """A skip directive's reason: ``<!-- skip: next needs("triton", script_only=True) -->`` skips the next block
+        where the extra is missing, and (``script_only``: Triton reads a kernel's source from its file) when pasted."""
+        if extra_missing(extra):
+            return f"needs the {extra} extra (pip install '.[{extra}]'; docs/installation.md)"
+        if script_only and how == "pasted":
+            return "runs as a file only: pasted into the interpreter it has no source file to read"
+        return None
+    doc.namespace.update(extra_missing=extra_missing, needs=needs)
     return doc
 
 
@@ -146,7 +154,7 @@ def _blocks():
             if not _is_code(ex):
                 continue
             skip_text = "".join(ex.document.text[e.start:e.end] for e in examples[max(0, i - 1):i] if not _is_code(e))
-            marks = [getattr(pytest.mark, extra) for extra in re.findall(r'extra_missing\("(\w+)"\)', skip_text)]
+            marks = [getattr(pytest.mark, extra) for extra in re.findall(r'needs\("(\w+)"', skip_text)]
             params.append(pytest.param(path, count, id=f"{_rel(path)}:{ex.line}", marks=marks))
             count += 1
     return params
@@ -168,27 +176,34 @@ def test_python_block_runs_alone(path, index, how, tmp_path):
     run_block(path, index, tmp_path, how)
 
 
-def test_a_failing_block_is_named_and_an_extras_block_skipped_only_without_the_extra(tmp_path):
+def test_a_failing_block_is_named_and_an_extras_block_skipped_only_without_the_extra(tmp_path, monkeypatch):
     """Checked on a page of our own: a broken block is reported by its file, line and first line; a block behind a
-    skip directive is skipped with the directive's reason when the extra is missing and runs when it is there."""
+    skip directive is skipped with a reason naming the extra when the extra is missing, and runs when it is there."""
     import unittest
 
+    monkeypatch.setitem(EXTRA_MODULES, "absent", ("no_such_module_of_paddle_rt_tests",))
+    monkeypatch.setitem(EXTRA_MODULES, "present", ("json",))
     page = tmp_path / "page.md"
     page.write_text(
         "intro\n\n```python\nimport paddle_rt\nundefined_name\n```\n\n```py\nnot run\n```\n\n"
-        '<!-- skip: next if(extra_missing("docs") or True, reason="needs the docs extra") -->\n\n'
+        '<!-- skip: next needs("absent") -->\n\n'
         "```python\nraise SystemExit(3)\n```\n\n"
-        '<!-- skip: next if(extra_missing("progress") and False, reason="never") -->\n\n'
-        "```python\nprint('ran')\n```\n")
+        '<!-- skip: next needs("present") -->\n\n'
+        "```python\nprint('ran')\n```\n\n"
+        '<!-- skip: next needs("present", script_only=True) -->\n\n'
+        "```python\nimport inspect\ndef f():\n    pass\n\nprint(inspect.getsource(f))\n```\n")
     run = tmp_path / "run"
     run.mkdir()
     for how in ("script", "pasted"):
         with pytest.raises(AssertionError, match=r"(?s)page.md: the python block at line 3, starting "
                                                  r"'import paddle_rt'.*NameError"):
             run_block(page, 0, run, how)
-    with pytest.raises(unittest.SkipTest, match="needs the docs extra"):
-        run_block(page, 1, run, "script")
-    run_block(page, 2, run, "script")            # the condition is false: the block runs
+        with pytest.raises(unittest.SkipTest, match="needs the absent extra"):
+            run_block(page, 1, run, how)
+        run_block(page, 2, run, how)             # the extra is there: the block runs
+    run_block(page, 3, run, "script")            # reads its own source: runs from a file...
+    with pytest.raises(unittest.SkipTest, match="runs as a file only"):
+        run_block(page, 3, run, "pasted")        # ... and is not pasted
     with pytest.raises(KeyError):
         extra_missing("no_such_extra")
     # the interactive interpreter needs a blank line after an indented block; a script does not
@@ -299,10 +314,6 @@ def test_readme_is_short_and_starts_with_the_two_setup_commands():
         ci = f.read()
     for command in SETUP_COMMANDS:
         assert "\n" + command + "\n" in ci, f".ci/run no longer runs the README's {command!r}"
-    # a table of what is where: every page of the site is named in the README
-    for page in glob.glob(os.path.join(DOCS, "*.md")):
-        name = os.path.basename(page)
-        assert f"docs/{name}" in text or name == "index.md", f"README's table does not list docs/{name}"
 
 
 def test_every_page_is_in_the_site():

@@ -108,7 +108,15 @@ class ApiNames(SphinxDirective):
         return container.children
 
 
+def _drop_self(app, what, name, obj, options, signature, return_annotation):
+    """Cython's embedded signatures of methods start with ``self`` (binding=False): show them as Python's do."""
+    if what in ("method", "property", "attribute") and signature and signature.startswith("(self"):
+        signature = "(" + signature[len("(self"):].lstrip(", ")
+    return signature, return_annotation
+
+
 def setup(app):
     app.add_config_value("api_modules", [], "env")
+    app.connect("autodoc-process-signature", _drop_self)
     app.add_directive("api-names", ApiNames)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
