@@ -51,6 +51,19 @@ cdef enum:
     BASE_RESERVED = 0     # adaptive growth sizes a chunk from everything the allocator holds
     BASE_GROWN = 1        # ... from what it holds minus the chunks made exactly for one request (alloc_policy)
 
+# What went wrong in an allocator call (AllocError.kind), found under the lock and raised after it is released.
+cdef enum:
+    ERR_NONE = 0
+    ERR_OOM = 1
+    ERR_PLUGIN = 2
+    ERR_FOREIGN = 3
+    ERR_DOUBLE_FREE = 4
+    ERR_TORN_DOWN = 5
+    ERR_BAD_SIZE = 6
+    ERR_INTERIOR = 7
+    ERR_HOST_OOM = 8
+    ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
+
 # One counter of PyTorch's scheme: current, peak, allocated (sum of increases), freed (sum of decreases).
 cdef struct Stat:
     int64_t current

@@ -66,6 +66,13 @@ from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
     made_for_one_request, growth_base, ramp_ended, borrows_from_large,
 )
+from paddle_rt._core.alloc_blocks cimport (
+    _take, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush, _first_block,
+)
+from paddle_rt._core.alloc_segment cimport (
+    plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
+    release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth,
+)
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
 from paddle_rt._core.includes.alloc_support cimport (
@@ -86,18 +93,6 @@ cdef size_t KiB = 1024
 cdef size_t MiB = 1024 * 1024
 
 
-cdef enum:
-    ERR_NONE = 0
-    ERR_OOM = 1
-    ERR_PLUGIN = 2
-    ERR_FOREIGN = 3
-    ERR_DOUBLE_FREE = 4
-    ERR_TORN_DOWN = 5
-    ERR_BAD_SIZE = 6
-    ERR_INTERIOR = 7
-    ERR_HOST_OOM = 8
-    ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
-
 from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES, BASE_NAMES
 from paddle_rt._core import alloc_config
 
@@ -105,168 +100,6 @@ _registry_lock = threading.RLock()
 _allocators = []          # every DeviceAllocator ever created (they live as long as the process)
 _torn_down = False
 
-
-# Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.
-cdef Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
-    cdef Block* r
-    cdef size_t rest
-    cdef prt_free_set.iterator it
-    rest = b.size - size
-    if splits(&c.cfg, b.size, size):
-        r = new_block(c)
-        if r == NULL:
-            fail[0] = ERR_HOST_OOM
-            return NULL
-        # b's index entry becomes the remainder's (re-keyed in place when the order allows)
-        it = index_find(c, b)
-        split_uncount(c, b)
-        r.chunk = b.chunk
-        r.stream = b.stream
-        r.size = rest
-        if remainder_low(&c.cfg):
-            r.addr = b.addr
-            r.prev = b.prev
-            r.next = b
-            if b.prev != NULL:
-                b.prev.next = r
-            b.prev = r
-            b.addr = b.addr + rest
-        else:
-            r.addr = b.addr + size
-            r.next = b.next
-            r.prev = b
-            if b.next != NULL:
-                b.next.prev = r
-            b.next = r
-        b.size = size
-        index_rekey(c, it, r)
-        split_count(c, r)
-    else:
-        index_remove(c, b)
-    _count_alloc(c, b, requested)
-    return b
-
-
-# The event recorder (trace.pyx): one allocator event with the counters after it; called only while memory is traced.
-cdef void _trace_mem(AllocatorCore* c, int ev, uintptr_t addr, uint64_t size, uintptr_t stream,
-                     uint64_t requested=0) noexcept nogil:
-    trace_memory_event(c.device, c.kind, ev, addr, size, stream, requested, c.stats[0][ST_ALLOCATED_BYTES].current,
-                       c.stats[0][ST_RESERVED_BYTES].current)
-
-
-cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noexcept nogil:
-    cdef int pool = b.chunk.pool
-    b.allocated = 1
-    b.requested = requested
-    c.cx.live.insert(b.addr, <void*>b)
-    stat_add(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
-    stat_add(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)
-    stat_add(c, pool, ST_ALLOCATION, 1)
-    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-        _trace_mem(c, PRT_EV_ALLOC, b.addr, b.size, b.stream, requested)
-
-
-cdef inline int _q_slot(size_t size, uintptr_t stream) noexcept nogil:
-    cdef uint64_t h = (<uint64_t>size ^ (<uint64_t>stream * 0x9E3779B97F4A7C15ULL)) * 0x9E3779B97F4A7C15ULL
-    return <int>(h >> 58)           # the top 6 bits: one of N_QUICK_SLOTS (64)
-
-
-cdef inline Block* _q_pop(AllocatorCore* c, size_t size, uintptr_t stream) noexcept nogil:
-    cdef int i = _q_slot(size, stream)
-    cdef Block* b = c.q_head[i]
-    if b == NULL or c.q_size[i] != size or c.q_stream[i] != stream:
-        return NULL
-    c.q_head[i] = b.qnext
-    c.q_count[i] -= 1
-    c.q_blocks -= 1
-    b.qnext = NULL
-    if b.counted_split:
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
-        b.counted_split = 0
-    return b
-
-
-# Park a freed block (already uncounted as allocated) in its quick slot; 0 when the slot is full or taken.
-cdef inline int _q_push(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef int i = _q_slot(b.size, b.stream)
-    if c.q_count[i] != 0 and (c.q_size[i] != b.size or c.q_stream[i] != b.stream):
-        return 0
-    if c.q_count[i] >= 8:
-        return 0
-    c.q_size[i] = b.size
-    c.q_stream[i] = b.stream
-    b.qnext = c.q_head[i]
-    c.q_head[i] = b
-    c.q_count[i] += 1
-    c.q_blocks += 1
-    b.allocated = 2
-    if b.prev != NULL or b.next != NULL:
-        b.counted_split = 1
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, <int64_t>b.size)
-        stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, 1)
-    return 1
-
-
-# `x` takes over its next neighbour by address (already out of the free index), which is dropped.
-cdef inline void _absorb_next(AllocatorCore* c, Block* x) noexcept nogil:
-    cdef Block* y = x.next
-    x.size += y.size
-    x.next = y.next
-    if y.next != NULL:
-        y.next.prev = x
-    drop_block(c, y)
-
-
-# A free block (allocated == 0, not indexed): merge with free neighbours, index it. A neighbour's index entry is
-# re-keyed (in place when the order allows) instead of being removed and inserted again.
-cdef Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef Block* p = b.prev
-    cdef Block* n = b.next
-    cdef prt_free_set.iterator it
-    cdef bint pf = p != NULL and p.allocated == 0
-    cdef bint nf = n != NULL and n.allocated == 0
-    if pf:
-        it = index_find(c, p)
-        split_uncount(c, p)
-        if nf:
-            index_remove(c, n)
-        _absorb_next(c, p)           # b
-        if nf:
-            _absorb_next(c, p)       # n
-        index_rekey(c, it, p)
-        split_count(c, p)
-        return p
-    if nf:
-        it = index_find(c, n)
-        split_uncount(c, n)
-        _absorb_next(c, b)
-        index_rekey(c, it, b)
-        split_count(c, b)
-        return b
-    index_insert(c, b)
-    return b
-
-
-# Merge every parked block back into the best-fit index.
-cdef void _q_flush(AllocatorCore* c) noexcept nogil:
-    cdef int i
-    cdef Block* b
-    if c.q_blocks == 0:
-        return
-    for i in range(N_QUICK_SLOTS):
-        while c.q_head[i] != NULL:
-            b = c.q_head[i]
-            c.q_head[i] = b.qnext
-            b.qnext = NULL
-            if b.counted_split:
-                stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
-                stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT, -1)
-                b.counted_split = 0
-            b.allocated = 0
-            _merge_insert(c, b)
-        c.q_count[i] = 0
-    c.q_blocks = 0
 
 
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
@@ -317,163 +150,6 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
         else:
             _release_chunk(c, b)
     return 0
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Talking to the plugin (lock held, no GIL)
-# ---------------------------------------------------------------------------------------------------------------------
-cdef inline C_Status _plugin_alloc(AllocatorCore* c, size_t size, void** out) noexcept nogil:
-    cdef C_Status st = c.iface.set_device(c.cdev)
-    if st != C_SUCCESS and st != C_WARNING:
-        return st
-    if c.kind == KIND_HOST:
-        return c.iface.host_memory_allocate(c.cdev, out, size)
-    return c.iface.device_memory_allocate(c.cdev, out, size)
-
-
-cdef inline void _plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nogil:
-    c.iface.set_device(c.cdev)
-    if c.kind == KIND_HOST:
-        c.iface.host_memory_deallocate(c.cdev, <void*>ptr, size)
-    else:
-        c.iface.device_memory_deallocate(c.cdev, <void*>ptr, size)
-    c.num_device_free += 1
-
-
-cdef inline int _plugin_alloc_outcome(C_Status st, void* p) noexcept nogil:
-    """What the plugin's answer to an allocation means: ERR_NONE (memory), ERR_OOM (C_FAILED: out of memory),
-    ERR_PLUGIN_NULL (success with a NULL pointer for a non-zero size: the plugin broke the ABI's contract; paddle_rt
-    names it rather than retrying it as out of memory) or ERR_PLUGIN (any other failure status)."""
-    if st == C_SUCCESS or st == C_WARNING:
-        return ERR_PLUGIN_NULL if p == NULL else ERR_NONE
-    return ERR_OOM if st == C_FAILED else ERR_PLUGIN
-
-
-# A new chunk of `size` bytes; NULL with err.kind set (ERR_OOM, ERR_PLUGIN or ERR_PLUGIN_NULL) on failure.
-cdef Block* _new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil:
-    cdef void* p = NULL
-    cdef C_Status st
-    cdef Chunk* ch
-    cdef Block* b
-    cdef int64_t reserved = c.stats[0][ST_RESERVED_BYTES].current
-    if c.cfg.limit != SIZE_MAX and (<size_t>reserved > c.cfg.limit or size > c.cfg.limit - <size_t>reserved):
-        err.kind = ERR_OOM
-        return NULL
-    st = _plugin_alloc(c, size, &p)
-    err.kind = _plugin_alloc_outcome(st, p)
-    if err.kind != ERR_NONE:
-        err.status = st
-        return NULL
-    ch = <Chunk*>c_malloc(sizeof(Chunk))
-    b = new_block(c)
-    if ch == NULL or b == NULL:
-        _plugin_free(c, <uintptr_t>p, size)
-        if ch != NULL:
-            c_free(ch)
-        if b != NULL:
-            drop_block(c, b)
-        err.kind = ERR_HOST_OOM
-        return NULL
-    c.num_device_alloc += 1
-    ch.base = <uintptr_t>p
-    ch.serial = c.chunk_serial
-    c.chunk_serial += 1
-    ch.size = size
-    ch.stream = stream
-    ch.pool = pool
-    ch.exact = 0
-    b.addr = <uintptr_t>p
-    b.size = size
-    b.stream = stream
-    b.chunk = ch
-    c.cx.chunks[ch.base] = <void*>ch
-    stat_add(c, pool, ST_RESERVED_BYTES, <int64_t>size)
-    stat_add(c, pool, ST_SEGMENT, 1)
-    index_insert(c, b)
-    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-        _trace_mem(c, PRT_EV_SEGMENT_ALLOC, ch.base, size, stream)
-    return b
-
-
-# Whether memory of this allocator may go back to the plugin now: every stream that may still use it (the device's;
-# every device's for pinned host memory, which copies on any device read) has completed everything submitted so
-# far. A free is stream-ordered (the block is reusable at once by its stream), so an idle chunk can still be the
-# target of queued work; plugins free at once (unlike cudaFree, which synchronizes). Release paths only.
-cdef inline bint _streams_idle(AllocatorCore* c) noexcept nogil:
-    return stream_device_idle(NULL if c.kind == KIND_HOST else c.device)
-
-
-# Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after _streams_idle).
-cdef void _release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
-    cdef Chunk* ch = b.chunk
-    index_remove(c, b)
-    c.cx.chunks.erase(ch.base)
-    stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
-    stat_add(c, ch.pool, ST_SEGMENT, -1)
-    if ch.exact:
-        c.exact_bytes -= ch.size
-    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-        _trace_mem(c, PRT_EV_SEGMENT_FREE, ch.base, ch.size, ch.stream)
-    _plugin_free(c, ch.base, ch.size)
-    c_free(ch)
-    drop_block(c, b)
-
-
-# Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
-# While streams are busy (_streams_idle) nothing is released: the chunks stay cached (num_release_deferred).
-cdef size_t _release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t stream) noexcept nogil:
-    cdef vector[Block*] idle
-    cdef prt_free_set.iterator it
-    cdef Block* b
-    cdef size_t total = 0
-    cdef int p
-    _q_flush(c)
-    for p in range(2):
-        if pool != -1 and p != pool:
-            continue
-        it = c.cx.free_blocks[p].begin()
-        while it != c.cx.free_blocks[p].end():
-            b = <Block*>deref(it).block
-            if b.prev == NULL and b.next == NULL and (not only_stream or b.stream == stream):
-                idle.push_back(b)
-            inc(it)
-    if idle.empty():
-        if pool == -1 and not only_stream:
-            c.release_kept = 0
-        return 0
-    if not _streams_idle(c):
-        c.num_release_deferred += <int64_t>idle.size()
-        c.release_kept = 1
-        return 0
-    if pool == -1 and not only_stream:
-        c.release_kept = 0
-    for b in idle:
-        total += b.size
-        _release_chunk(c, b)
-    return total
-
-
-# Size of the chunk to ask for on a miss of `size` bytes: the policy's choice (alloc_policy.chunk_for_miss), after
-# consolidating idle chunks when the policy says so, rounded to the plugin's alignment and cut to the limit.
-cdef size_t _growth(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
-    cdef size_t released = 0, want, reserved, a
-    cdef bint settled = False
-    reserved = growth_base(&c.cfg, <size_t>c.stats[0][ST_RESERVED_BYTES].current, c.exact_bytes, size)
-    if consolidates_before_growth(&c.cfg, pool):
-        released = _release_idle(c, POOL_LARGE, 1, stream)
-    if pool == POOL_LARGE:
-        # cache hits since the last large-pool growth (both counters restart with reset_accumulated_stats)
-        settled = ramp_ended(&c.cfg, c.num_cache_hits - c.hits_at_growth)
-        c.hits_at_growth = c.num_cache_hits
-    want = chunk_for_miss(&c.cfg, pool, size, reserved, released, settled)
-    a = c.cfg.alignment
-    if want <= SIZE_MAX - a:
-        want = ((want + a - 1) // a) * a
-    if c.cfg.limit != SIZE_MAX:
-        reserved = <size_t>c.stats[0][ST_RESERVED_BYTES].current
-        if reserved < c.cfg.limit and want > c.cfg.limit - reserved and c.cfg.limit - reserved >= size:
-            want = c.cfg.limit - reserved
-    return want
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1075,23 +751,6 @@ cdef class DeviceAllocator:
     def __repr__(self):
         return f"<DeviceAllocator {self.kind} of {self.device}>"
 
-
-# The lowest block of a chunk (lock held): any block of the chunk leads there through prev links.
-cdef Block* _first_block(AllocatorCore* c, Chunk* ch) noexcept nogil:
-    cdef prt_free_set.iterator fi
-    cdef Block* b = <Block*>c.cx.live.find(ch.base)
-    cdef int p
-    # the chunk's base block is either live (key = base) or free
-    if b != NULL:
-        return b
-    for p in range(2):
-        fi = c.cx.free_blocks[p].begin()
-        while fi != c.cx.free_blocks[p].end():
-            b = <Block*>deref(fi).block
-            if b.addr == ch.base:
-                return b
-            inc(fi)
-    return NULL
 
 
 # ---------------------------------------------------------------------------------------------------------------------
