@@ -130,6 +130,26 @@ def note_missing(peers, ranks):
     return _finalize_alone
 
 
+_exit_peers = []                 # the peers ({rank: (host, pid)}) of every communicator from_mpi made here
+
+
+def _check_peers_at_exit():
+    """At exit (before mpi4py's MPI_Finalize): if any peer process of a from_mpi communicator is dead, skip
+    MPI_Finalize's collective step, whether or not a collective of this process noticed it (a failure may name no
+    rank, or the peer may have died after the last collective): the collective finalize would wait for ever."""
+    for peers in _exit_peers:
+        if note_missing(peers, sorted(peers)):
+            return
+
+
+def watch_peers_at_exit(peers):
+    """Remember ``peers`` for the exit check (the check is registered once, after mpi4py, so it runs before it)."""
+    import atexit
+    if not _exit_peers:
+        atexit.register(_check_peers_at_exit)
+    _exit_peers.append(dict(peers))
+
+
 def finalizes_alone():
     """True once note_missing made this process skip MPI_Finalize's collective step."""
     return _finalize_alone
@@ -219,4 +239,5 @@ def communicator_from_mpi(device=None, comm=None):
                                      "from_mpi", repr(dev), rank, size)
     c = ccl.comm_from_unique_id_mpi(size, ccl.UniqueId(data), rank, dev, comm)
     c._set_mpi_peers(peers)
+    watch_peers_at_exit({r: p for r, p in peers.items() if r != rank})
     return c

@@ -11,7 +11,7 @@ from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, curr
     stream_notify_host_sync, stream_notify_wait, stream_current_worker
 from paddle_rt._core.includes.stream_support cimport (
     prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_EVENT_RECORD,
-    PRT_OPK_EVENT_WAIT,
+    PRT_OPK_EVENT_WAIT, PRT_OP_DROPPABLE, PRT_POS_DROPPED,
 )
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
 from paddle_rt._core.trace cimport trace_mask
@@ -48,6 +48,9 @@ cdef int _mark(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
     cdef prt_event_core* core = <prt_event_core*>arg
     cdef C_Status st
     core.complete(gen)     # stamp first: the plugin call below must not count in the timing
+    if pos & PRT_POS_DROPPED:
+        core.decref()      # dropped (close(wait=False), exit): complete, so that nothing waits for it forever
+        return 0
     if core.plugin_event != NULL and gen == core.gen_now():
         ctx.iface.set_device(ctx.cdev)
         # everything before this point has completed (the worker synchronised the plugin stream), so the plugin
@@ -62,7 +65,8 @@ cdef int _mark(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
 # Runs on the waiting stream's worker: blocks that stream until the record completes.
 cdef int _wait(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
     cdef prt_event_core* core = <prt_event_core*>arg
-    core.wait_for(gen, -1)
+    if not (pos & PRT_POS_DROPPED):
+        core.wait_for(gen, -1)
     core.decref()
     return 0
 
@@ -119,35 +123,41 @@ cdef class Event:
         return 0
 
     cdef int record_on(self, Stream s) except -1:
-        cdef uint64_t gen
+        cdef uint64_t gen, pos
         cdef StreamCtx* ctx
         cdef C_Status st
         s._check_open()
+        # creating the plugin event releases the GIL: s may be closed meanwhile (docs/concurrency.md)
         self._ensure_plugin_event(s)
-        ctx = s.ctx
-        gen = self.core.gen_next(1) + 1
-        if not self.enable_timing and ctx.core.idle() and not (trace_mask & PRT_TRACE_STREAMS):
-            # Everything submitted to s has completed: the record completes now, without a queue round trip, and
-            # the plugin event is recorded on the NULL stream (= at once). Timing events always go through the
-            # queue so that the worker stamps them right where the stream is.
-            with nogil:
-                ctx.iface.set_device(ctx.cdev)
-                st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>self.core.plugin_event)
-            if st != C_SUCCESS and st != C_WARNING:
+        ctx = s.pin()                 # re-checks s is open (StreamError, not a crash) and keeps ctx until unpin
+        try:
+            gen = self.core.gen_next(1) + 1
+            if not self.enable_timing and ctx.core.idle() and not (trace_mask & PRT_TRACE_STREAMS):
+                # Everything submitted to s has completed: the record completes now, without a queue round trip,
+                # and the plugin event is recorded on the NULL stream (= at once). Timing events always go through
+                # the queue so that the worker stamps them right where the stream is.
+                pos = ctx.core.submitted_now()
+                with nogil:
+                    ctx.iface.set_device(ctx.cdev)
+                    st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>self.core.plugin_event)
+                if st != C_SUCCESS and st != C_WARNING:
+                    self.core.complete(gen)
+                    check_status(s.device, "record_event", st)
                 self.core.complete(gen)
-                check_status(s.device, "record_event", st)
-            self.core.complete(gen)
-        else:
-            self.core.incref()
-            try:
-                s.enqueue(_mark, <void*>self.core, gen, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_EVENT_RECORD))
-            except BaseException:
-                self.core.complete(gen)
-                self.core.decref()
-                raise
+            else:
+                self.core.incref()
+                try:
+                    pos = s.enqueue(_mark, <void*>self.core, gen,
+                                    PRT_OP_NEEDS_IDLE | PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_RECORD))
+                except BaseException:
+                    self.core.complete(gen)
+                    self.core.decref()
+                    raise
+        finally:
+            s.unpin()
         self._gen = gen
         self._stream = s
-        self._pos = ctx.core.submitted_now()
+        self._pos = pos
         return 0
 
     def record(self, stream=None):
@@ -198,7 +208,7 @@ cdef class Event:
             return 0
         self.core.incref()
         try:
-            s.enqueue(_wait, <void*>self.core, gen, prt_op_kind(PRT_OPK_EVENT_WAIT))
+            s.enqueue(_wait, <void*>self.core, gen, PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_WAIT))
         except BaseException:
             self.core.decref()
             raise

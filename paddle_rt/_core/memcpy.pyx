@@ -23,7 +23,7 @@ from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D, PRT_OPK_MEMSET,
+    PRT_OP_NEEDS_IDLE, PRT_OP_DROPPABLE, PRT_POS_DROPPED, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D, PRT_OPK_MEMSET,
 )
 
 from paddle_rt._core import errors
@@ -111,6 +111,14 @@ cdef int _copy_op_run(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept n
     cdef C_Status st = C_SUCCESS
     cdef const char* call = "copy"
     cdef int r = 0
+    if pos & PRT_POS_DROPPED:
+        # dropped (close(wait=False), exit): release what the copy holds, never run it
+        if op.keep != NULL or op.nbufs:
+            with gil:
+                _release_op(op)
+        free(op.stage)
+        free(op)
+        return 0
     if op.kind == K_SET_HOST:
         c_memset(op.dst, op.value, op.n)
     elif op.kind == K_SET:
@@ -422,6 +430,7 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
 
 cdef int _submit(Stream s, CopyOp* op, object dst, object src, str call) except -1:
     """Enqueue a planned copy on s (on error the caller frees op; once enqueued, the worker does)."""
+    s._check_open()          # planning ran Python code (buffers): another thread may have closed s meanwhile
     # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
     op.use_async = s.ctx.has_pstream and _async_hook(op) and (
         s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
@@ -442,7 +451,7 @@ cdef int _submit(Stream s, CopyOp* op, object dst, object src, str call) except 
         Py_INCREF(keep)
         op.keep = <PyObject*>keep
     # the profiler's operation kinds follow K_H2H..K_P2P in order
-    s.enqueue(_copy_op_run, op, 0, (0 if op.use_async else PRT_OP_NEEDS_IDLE) |
+    s.enqueue(_copy_op_run, op, 0, PRT_OP_DROPPABLE | (0 if op.use_async else PRT_OP_NEEDS_IDLE) |
               prt_op_kind(PRT_OPK_MEMCPY_H2H + op.kind), op.n)
     return 0
 
@@ -554,7 +563,7 @@ def memset_async(dst, value, nbytes=None, stream=None):
             keep = (dst,)
             Py_INCREF(keep)
             op.keep = <PyObject*>keep
-        s.enqueue(_copy_op_run, op, 0, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_MEMSET), op.n)
+        s.enqueue(_copy_op_run, op, 0, PRT_OP_DROPPABLE | PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_MEMSET), op.n)
     except BaseException:
         _release_op(op)
         free(op)

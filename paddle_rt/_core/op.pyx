@@ -17,7 +17,8 @@ from paddle_rt._core.allocation cimport Allocation
 from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of, tensor_at
 from paddle_rt._core.trace cimport trace_mask, trace_label_op
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
-from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind
+from paddle_rt._core.includes.stream_support cimport PRT_OP_NEEDS_IDLE, PRT_OPK_OPERATOR, prt_op_kind, \
+    PRT_OP_DROPPABLE, PRT_POS_DROPPED
 from paddle_rt._core.includes.op_support cimport (
     paddle_rt_op_call, paddle_rt_tensor, PADDLE_RT_OP_MAX_ATTRS, paddle_rt_kernel_fn, paddle_rt_workspace_fn,
     paddle_rt_register_kernel_cb,
@@ -414,6 +415,9 @@ cdef int _run_op(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
     cdef int r = 0
     cdef size_t numel = 1
     cdef int i
+    if pos & PRT_POS_DROPPED:
+        c_free(L)                # dropped (close(wait=False), exit): never run
+        return 0
     if L.hook == HOOK_AXPBY:
         for i in range(L.call.out.ndim):
             numel *= L.call.out.shape[i]
@@ -631,7 +635,7 @@ cdef class OpDescriptor:
         L.name = self._cname
         try:
             pos = s.enqueue(_run_op, L, 0,
-                            (0 if (self.plugin_kernel or self.hook) else PRT_OP_NEEDS_IDLE)
+                            PRT_OP_DROPPABLE | (0 if (self.plugin_kernel or self.hook) else PRT_OP_NEEDS_IDLE)
                             | prt_op_kind(PRT_OPK_OPERATOR), out.numel() * prt_dtype_size(out.dtype_code))
         except BaseException:
             c_free(L)

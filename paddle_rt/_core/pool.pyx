@@ -206,6 +206,9 @@ cdef class MemPool:
     cdef int _check(self) except -1:
         if self.core == NULL:
             raise errors.InvalidArgument("MemPool not initialised (call MemPool(device))")
+        if self.core.torn_down == 2:
+            raise errors.ForkError(f"{self.device}: this memory pool belongs to the parent process (fork()); in the "
+                                   f"child call paddle_rt.reinitialize_after_fork() and use a new pool")
         if _torn_down or self.core.torn_down:
             raise errors.DeviceError(f"{self.device}: the memory pool was torn down (interpreter exit)")
         return 0
@@ -241,7 +244,8 @@ cdef class MemPool:
 
     # -- reuse ---------------------------------------------------------------------------------------------------------
     cdef bint _host_synced(self, _FreedBlock e):
-        """The host waited for the freeing stream past the free (or the stream was closed, which waits for it)."""
+        """The host waited for the freeing stream past the free (or the stream is closed: ``closed`` is set only once
+        its worker is joined, so nothing of it runs any more)."""
         return self._synced.get(e.stream, 0) >= e.pos or e.stream.closed
 
     cdef bint _follows_event(self, _FreedBlock e, Stream b):
@@ -430,8 +434,13 @@ cdef class MemPool:
                 continue
             from paddle_rt._core.event import Event
             ev = Event()
-            ev.record(e.stream)
-            ev.wait(s)
+            try:
+                ev.record(e.stream)        # releases the GIL (event creation): e.stream may be closed meanwhile
+            except errors.StreamError:
+                if e.stream._closing or e.stream.closed:
+                    continue               # closing: its blocks become reusable once it is closed
+                raise
+            ev.wait(s)                     # s closed meanwhile by another thread: StreamError for the caller
             if not self._drop_entry(e):
                 return None               # taken meanwhile by another thread: allocate instead
             self.n_reuse[REUSE_INTERNAL_DEPENDENCY] += 1
@@ -451,6 +460,10 @@ cdef class MemPool:
             with nogil:
                 core_malloc(self.core, n, self.tag, &p)
         cdef size_t block = core_block_size(self.core, p)
+        if s.closed or s._closing:
+            # closed by another thread while the GIL was released (allocation, OOM ladder): the caller's error
+            core_free(self.core, p)
+            s._check_open()
         self.reserved_cur += block
         if self.reserved_cur > self.reserved_high:
             self.reserved_high = self.reserved_cur
@@ -458,13 +471,17 @@ cdef class MemPool:
 
     def _oom_ladder(self):
         # synchronize the streams holding pending frees (and their recorded streams); then every stream may reuse
-        # the blocks: give them all back to the allocator
+        # those blocks: give them back to the allocator. The waits release the GIL: other threads free blocks
+        # meanwhile (with record_stream uses and stream positions not waited for here), so only the blocks of the
+        # snapshot taken before the waits are given back (docs/concurrency.md).
         cdef _FreedBlock e
         cdef Stream st
         cdef dict need = {}
+        cdef list snapshot
         if self.n_hot:
             self._spill()
-        for e in self._freed_blocks():
+        snapshot = self._freed_blocks()
+        for e in snapshot:
             if need.get(e.stream, 0) < e.pos:
                 need[e.stream] = e.pos
             if e.recorded is not None:
@@ -472,12 +489,11 @@ cdef class MemPool:
                     if need.get(y, 0) < yp:
                         need[y] = yp
         for st, pos in need.items():
-            if not st.closed:
-                st._wait_position(pos)
+            st._wait_position(pos)            # returns at once for a closed stream (nothing of it runs any more)
             if self._synced.get(st, 0) < pos:
                 self._synced[st] = pos
-        for e in self._freed_blocks():
-            if self._drop_entry(e):
+        for e in snapshot:
+            if self._drop_entry(e):           # 0: another thread took it during the waits
                 self._retire(e)
         self._prune()
         # blocks of paddle_rt.malloc whose frees wait for record_stream streams: let them reach the allocator

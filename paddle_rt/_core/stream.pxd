@@ -44,13 +44,19 @@ cdef class Stream:
     cdef readonly bint owned           # created by paddle_rt (destroyed by close); False for from_handle
     cdef readonly bint closed
     cdef readonly str name
-    cdef int _waiting                # threads inside _wait_position (close() frees the queue only after they left)
+    cdef int _waiting                # pins: threads using ctx without the GIL (_wait_position, pin/unpin);
+                                     # close() frees ctx only after they left (docs/concurrency.md)
+    cdef bint _closing               # close() is under way: no new work; ctx stays until the worker is joined
     cdef int _fork_gen               # _fork_generation when created: a child of fork() must not touch the worker
     cdef object __weakref__
 
     cdef int _setup(self, Device dev, uintptr_t handle, bint has_pstream, bint owned) except -1
     cdef int _free_ctx(self) except -1
     cdef int _check_open(self) except -1
+    # Pin ctx for a section that releases the GIL (close() waits for the pins before freeing it): after
+    # _check_open, with the GIL held and no Python call between the check and the pin. unpin() with the GIL.
+    cdef StreamCtx* pin(self) except NULL
+    cdef void unpin(self) noexcept
     # flags: PRT_OP_* | prt_op_kind(PRT_OPK_...) (what the profiler calls the operation); nbytes: bytes it moves
     cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=*) except 0
     # run fn on the calling thread at once as the next operation when the stream is idle (short host-side operations

@@ -48,7 +48,8 @@ from paddle_rt._core.device cimport Device, resolve_device, check_status, add_sy
 from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_t_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
-    prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_P2P,
+    prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_P2P, PRT_OP_DROPPABLE,
+    PRT_POS_DROPPED,
     prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle, prt_streams_count,
 )
 from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
@@ -142,6 +143,10 @@ cdef int _run_host_func(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept
 
 cdef int _run_py_callback(void* p, void* arg, uint64_t aux, uint64_t pos) noexcept nogil:
     cdef StreamCtx* ctx = <StreamCtx*>p
+    if pos & PRT_POS_DROPPED:
+        with gil:
+            Py_DECREF(<object>arg)   # dropped (close(wait=False), exit): only the queue's reference goes
+        return 0
     with gil:
         item = <object>arg
         Py_DECREF(item)          # the queue's reference; `item` keeps it alive until the end of this block
@@ -389,10 +394,20 @@ cdef class Stream:
     cdef int _check_open(self) except -1:
         if self.closed or self.ctx == NULL:
             raise errors.StreamError(f"{self.name}: the stream is closed")
+        if self._closing:
+            raise errors.StreamError(f"{self.name}: the stream is closing (close() was called)")
         if self._fork_gen != _fork_generation:
             raise errors.ForkError(f"{self.name}: this stream belongs to the parent process (fork()); create new "
                                    f"streams in the child after paddle_rt.reinitialize_after_fork()")
         return 0
+
+    cdef StreamCtx* pin(self) except NULL:
+        self._check_open()
+        self._waiting += 1
+        return self.ctx
+
+    cdef void unpin(self) noexcept:
+        self._waiting -= 1
 
     cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=0) except 0:
         self._check_open()
@@ -410,10 +425,13 @@ cdef class Stream:
         completed as if the worker ran it: no hand-off to the worker and back for a short host-side operation such
         as a staged small copy) and return its position; 0 when the stream is busy (nothing ran: enqueue it). fn
         must finish its work before returning (never return 1)."""
-        self._check_open()
+        cdef StreamCtx* ctx = self.pin()
         cdef uint64_t pos
-        with nogil:
-            pos = self.ctx.core.run_now_if_idle(fn, arg, aux, flags, nbytes)
+        try:
+            with nogil:
+                pos = ctx.core.run_now_if_idle(fn, arg, aux, flags, nbytes)
+        finally:
+            self.unpin()
         if pos == <uint64_t>-1:
             raise errors.StreamError(f"{self.name}: the stream is closing")
         return pos
@@ -459,7 +477,8 @@ cdef class Stream:
         item = (fn, args)
         Py_INCREF(item)
         try:
-            return self.enqueue(_run_py_callback, <void*>item, 0, PRT_OP_NEEDS_IDLE | prt_op_kind(PRT_OPK_PY_CALLBACK))
+            return self.enqueue(_run_py_callback, <void*>item, 0,
+                                PRT_OP_NEEDS_IDLE | PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_PY_CALLBACK))
         except BaseException:
             Py_DECREF(item)
             raise
@@ -488,6 +507,8 @@ cdef class Stream:
 
     cdef int _wait_position(self, uint64_t pos) except -1:
         cdef bint ok = False
+        if self.ctx == NULL:
+            return 0                 # closed: nothing of it runs any more (everything ran, or was dropped)
         cdef prt_stream_core* core = self.ctx.core
         if core.reached(pos):
             return 0
@@ -552,9 +573,16 @@ cdef class Stream:
         e.record(other)
         e.wait(self)
 
-    def close(self):
-        """Wait for pending work, stop the worker and destroy the plugin stream (if paddle_rt created it). Pending
-        errors are raised after the stream is closed. Closing twice does nothing."""
+    def close(self, wait=True):
+        """Close the stream: no new work is accepted from the call on (``StreamError``); then, with ``wait=True``
+        (the default), wait for all pending work; with ``wait=False``, drop the work that has not started yet (the
+        operation running finishes; dropped callbacks, copies, memsets and operators never run, events recorded after
+        the drop point complete without it; bookkeeping such as deferred frees and collectives still run). Then stop
+        the worker and destroy the plugin stream (if paddle_rt created it). Pending errors are raised after the
+        stream is closed. Closing twice does nothing; a close() racing another thread's close() returns once the
+        stream is closed. Memory freed on the stream or recorded on it (``record_stream``) stays reserved by its
+        pool/allocator until the close completes; other threads' calls on the stream raise ``StreamError`` from
+        then on (see docs/concurrency.md)."""
         cdef StreamCtx* ctx = self.ctx
         cdef C_Status st = C_SUCCESS
         if self.closed or ctx == NULL:
@@ -565,15 +593,31 @@ cdef class Stream:
             return
         if prt_t_worker == ctx.core:
             raise errors.StreamError(f"{self.name}: a stream cannot be closed from its own callback")
+        if self._closing:
+            # another thread is closing it: return once it is closed (its ctx stays valid: we hold no pin)
+            while not self.closed:
+                with nogil:
+                    usleep(1000)
+                PyErr_CheckSignals()
+            return
+        self._closing = True
         cdef uint64_t pos = ctx.core.submitted_now()
-        self._wait_position(pos)
-        self.closed = True
-        _live_streams.discard(self)
+        if wait:
+            try:
+                self._wait_position(pos)
+            except BaseException:
+                self._closing = False        # interrupted (Ctrl-C): the stream stays open
+                raise
+        else:
+            ctx.core.drop_queued()
         with nogil:
             ctx.core.stop_and_join()
-        while self._waiting:         # other threads still returning from synchronize(): let them leave the queue
+        while self._waiting:         # other threads still using ctx without the GIL (synchronize, pins): let them go
             with nogil:
                 usleep(200)
+        # Only now "closed": nothing of this stream runs any more (pools and deferred frees rely on it)
+        self.closed = True
+        _live_streams.discard(self)
         pending = list(<list>ctx.errors)
         if self.owned and ctx.has_pstream and ctx.iface.destroy_stream != NULL and self.device.alive():
             with nogil:
@@ -718,11 +762,29 @@ cdef _set_tag(Device dev, Stream s):
         prt_t_stream_dev = <void*>dev
 
 
+def _exit_abandons_work():
+    """True when the interpreter exits after an unhandled exception or KeyboardInterrupt (the main program's
+    traceback was printed: sys.last_value is set): queued work is then abandoned, as a CUDA process exit does not wait
+    for queued kernels. A normal exit (end of the program, sys.exit) waits for it. PADDLE_RT_EXIT_WAIT=1/0 forces
+    either."""
+    forced = _os.environ.get("PADDLE_RT_EXIT_WAIT")
+    if forced in ("0", "1"):
+        return forced == "0"
+    return getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
+
+
 def _teardown_streams():
-    """At exit: wait for and close every stream paddle_rt created (wrapped handles are left alone)."""
+    """At exit: close every stream paddle_rt created (wrapped handles are left alone), waiting for its queued work
+    after a normal exit, dropping the work not yet started after an unhandled exception or KeyboardInterrupt."""
+    cdef Stream st
+    wait = not _exit_abandons_work()
+    if not wait:
+        for st in list(_live_streams):          # stop every stream's queue first: no stream waits for another's
+            if not st.closed and st.ctx != NULL and st._fork_gen == _fork_generation:
+                st.ctx.core.drop_queued()
     for s in list(_live_streams):
         try:
-            s.close()
+            s.close(wait=wait)
         except BaseException as exc:
             print(f"paddle_rt: closing {s.name} at exit: {exc}", file=sys.stderr)
 

@@ -14,7 +14,14 @@ __all__ = [
     "rt_cpu_alloc_calls",
     "rt_cpu_host_live_bytes",
     "rt_cpu_initialize_refcount",
+    "RT_CPU_FAULT_KINDS",
+    "rt_cpu_set_fault",
+    "rt_cpu_clear_faults",
 ]
+
+#: The kinds of rt_cpu calls that fault injection can make fail or wait (rt_cpu_faults.c).
+RT_CPU_FAULT_KINDS = ("alloc", "host_alloc", "memcpy", "memset", "create_stream", "create_event", "record_event",
+                      "synchronize")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lib = None
@@ -45,6 +52,10 @@ def _rt_cpu():
         lib.rt_cpu_host_live_bytes.restype = ctypes.c_size_t
         lib.rt_cpu_initialize_refcount.argtypes = []
         lib.rt_cpu_initialize_refcount.restype = ctypes.c_int
+        lib.rt_cpu_set_fault.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64]
+        lib.rt_cpu_set_fault.restype = ctypes.c_int
+        lib.rt_cpu_clear_faults.argtypes = []
+        lib.rt_cpu_clear_faults.restype = None
         _lib = lib
     return _lib
 
@@ -79,3 +90,26 @@ def rt_cpu_host_live_bytes():
 def rt_cpu_initialize_refcount():
     """How many ``initialize`` calls are not yet matched by ``finalize``."""
     return _rt_cpu().rt_cpu_initialize_refcount()
+
+
+def rt_cpu_set_fault(kind, every=0, after=0, delay_us=0):
+    """Change rt_cpu's fault injection for one kind of call at run time (tests; the environment sets it at load:
+    ``RT_CPU_FAULTS``, ``RT_CPU_FAIL_ALLOC_EVERY``...). ``kind`` is one of :data:`RT_CPU_FAULT_KINDS`: ``alloc``
+    (device allocations fail as out of memory), ``host_alloc``, ``memcpy`` (every copy hook), ``memset``,
+    ``create_stream``, ``create_event``, ``record_event``, ``synchronize`` (device, stream and event synchronize).
+    ``every=N``: the Nth, 2Nth... call of that kind from now on fails (``C_FAILED``); ``after=N``: every call after
+    the Nth fails; ``delay_us``: each call of that kind first sleeps that long in the calling thread (paddle_rt's
+    stream worker for work on a stream, the caller's thread for creation) -- the tool to force an interleaving.
+    0 turns each off. Applies to every rt_cpu device of the process."""
+    if kind not in RT_CPU_FAULT_KINDS:
+        raise ValueError(f"rt_cpu_set_fault: unknown kind {kind!r}; one of {', '.join(RT_CPU_FAULT_KINDS)}")
+    for name, v in (("every", every), ("after", after), ("delay_us", delay_us)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < (1 << 64):
+            raise ValueError(f"rt_cpu_set_fault: {name} must be an int in [0, 2**64), not {v!r}")
+    if _rt_cpu().rt_cpu_set_fault(kind.encode(), every, after, delay_us) != 0:
+        raise ValueError(f"rt_cpu_set_fault: rt_cpu does not know the kind {kind!r} (an older build?)")
+
+
+def rt_cpu_clear_faults():
+    """Turn every fault injection of rt_cpu off (including the ones set from the environment at load)."""
+    _rt_cpu().rt_cpu_clear_faults()

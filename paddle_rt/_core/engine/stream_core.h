@@ -24,7 +24,11 @@
 /* One queued operation: fn(ctx, arg, aux, pos) runs on the stream's worker and returns 1 when it handed work to
    the plugin's stream (it completes later: the worker synchronises the plugin stream before the next operation
    flagged PRT_OP_NEEDS_IDLE and whenever it runs out of work), 0 when it is done, -1 after recording an error. */
-enum { PRT_OP_PLUGIN_ASYNC = 1, PRT_OP_NEEDS_IDLE = 2 };
+enum { PRT_OP_PLUGIN_ASYNC = 1, PRT_OP_NEEDS_IDLE = 2, PRT_OP_DROPPABLE = 4 };
+/* An operation flagged PRT_OP_DROPPABLE that the worker reaches after drop_queued() is not run: its fn is called with
+   pos | PRT_POS_DROPPED and must only release what it holds (and complete what others may wait for) and return 0.
+   Operations without the flag (bookkeeping such as deferred frees, collectives) always run. */
+#define PRT_POS_DROPPED (1ull << 63)
 /* What an operation is, for the profiler: flags | prt_op_kind(PRT_OPK_...). */
 enum {
     PRT_OPK_OTHER = 0, PRT_OPK_NOP = 1, PRT_OPK_HOST_FUNC = 2, PRT_OPK_PY_CALLBACK = 3, PRT_OPK_MEMCPY_H2H = 4,
@@ -73,6 +77,7 @@ struct prt_stream_core {
     std::atomic<uint64_t> submitted_pub{0};    /* copy of submitted readable without the lock */
     std::atomic<uint64_t> completed{0};
     bool stopping = false;
+    std::atomic<int> dropping{0};              /* drop_queued(): droppable operations not yet started are dropped */
     bool sleeping = false;
     int waiters = 0;
     bool started = false;
@@ -211,10 +216,15 @@ struct prt_stream_core {
             prt_op* o = batch;
             prt_op* end = nullptr;
             while (o) {
-                if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
-                int64_t t0 = __builtin_expect(o->enq_ns != 0, 0) ? prt_now_ns() : 0;
-                int r = o->fn(ctx, o->arg, o->aux, o->pos);
-                if (__builtin_expect(t0 != 0, 0)) traced(o, r, t0);
+                int r;
+                if ((o->flags & PRT_OP_DROPPABLE) && dropping.load(std::memory_order_acquire)) {
+                    r = o->fn(ctx, o->arg, o->aux, o->pos | PRT_POS_DROPPED);
+                } else {
+                    if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
+                    int64_t t0 = __builtin_expect(o->enq_ns != 0, 0) ? prt_now_ns() : 0;
+                    r = o->fn(ctx, o->arg, o->aux, o->pos);
+                    if (__builtin_expect(t0 != 0, 0)) traced(o, r, t0);
+                }
                 last = o->pos;
                 if (r == 1) dirty = true;
                 else if (!dirty) finish(o->pos);
@@ -248,6 +258,14 @@ struct prt_stream_core {
         bool ok = done_cv.wait_for(lk, std::chrono::microseconds(timeout_us), [&] { return reached(pos); });
         --waiters;
         return ok;
+    }
+
+    /* From now on the worker drops the droppable operations it has not started (close(wait=False), exit after an
+       unhandled exception); the one running finishes. */
+    void drop_queued() {
+        dropping.store(1, std::memory_order_release);
+        std::lock_guard<std::mutex> lk(mu);
+        if (sleeping) { sleeping = false; work_cv.notify_one(); }
     }
 
     /* Stop the worker after it drained the queue and join it (or detach when called from the worker). */

@@ -34,6 +34,8 @@ cdef extern from "engine/stream_core.h" nogil:
     enum:
         PRT_OP_PLUGIN_ASYNC
         PRT_OP_NEEDS_IDLE
+        PRT_OP_DROPPABLE
+    const uint64_t PRT_POS_DROPPED
     enum:
         PRT_OPK_OTHER
         PRT_OPK_NOP
@@ -71,6 +73,7 @@ cdef extern from "engine/stream_core.h" nogil:
         bint reached(uint64_t pos)
         bint wait_for(uint64_t pos, long timeout_us)
         void stop_and_join()
+        void drop_queued()
         uint64_t submitted_now "submitted_pub.load"()
         uint64_t completed_now "completed.load"()
         void set_cross_device "cross_device.store"(int)

@@ -16,6 +16,9 @@
  *                              memory (0 = off)
  *   RT_CPU_FAIL_ALLOC_AFTER=N  every device_memory_allocate call after the Nth fails as out of memory (0 = off)
  *   RT_CPU_FAIL_HOST_ALLOC_EVERY=N  every Nth host/unified allocation fails with C_FAILED (0 = off)
+ *   RT_CPU_FAULTS=kind:every[:after[:delay_us]],...  fault injection for any kind of call (rt_cpu_faults.c: copies,
+ *                              memset, stream/event creation, record_event, synchronize, allocations); also at run
+ *                              time through the exported rt_cpu_set_fault / rt_cpu_clear_faults
  *   RT_CPU_OOM_NULL=1          out of memory (capacity or injected) is reported as C_SUCCESS with *ptr = NULL
  *                              instead of C_FAILED
  *   RT_CPU_STREAM_DELAY_US     each stream operation waits this long on the stream's worker before it runs
@@ -254,6 +257,11 @@ static uint64_t env_number(const char* name, uint64_t dflt, uint64_t lo, uint64_
   return v;
 }
 
+/* Fault injection: rt_cpu_faults.c registers itself when the library loads (before the first InitPlugin). */
+static const rt_fault_injector* g_fault;
+void rt_fault_register(const rt_fault_injector* f) { g_fault = f; }
+int rt_fault_hit(int kind) { return g_fault ? g_fault->hit(kind) : 0; }
+
 static pthread_once_t g_config_once = PTHREAD_ONCE_INIT;
 
 static void read_config(void) {
@@ -280,6 +288,7 @@ static void read_config(void) {
   if (c.min_chunk > align && c.min_chunk <= 4096 && (c.min_chunk & (c.min_chunk - 1)) == 0) align = c.min_chunk;
   c.alignment = align;
   rt_cfg = c;
+  if (g_fault) g_fault->init();
   if (c.verbose) {
     fprintf(stderr,
             "rt_cpu: devices=%zu memory_bytes=%zu min_chunk=%zu extra_padding=%zu fail_alloc_every=%zu "
@@ -310,8 +319,6 @@ static pthread_once_t g_state_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER; /* serialises initialize/finalize */
 static atomic_int g_refcount;
 
-static atomic_size_t g_alloc_seq; /* device_memory_allocate calls over all devices, for fault injection */
-static atomic_size_t g_host_alloc_seq;
 
 static pthread_mutex_t g_host_mu = PTHREAD_MUTEX_INITIALIZER;
 static ptrmap g_host_allocs; /* pointer -> (size << 1) | is_unified */
@@ -761,6 +768,7 @@ static C_Status h_create_stream(const C_Device device, C_Stream* stream) {
   DEV_OR_ERROR(device, id);
   if (!stream) return C_ERROR;
   if (!rt_is_initialized()) return C_ERROR;
+  if (rt_fault_hit(RT_FAULT_CREATE_STREAM)) return C_FAILED;
   rt_stream* s = calloc(1, sizeof(*s));
   if (!s) return C_FAILED;
   s->magic = RT_STREAM_MAGIC;
@@ -834,9 +842,10 @@ static C_Status h_synchronize_stream(const C_Device device, C_Stream stream) {
     rt_stream_put(s);
     return C_ERROR;
   }
-  stream_drain(s);
+  int fail = rt_fault_hit(RT_FAULT_SYNCHRONIZE);
+  stream_drain(s); /* an injected failure is reported after the wait, like an asynchronous error at a sync point */
   rt_stream_put(s);
-  return C_SUCCESS;
+  return fail ? C_FAILED : C_SUCCESS;
 }
 
 static C_Status h_stream_add_callback(const C_Device device, C_Stream stream, C_Callback callback, void* user_data) {
@@ -865,7 +874,9 @@ static C_Status h_stream_add_callback(const C_Device device, C_Stream stream, C_
 
 static C_Status h_synchronize_device(const C_Device device) {
   DEV_OR_ERROR(device, id);
-  return sync_device_streams(id);
+  int fail = rt_fault_hit(RT_FAULT_SYNCHRONIZE);
+  C_Status st = sync_device_streams(id);
+  return fail && st == C_SUCCESS ? C_FAILED : st;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -875,6 +886,7 @@ static C_Status h_create_event(const C_Device device, C_Event* event) {
   DEV_OR_ERROR(device, id);
   if (!event) return C_ERROR;
   if (!rt_is_initialized()) return C_ERROR;
+  if (rt_fault_hit(RT_FAULT_CREATE_EVENT)) return C_FAILED;
   rt_event* e = calloc(1, sizeof(*e));
   if (!e) return C_FAILED;
   e->magic = RT_EVENT_MAGIC;
@@ -910,6 +922,10 @@ static C_Status h_record_event(const C_Device device, C_Stream stream, C_Event e
   DEV_OR_ERROR(device, id);
   rt_event* e = event_get(event);
   if (!e) return C_ERROR;
+  if (rt_fault_hit(RT_FAULT_RECORD_EVENT)) {
+    event_put(e);
+    return C_FAILED;
+  }
   rt_stream* s;
   if (stream_lookup(id, stream, &s) != C_SUCCESS) {
     event_put(e);
@@ -958,12 +974,13 @@ static C_Status h_synchronize_event(const C_Device device, C_Event event) {
   (void)id;
   rt_event* e = event_get(event);
   if (!e) return C_ERROR;
+  int fail = rt_fault_hit(RT_FAULT_SYNCHRONIZE);
   pthread_mutex_lock(&e->mu);
   uint64_t target = e->recorded;
   while (e->completed < target) pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
   event_put(e);
-  return C_SUCCESS;
+  return fail ? C_FAILED : C_SUCCESS;
 }
 
 static C_Status h_stream_wait_event(const C_Device device, C_Stream stream, C_Event event) {
@@ -1028,9 +1045,7 @@ static C_Status h_device_memory_allocate(const C_Device device, void** ptr, size
   if (!ptr) return C_ERROR;
   if (!rt_is_initialized()) return C_ERROR;
   if (size == 0) return C_ERROR;
-  size_t seq = atomic_fetch_add(&g_alloc_seq, 1) + 1;
-  if (rt_cfg.fail_alloc_every && seq % rt_cfg.fail_alloc_every == 0) return oom(ptr);
-  if (rt_cfg.fail_alloc_after && seq > rt_cfg.fail_alloc_after) return oom(ptr);
+  if (rt_fault_hit(RT_FAULT_ALLOC)) return oom(ptr);
   pthread_mutex_lock(&ds->mu);
   if (size > rt_cfg.memory_bytes || ds->live_bytes > rt_cfg.memory_bytes - size) {
     pthread_mutex_unlock(&ds->mu);
@@ -1077,6 +1092,7 @@ static C_Status h_device_memory_set(const C_Device device, void* ptr, unsigned c
   (void)id;
   if (!size) return C_SUCCESS;
   if (!ptr) return C_ERROR;
+  if (rt_fault_hit(RT_FAULT_MEMSET)) return C_FAILED;
   memset(ptr, value, size);
   return C_SUCCESS;
 }
@@ -1086,8 +1102,7 @@ static C_Status host_alloc(const C_Device device, void** ptr, size_t size, int u
   (void)id;
   if (!ptr || !size) return C_ERROR;
   if (!rt_is_initialized()) return C_ERROR;
-  size_t seq = atomic_fetch_add(&g_host_alloc_seq, 1) + 1;
-  if (rt_cfg.fail_host_alloc_every && seq % rt_cfg.fail_host_alloc_every == 0) {
+  if (rt_fault_hit(RT_FAULT_HOST_ALLOC)) {
     *ptr = NULL;
     return C_FAILED;
   }
@@ -1135,6 +1150,7 @@ static C_Status h_unified_memory_deallocate(const C_Device d, void* p, size_t n)
 static C_Status copy_now(void* dst, const void* src, size_t size) {
   if (!size) return C_SUCCESS;
   if (!dst || !src) return C_ERROR;
+  if (rt_fault_hit(RT_FAULT_MEMCPY)) return C_FAILED;
   memmove(dst, src, size);
   return C_SUCCESS;
 }
@@ -1166,6 +1182,10 @@ static C_Status copy_async(int dev, int other_dev, C_Stream stream, void* dst, c
     return C_ERROR;
   }
   if (!s) return copy_now(dst, src, size);
+  if (rt_fault_hit(RT_FAULT_MEMCPY)) {
+    rt_stream_put(s);
+    return C_FAILED;
+  }
   rt_op* op = calloc(1, sizeof(*op));
   if (!op) {
     rt_stream_put(s);
@@ -1199,6 +1219,10 @@ static C_Status memset_async(int dev, C_Stream stream, void* ptr, unsigned char 
   if (size && !ptr) {
     if (s) rt_stream_put(s);
     return C_ERROR;
+  }
+  if (rt_fault_hit(RT_FAULT_MEMSET)) {
+    if (s) rt_stream_put(s);
+    return C_FAILED;
   }
   if (!s) {
     if (size) memset(ptr, value, size);

@@ -39,6 +39,20 @@ typedef struct {
 
 extern rt_config rt_cfg;
 
+/* Fault injection (rt_cpu_faults.c, a layer of the core that registers itself): the kinds of calls that can be made
+ * to fail or wait. */
+enum {
+  RT_FAULT_ALLOC, RT_FAULT_HOST_ALLOC, RT_FAULT_MEMCPY, RT_FAULT_MEMSET, RT_FAULT_CREATE_STREAM, RT_FAULT_CREATE_EVENT,
+  RT_FAULT_RECORD_EVENT, RT_FAULT_SYNCHRONIZE, RT_FAULT_N
+};
+typedef struct rt_fault_injector {
+  void (*init)(void);     /* after rt_cfg is read (the first InitPlugin) */
+  int (*hit)(int kind);   /* sleeps the kind's delay; 1 when this call fails */
+} rt_fault_injector;
+/* Core: registered from rt_cpu_faults.c's constructor; rt_fault_hit is 0 while none is registered. */
+void rt_fault_register(const rt_fault_injector* f);
+int rt_fault_hit(int kind);
+
 /* A pointer -> size map (linear probing, backward-shift deletion). Not thread-safe: callers lock. */
 typedef struct {
   uintptr_t* keys; /* 0 = empty */

@@ -1,0 +1,345 @@
+"""The stress workload of issue 33 (run in a child process by tests/test_stress.py; also alone:
+``python tests/stress_workload.py --seconds 60 --threads 4 [--faults]`` with RT_CPU_MEMORY_BYTES set).
+
+Thread roles, all on rt_cpu:0 unless said, every result checked against numpy:
+- victim: ``a = malloc_async(n, s)``, memset v1 on s, event s -> t, a callback on t, copy a -> host on t,
+  ``a.record_stream(t)``, ``free_async(a, s)``, ``b = malloc_async(n, s)``, memset v2 on s, synchronize: host == v1
+  (n log-uniform up to capacity/3);
+- small: many small blocks allocated and freed on its own stream (churn of the pool);
+- pressure: holds most of the device and asks for more (the pools' and the allocator's OOM ladders);
+- churn: a new stream per iteration: malloc_async, memset, copy to host, free_async, synchronize, close (sometimes
+  close(wait=False) with nothing pending) -- while other threads' pools still hold blocks freed on it;
+- ops: tensors a + b, a * b on a stream of its own against numpy;
+- ccl: all_reduce between rt_cpu:0 and rt_cpu:1 (two threads' worth of ranks, one per device) against numpy.
+With --faults, rt_cpu's fault injection (allocations, copies, memsets, event and stream creation, synchronize) is
+switched on and off at run time; an iteration that raised a typed paddle_rt error is counted as an error (and
+cleaned up), never as a check. Prints one line of JSON: operations, checks, wrong, errors by type, used bytes at the
+end (must be 0)."""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import threading
+import time
+
+import numpy as np
+
+import paddle_rt
+from paddle_rt._core import errors as E
+from paddle_rt import ccl, ops
+from paddle_rt.plugins import rt_cpu_set_fault, rt_cpu_clear_faults, rt_cpu_live_bytes
+
+FAULTS = [("alloc", 25), ("memcpy", 97), ("memset", 89), ("create_event", 53), ("create_stream", 31),
+          ("synchronize", 211), ("record_event", 73)]
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ops = 0
+        self.checks = 0
+        self.wrong = []
+        self.errors = {}
+
+    def add(self, ops=0, checks=0):
+        with self.lock:
+            self.ops += ops
+            self.checks += checks
+
+    def error(self, e):
+        with self.lock:
+            k = type(e).__name__
+            self.errors[k] = self.errors.get(k, 0) + 1
+
+    def bad(self, what):
+        with self.lock:
+            self.wrong.append(what)
+
+
+def _sync_all(*streams):
+    err = None
+    for s in streams:
+        try:
+            s.synchronize()
+        except E.PaddleRTError as e:
+            err = err or e
+    if err is not None:
+        raise err
+
+
+def victim(st, stop, rng, cap):
+    s, t = paddle_rt.Stream(), paddle_rt.Stream()
+    hmax = max(1 << 12, cap // 3)
+    while not stop.is_set():
+        n = int(math.exp(rng.uniform(math.log(256), math.log(hmax))))
+        v1, v2 = rng.randrange(1, 128), rng.randrange(128, 256)
+        h = np.zeros(n, np.uint8)
+        a = b = None
+        try:
+            a = paddle_rt.malloc_async(n, s)
+            paddle_rt.memset_async(a, v1, stream=s)
+            e = paddle_rt.Event()
+            e.record(s)
+            t.wait_event(e)
+            t.add_callback(lambda: None)
+            paddle_rt.memcpy_async(h, a, stream=t)
+            a.record_stream(t)
+            paddle_rt.free_async(a, s)
+            a = None
+            b = paddle_rt.malloc_async(n, s)
+            paddle_rt.memset_async(b, v2, stream=s)
+            _sync_all(s, t)
+            st.add(ops=10, checks=1)
+            if not (h == v1).all():
+                st.bad(f"victim n={n}: copy read {np.unique(h)[:4]} not {v1}")
+        except (E.PaddleRTError, MemoryError) as exc:
+            st.error(exc)
+        finally:
+            for x in (a, b):
+                if x is not None:
+                    try:
+                        paddle_rt.free_async(x, s)
+                    except E.PaddleRTError as exc:
+                        st.error(exc)
+            try:
+                _sync_all(s, t)
+            except E.PaddleRTError as exc:
+                st.error(exc)
+    s.close()
+    t.close()
+
+
+def small(st, stop, rng, cap):
+    s = paddle_rt.Stream()
+    held = []
+    while not stop.is_set():
+        try:
+            if len(held) < 64 and rng.random() < 0.6:
+                n = rng.randrange(1, 1 << 14)
+                a = paddle_rt.malloc_async(n, s)
+                v = rng.randrange(256)
+                paddle_rt.memset_async(a, v, stream=s)
+                held.append((a, n, v))
+            elif held:
+                a, n, v = held.pop(rng.randrange(len(held)))
+                h = np.empty(n, np.uint8)
+                paddle_rt.memcpy_async(h, a, stream=s)
+                paddle_rt.free_async(a, s)
+                s.synchronize()
+                st.add(ops=3, checks=1)
+                if not (h == v).all():
+                    st.bad(f"small n={n}: read {np.unique(h)[:4]} not {v}")
+            st.add(ops=2)
+        except (E.PaddleRTError, MemoryError) as exc:
+            st.error(exc)
+            try:
+                s.synchronize()
+            except E.PaddleRTError:
+                pass
+            # a failed memset/copy: the values of the held blocks are unknown now; free them all
+            for a, _, _ in held:
+                paddle_rt.free_async(a, s)
+            held.clear()
+    for a, _, _ in held:
+        paddle_rt.free_async(a, s)
+    try:
+        s.synchronize()
+    except E.PaddleRTError:
+        pass
+    s.close()
+
+
+def pressure(st, stop, rng, cap):
+    s = paddle_rt.Stream()
+    while not stop.is_set():
+        got = []
+        try:
+            got.append(paddle_rt.malloc_async(int(cap * rng.uniform(0.4, 0.7)), s))
+            got.append(paddle_rt.malloc_async(int(cap * rng.uniform(0.2, 0.5)), s))   # often out of memory
+            st.add(ops=2)
+        except (E.PaddleRTError, MemoryError) as exc:
+            st.error(exc)
+        time.sleep(rng.uniform(0, 0.01))
+        for a in got:
+            paddle_rt.free_async(a, s)
+        try:
+            s.synchronize()
+        except E.PaddleRTError as exc:
+            st.error(exc)
+    s.close()
+
+
+def churn(st, stop, rng, cap):
+    while not stop.is_set():
+        try:
+            s = paddle_rt.Stream()
+        except E.PaddleRTError as exc:
+            st.error(exc)
+            continue
+        try:
+            n = rng.randrange(1, 1 << 16)
+            v = rng.randrange(256)
+            a = paddle_rt.malloc_async(n, s)
+            h = np.zeros(n, np.uint8)
+            try:
+                paddle_rt.memset_async(a, v, stream=s)
+                paddle_rt.memcpy_async(h, a, stream=s)
+            finally:
+                paddle_rt.free_async(a, s)
+            s.synchronize()
+            st.add(ops=5, checks=1)
+            if not (h == v).all():
+                st.bad(f"churn n={n}: read {np.unique(h)[:4]} not {v}")
+        except (E.PaddleRTError, MemoryError) as exc:
+            st.error(exc)
+        finally:
+            try:
+                s.close(wait=rng.random() < 0.8)
+            except E.PaddleRTError as exc:
+                st.error(exc)
+
+
+def operators(st, stop, rng, cap):
+    s = paddle_rt.Stream()
+    while not stop.is_set():
+        n = rng.randrange(1, 1 << 12)
+        x = np.random.default_rng(rng.randrange(1 << 30)).standard_normal(n).astype(np.float32)
+        y = np.random.default_rng(rng.randrange(1 << 30)).standard_normal(n).astype(np.float32)
+        try:
+            with paddle_rt.stream(s):
+                a = paddle_rt.tensor(x)
+                b = paddle_rt.tensor(y)
+                c = ops.add(a, b)
+                d = ops.mul(c, b)
+                got = d.numpy()
+            st.add(ops=5, checks=1)
+            if not np.allclose(got, (x + y) * y, rtol=1e-6, atol=1e-6):
+                st.bad(f"ops n={n}: mismatch")
+        except (E.PaddleRTError, MemoryError) as exc:
+            st.error(exc)
+            try:
+                s.synchronize()
+            except E.PaddleRTError:
+                pass
+    s.close()
+
+
+def collectives(st, stop, rng, cap):
+    try:
+        comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
+    except E.PaddleRTError as exc:
+        st.error(exc)
+        return
+    streams = [paddle_rt.Stream(c.device) for c in comms]
+    while not stop.is_set():
+        n = rng.randrange(1, 1 << 12)
+        xs = [np.random.default_rng(rng.randrange(1 << 30)).integers(-1000, 1000, n).astype(np.int32) for _ in comms]
+        bufs = []
+        try:
+            for c, s, x in zip(comms, streams, xs):
+                bufs.append(paddle_rt.tensor(x, device=c.device, stream=s))
+            works = [ccl.all_reduce(b, b, "sum", comm=c, stream=s, dtype="int32")
+                     for b, c, s in zip(bufs, comms, streams)]
+            for w in works:
+                w.wait(timeout=120)
+            outs = [b.numpy() for b in bufs]
+            st.add(ops=2 + 2 * len(comms), checks=len(comms))
+            for o in outs:
+                if not (o == xs[0] + xs[1]).all():
+                    st.bad(f"ccl n={n}: all_reduce mismatch")
+        except (E.PaddleRTError, MemoryError) as exc:
+            st.error(exc)
+            if isinstance(exc, E.CollectiveError):       # the communicators are in error: start afresh
+                for c in comms:
+                    try:
+                        c.destroy()
+                    except E.PaddleRTError:
+                        pass
+                for s in streams:
+                    try:
+                        s.synchronize()
+                    except E.PaddleRTError:
+                        pass
+                try:
+                    comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
+                except E.PaddleRTError as exc2:
+                    st.error(exc2)
+                    break
+        finally:
+            del bufs
+    for c in comms:
+        try:
+            c.destroy()
+        except E.PaddleRTError:
+            pass
+    for s in streams:
+        try:
+            s.synchronize()
+        except E.PaddleRTError:
+            pass
+        s.close()
+
+
+ROLES = {"victim": victim, "small": small, "pressure": pressure, "churn": churn, "ops": operators,
+         "ccl": collectives}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--threads", type=int, default=4, help="victim threads (plus one of every other role)")
+    p.add_argument("--faults", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--roles", default="victim,small,pressure,churn,ops,ccl")
+    a = p.parse_args(argv)
+    raw = os.environ.get("RT_CPU_MEMORY_BYTES", "1G").strip().upper().rstrip("IB")
+    cap = int(raw[:-1]) << {"K": 10, "M": 20, "G": 30}[raw[-1]] if raw[-1] in "KMG" else int(raw)
+    st = Stats()
+    stop = threading.Event()
+    roles = [r for r in a.roles.split(",") if r]
+    plan = [("victim", i) for i in range(a.threads if "victim" in roles else 0)]
+    plan += [(r, 0) for r in roles if r != "victim"]
+    threads = []
+    for k, (role, i) in enumerate(plan):
+        rng = random.Random(a.seed * 1000 + k)
+        th = threading.Thread(target=ROLES[role], args=(st, stop, rng, cap), name=f"{role}{i}", daemon=True)
+        threads.append(th)
+    t0 = time.monotonic()
+    for th in threads:
+        th.start()
+    frng = random.Random(a.seed)
+    while time.monotonic() - t0 < a.seconds:
+        if a.faults:
+            rt_cpu_clear_faults()
+            for kind, every in FAULTS:
+                if frng.random() < 0.6:
+                    rt_cpu_set_fault(kind, every=every)
+        time.sleep(min(1.0, max(0.0, a.seconds - (time.monotonic() - t0))))
+    rt_cpu_clear_faults()
+    stop.set()
+    hung = []
+    for th in threads:
+        th.join(120)
+        if th.is_alive():
+            hung.append(th.name)
+    paddle_rt.synchronize()
+    for d in ("rt_cpu:0", "rt_cpu:1"):
+        try:
+            from paddle_rt.pool import default_mem_pool
+            default_mem_pool(d).trim_to(0)
+        except E.PaddleRTError:
+            pass
+        paddle_rt.memory.empty_cache(d)
+    used = {d: paddle_rt.memory.memory_allocated(d) for d in ("rt_cpu:0", "rt_cpu:1")}
+    out = {"seconds": round(time.monotonic() - t0, 1), "threads": len(threads), "cap": cap, "faults": a.faults,
+           "ops": st.ops, "checks": st.checks, "wrong": len(st.wrong), "wrong_first": st.wrong[:5],
+           "errors": st.errors, "hung": hung, "allocated": used,
+           "live": [rt_cpu_live_bytes(0), rt_cpu_live_bytes(1)]}
+    print(json.dumps(out), flush=True)
+    return 1 if (st.wrong or hung) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
