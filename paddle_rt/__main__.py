@@ -1,4 +1,4 @@
-"""``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, capture, bench, check, plot."""
+"""``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, capture, bench, check, plot, view."""
 import sys
 
 from paddle_rt.tools.cli import EXIT_USAGE, program, run_command
@@ -28,6 +28,7 @@ COMMANDS = {
     "capture": (_forward("capture"), "record the allocation log of a PyTorch CPU program (torch's profiler)"),
     "check": (_forward("check"), "conformance checks for a plugin .so (each check in a child process)"),
     "plot": (_forward("plot"), "memory timeline and segment map of a snapshot, a profiler trace or an allocation log"),
+    "view": (_forward("view"), "an interactive memory viewer page (HTML, offline) of snapshots, histories, logs, traces"),
     "bench": (_forward("bench"), "run the benchmark suite: each figure with its target, met or missed"),
 }
 

@@ -23,7 +23,8 @@ from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, PRT_OP_DROPPABLE, PRT_POS_DROPPED, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D, PRT_OPK_MEMSET,
+    PRT_OP_NEEDS_IDLE, PRT_OP_DROPPABLE, PRT_POS_DROPPED, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D,
+    PRT_OPK_MEMSET,
 )
 
 from paddle_rt._core import errors

@@ -18,7 +18,7 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
     PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX, PADDLE_RT_OP_SILU_AND_MUL,
-    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
+    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING, PADDLE_RT_OP_BATCH_ATTENTION,
 )
 
 from paddle_rt._core import errors
@@ -493,6 +493,16 @@ cdef class KVCachingDescriptor(OpDescriptor):
         self.setup(handle, PADDLE_RT_OP_KV_CACHING, kc.dtype_code, kc, (vc, kd, vd, pd), (vc, kd, vd, pd))
 
 
+cdef int64_t _window(_Rules r, window) except -1:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0 or window > INT64_MAX_EXACT:
+        r.fail(f"window must be an int >= 0 (0: no window), not {window!r}")
+    return window
+
+
+# The largest int a double attribute holds exactly (attrs are doubles).
+INT64_MAX_EXACT = 2 ** 53
+
+
 cdef class AttentionDescriptor(OpDescriptor):
     """``AttentionDescriptor(handle, out, q, k, v, k_cache, v_cache, pos)``, called
     ``desc(out, q, k, v, k_cache, v_cache)`` (InfiniCore's Attention): k and v are stored in the caches at
@@ -500,8 +510,9 @@ cdef class AttentionDescriptor(OpDescriptor):
     query head h uses kv head h // (q_heads // kv_heads), scores q.k / sqrt(dim), query i sees positions
     j <= i + pos, softmax, weighted sum of the cached values. q (q_heads, seq, dim); k, v (kv_heads, seq, dim);
     caches (kv_heads, >= pos + seq, dim); out (seq, q_heads, dim); one float dtype; q_heads a multiple of kv_heads.
-    Outputs (out and the caches) may not share memory with any operand."""
-    def __init__(self, Handle handle, out, q, k, v, k_cache, v_cache, pos):
+    ``window`` > 0 keeps for each query only the last ``window`` positions up to its own (a sliding window, as
+    Mistral's; 0: all). Outputs (out and the caches) may not share memory with any operand."""
+    def __init__(self, Handle handle, out, q, k, v, k_cache, v_cache, pos, window=0):
         cdef _Rules r = _Rules(handle, "attention")
         cdef TensorDesc od = r.desc(out, "out"), qd = r.desc(q, "q"), kd = r.desc(k, "k"), vd = r.desc(v, "v")
         cdef TensorDesc kc = r.desc(k_cache, "k_cache"), vc = r.desc(v_cache, "v_cache")
@@ -529,6 +540,7 @@ cdef class AttentionDescriptor(OpDescriptor):
             if d.shape[0] != nkv or d.shape[2] != dim or d.shape[1] < pos + seq:
                 r.fail(f"{what} has shape {d.shape}; it must be ({nkv}, >= pos + seq = {pos + seq}, {dim})")
         self.call.attrs[0] = pos
+        self.call.attrs[1] = _window(r, window)
         self.written = (1 << 3) | (1 << 4)
         self.exclusive = True
         self.setup(handle, PADDLE_RT_OP_ATTENTION, od.dtype_code, od, (qd, kd, vd, kc, vc), (qd, kd, vd, kc, vc))
@@ -552,3 +564,39 @@ cdef class EmbeddingDescriptor(OpDescriptor):
         if idd.ndim_ >= 8 or od.shape != idd.shape + (wd.shape[1],):
             r.fail(f"out has shape {od.shape}; it must be ids' shape + (dim,) = {idd.shape + (wd.shape[1],)}")
         self.setup(handle, PADDLE_RT_OP_EMBEDDING, od.dtype_code, od, (idd, wd), (idd, wd))
+
+
+cdef class BatchAttentionDescriptor(OpDescriptor):
+    """``BatchAttentionDescriptor(handle, out, q, k_cache, v_cache, pos, window=0)``, called
+    ``desc(out, q, k_cache, v_cache, pos)``: attention of a batch of sequences, each at its own position. q (batch,
+    q_heads, seq, dim); caches (batch, kv_heads, max_seq, dim) already holding every sequence's keys and values up to
+    pos[b] + seq (kv_caching writes them); pos (batch,) int32/int64 on the device; out (batch, seq, q_heads, dim).
+    Sequence b's query i is at position pos[b] + i and attends causally to its own cache's positions up to it (the
+    last ``window`` of them when window > 0), query head h to kv head h // (q_heads // kv_heads), scale
+    1/sqrt(dim). A position with pos < 0 or pos + seq > max_seq makes the call fail on the stream (InvalidArgument
+    naming the sequence at the next synchronize), and nothing is written."""
+    def __init__(self, Handle handle, out, q, k_cache, v_cache, pos, window=0):
+        cdef _Rules r = _Rules(handle, "batch_attention")
+        cdef TensorDesc od = r.desc(out, "out"), qd = r.desc(q, "q"), kc = r.desc(k_cache, "k_cache")
+        cdef TensorDesc vc = r.desc(v_cache, "v_cache"), pd = r.desc(pos, "pos")
+        r.writable(od)
+        r.float_dtype(qd, "q")
+        for d, what in ((od, "out"), (qd, "q"), (kc, "k_cache"), (vc, "v_cache")):
+            if d.ndim_ != 4:
+                r.fail(f"{what} has shape {d.shape}: batch_attention takes 4-dimensional operands")
+            r.same_dtype(d, qd, what)
+        b, nq, seq, dim = qd.shape
+        nkv = kc.shape[1]
+        if nkv < 1 or nq % nkv:
+            r.fail(f"q has {nq} heads, k_cache {nkv}: q_heads must be a multiple of kv_heads (q {qd.shape}, "
+                   f"k_cache {kc.shape})")
+        if kc.shape[0] != b or kc.shape[3] != dim or kc.shape[2] < seq:
+            r.fail(f"k_cache has shape {kc.shape}; it must be ({b}, kv_heads, >= {seq}, {dim}) for q {qd.shape}")
+        r.same_shape(vc, kc, "v_cache")
+        if od.shape != (b, seq, nq, dim):
+            r.fail(f"out has shape {od.shape}; it must be ({b}, {seq}, {nq}, {dim}) for q {qd.shape}")
+        if pd.shape != (b,) or pd.dtype_code not in (INT32, INT64):
+            r.fail(f"pos has shape {pd.shape}, dtype {pd.dtype}; it must be ({b},) of int32/int64")
+        self.call.attrs[0] = _window(r, window)
+        self.exclusive = True
+        self.setup(handle, PADDLE_RT_OP_BATCH_ATTENTION, od.dtype_code, od, (qd, kc, vc, pd), (qd, kc, vc, pd))

@@ -16,7 +16,7 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
     PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX, PADDLE_RT_OP_SILU_AND_MUL,
-    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
+    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING, PADDLE_RT_OP_BATCH_ATTENTION,
 )
 
 import numpy as np
@@ -27,7 +27,7 @@ from paddle_rt._core.op_descriptors import (
     AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
     RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
     CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor, AddRMSNormDescriptor, SoftmaxDescriptor,
-    SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor, EmbeddingDescriptor,
+    SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor, EmbeddingDescriptor, BatchAttentionDescriptor,
 )
 
 # Descriptors by (device, op, attributes, operand layouts); cleared when it reaches CACHE_LIMIT entries (dynamic
@@ -383,11 +383,12 @@ def kv_caching(k_cache, v_cache, k, v, past_kv_lengths, stream=None):
     return ts[0], ts[1]
 
 
-def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None):
-    """``attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None) -> out`` (InfiniCore's Attention): stores k,
-    v (kv_heads, seq, dim) in the caches (kv_heads, max_seq, dim) at [pos, pos + seq), then causal grouped-query
-    attention of q (q_heads, seq, dim) over the first pos + seq cached positions (scale 1/sqrt(dim)); out
-    (seq, q_heads, dim)."""
+def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None, window=0):
+    """``attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None, window=0) -> out`` (InfiniCore's
+    Attention): stores k, v (kv_heads, seq, dim) in the caches (kv_heads, max_seq, dim) at [pos, pos + seq), then
+    causal grouped-query attention of q (q_heads, seq, dim) over the first pos + seq cached positions (scale
+    1/sqrt(dim)); out (seq, q_heads, dim). ``window`` > 0: each query keeps only the last ``window`` positions up to
+    its own (Mistral's sliding window)."""
     cdef tuple ts = _tensors("attention", (q, k, v, k_cache, v_cache), ("q", "k", "v", "k_cache", "v_cache"))
     cdef Tensor tq = ts[0]
     cdef Device dev = _device("attention", ts)
@@ -400,11 +401,72 @@ def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None):
     if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or pos < 0:
         raise errors.InvalidArgument(f"{dev}: operator attention: pos must be an int >= 0, not {pos!r}")
     pos = int(pos)
-    cdef double attrs[1]
+    window = _window_arg(dev, "attention", window)
+    cdef double attrs[2]
     attrs[0] = pos
-    _cached(PADDLE_RT_OP_ATTENTION, AttentionDescriptor, dev, (y,) + ts, (pos,), attrs, 1).launch(y, ts, None, s,
-                                                                                                NULL)
+    attrs[1] = window
+    _cached(PADDLE_RT_OP_ATTENTION, AttentionDescriptor, dev, (y,) + ts, (pos, window), attrs, 2).launch(
+        y, ts, None, s, NULL)
     return y
+
+
+cdef int64_t _window_arg(Device dev, str op, window) except -1:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise errors.InvalidArgument(f"{dev}: operator {op}: window must be an int >= 0 (0: no window), not "
+                                     f"{window!r}")
+    return int(window)
+
+
+def batch_attention(q, k_cache, v_cache, pos, window=0, out=None, stream=None):
+    """``batch_attention(q, k_cache, v_cache, pos, window=0, out=None, stream=None) -> out``: causal grouped-query
+    attention of a batch of sequences, each at its own position (the decode step of sequences of different
+    lengths). q (batch, q_heads, seq, dim); caches (batch, kv_heads, max_seq, dim) already holding each sequence's
+    keys and values up to pos[b] + seq (:func:`kv_caching` writes them); pos (batch,) int32/int64 on the device;
+    out (batch, seq, q_heads, dim). Query i of sequence b sits at position pos[b] + i and reads its own cache up to
+    there (the last ``window`` positions when window > 0). A position that does not fit fails at the next
+    synchronize (InvalidArgument naming the sequence) and writes nothing."""
+    cdef tuple ts = _tensors("batch_attention", (q, k_cache, v_cache, pos), ("q", "k_cache", "v_cache", "pos"))
+    cdef Tensor tq = ts[0]
+    cdef Device dev = _device("batch_attention", ts)
+    cdef Stream s = op_stream(dev, stream)
+    if tq.ndim_ != 4:
+        raise errors.InvalidArgument(f"{dev}: operator batch_attention: q has shape {tq.shape}; it must be (batch, "
+                                     f"q_heads, seq, dim)")
+    cdef Tensor y = _out(out, dev, s, (tq.shape[0], tq.shape[2], tq.shape[1], tq.shape[3]) if out is None else (),
+                         tq.dtype_code, "batch_attention")
+    window = _window_arg(dev, "batch_attention", window)
+    cdef double attrs[1]
+    attrs[0] = window
+    _cached(PADDLE_RT_OP_BATCH_ATTENTION, BatchAttentionDescriptor, dev, (y,) + ts, (window,), attrs, 1).launch(
+        y, ts, None, s, NULL)
+    return y
+
+
+def linear(x, weight, bias=None, out=None, stream=None):
+    """``linear(x, weight, bias=None, out=None, stream=None) -> out`` (torch's ``nn.functional.linear``): x (..., in)
+    @ weight (out_features, in)^T (+ bias (out_features,)) -> (..., out_features), for x of 1 to 3 dimensions.
+    The transposed view of weight goes to :func:`gemm` as it is (no copy); the bias is added to the product in place
+    by :func:`add` (broadcast over the rows), so a biased projection is two operators on the stream."""
+    cdef Tensor tx = _tensor(x, "linear", "x"), tw = _tensor(weight, "linear", "weight")
+    cdef Device dev = _device("linear", (tx, tw) + ((_tensor(bias, "linear", "bias"),) if bias is not None else ()))
+    if tw.ndim_ != 2:
+        raise errors.InvalidArgument(f"{dev}: operator linear: weight has shape {tw.shape}; it must be "
+                                     f"(out_features, in_features)")
+    if tx.ndim_ < 1 or tx.ndim_ > 3 or tx.shape[-1] != tw.shape[1]:
+        raise errors.InvalidArgument(f"{dev}: operator linear: x has shape {tx.shape}; it must be (..., "
+                                     f"{tw.shape[1]}) with 1 to 3 dimensions for weight {tw.shape}")
+    if bias is not None and (<Tensor>bias).shape != (tw.shape[0],):
+        raise errors.InvalidArgument(f"{dev}: operator linear: bias has shape {bias.shape}; it must be "
+                                     f"({tw.shape[0]},) for weight {tw.shape}")
+    x2 = tx.view(1, tx.shape[0]) if tx.ndim_ == 1 else tx
+    o2 = None
+    if out is not None:
+        o2 = _tensor(out, "linear", "out")
+        o2 = o2.view(1, o2.shape[0]) if o2.ndim == 1 else o2
+    y = gemm(x2, tw.T, out=o2, stream=stream)
+    if bias is not None:
+        add(y, bias, out=y, stream=stream)
+    return y.view(tw.shape[0]) if tx.ndim_ == 1 else y
 
 
 def embedding(ids, weight, out=None, stream=None):

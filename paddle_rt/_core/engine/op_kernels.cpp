@@ -748,6 +748,7 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
     case PADDLE_RT_OP_KV_CACHING: return is_float(dtype) ? prt_kv_caching_kernel : nullptr;
     case PADDLE_RT_OP_ATTENTION: return is_float(dtype) ? prt_attention_kernel : nullptr;
     case PADDLE_RT_OP_EMBEDDING: return is_float(dtype) ? prt_embedding_kernel : nullptr;
+    case PADDLE_RT_OP_BATCH_ATTENTION: return is_float(dtype) ? prt_batch_attention_kernel : nullptr;
     case PADDLE_RT_OP_REARRANGE: return prt_dtype_size(dtype) > 0 && prt_dtype_size(dtype) <= 8 ? rearrange_kernel
                                                                                                 : nullptr;
     case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? prt_random_sample_kernel : nullptr;
@@ -773,6 +774,7 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
     case PADDLE_RT_OP_KV_CACHING: return prt_kv_caching_workspace(c);
     case PADDLE_RT_OP_ATTENTION: return prt_attention_workspace(c);
     case PADDLE_RT_OP_EMBEDDING: return prt_embedding_workspace(c);
+    case PADDLE_RT_OP_BATCH_ATTENTION: return prt_batch_attention_workspace(c);
     case PADDLE_RT_OP_RANDOM_SAMPLE: return prt_random_sample_workspace(c);
     default: return 0;
     }

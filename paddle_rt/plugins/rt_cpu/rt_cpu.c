@@ -257,11 +257,6 @@ static uint64_t env_number(const char* name, uint64_t dflt, uint64_t lo, uint64_
   return v;
 }
 
-/* Fault injection: rt_cpu_faults.c registers itself when the library loads (before the first InitPlugin). */
-static const rt_fault_injector* g_fault;
-void rt_fault_register(const rt_fault_injector* f) { g_fault = f; }
-int rt_fault_hit(int kind) { return g_fault ? g_fault->hit(kind) : 0; }
-
 static pthread_once_t g_config_once = PTHREAD_ONCE_INIT;
 
 static void read_config(void) {
@@ -288,7 +283,7 @@ static void read_config(void) {
   if (c.min_chunk > align && c.min_chunk <= 4096 && (c.min_chunk & (c.min_chunk - 1)) == 0) align = c.min_chunk;
   c.alignment = align;
   rt_cfg = c;
-  if (g_fault) g_fault->init();
+  rt_fault_init(&rt_cfg);
   if (c.verbose) {
     fprintf(stderr,
             "rt_cpu: devices=%zu memory_bytes=%zu min_chunk=%zu extra_padding=%zu fail_alloc_every=%zu "

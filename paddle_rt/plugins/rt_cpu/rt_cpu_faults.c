@@ -50,7 +50,7 @@ static void fault_store(int k, uint64_t every, uint64_t after, uint64_t delay_us
   atomic_store(&g_faults[k].every, every);
 }
 
-static int fault_hit(int kind) {
+int rt_fault_hit(int kind) {
   rt_fault_schedule* f = &g_faults[kind];
   uint64_t every = atomic_load(&f->every), after = atomic_load(&f->after), delay = atomic_load(&f->delay_us);
   if (delay) {
@@ -62,9 +62,9 @@ static int fault_hit(int kind) {
   return (every && seq % every == 0) || (after && seq > after);
 }
 
-static void fault_init(void) {
-  fault_store(RT_FAULT_ALLOC, rt_cfg.fail_alloc_every, rt_cfg.fail_alloc_after, 0);
-  fault_store(RT_FAULT_HOST_ALLOC, rt_cfg.fail_host_alloc_every, 0, 0);
+void rt_fault_init(const rt_config* cfg) {
+  fault_store(RT_FAULT_ALLOC, cfg->fail_alloc_every, cfg->fail_alloc_after, 0);
+  fault_store(RT_FAULT_HOST_ALLOC, cfg->fail_host_alloc_every, 0, 0);
   const char* spec = getenv("RT_CPU_FAULTS");
   while (spec && *spec) {
     const char* end = strchr(spec, ',');
@@ -97,6 +97,3 @@ RT_EXPORT int rt_cpu_set_fault(const char* kind, uint64_t every, uint64_t after,
 RT_EXPORT void rt_cpu_clear_faults(void) {
   for (int k = 0; k < RT_FAULT_N; k++) fault_store(k, 0, 0, 0);
 }
-
-static const rt_fault_injector g_injector = {fault_init, fault_hit};
-__attribute__((constructor)) static void faults_register(void) { rt_fault_register(&g_injector); }
