@@ -27,8 +27,17 @@ __all__ = [
     "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
     "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "reset_allocator", "empty_cache", "memory_snapshot", "set_allocator_config",
-    "allocator_config", "get_allocator", "ALLOC_CONF_KEYS", "dump_trace", "view",
+    "allocator_config", "get_allocator", "ALLOC_CONF_KEYS", "dump_trace", "view", "reserve",
 ]
+
+
+def reserve(nbytes, device=None):
+    """Grow ``device``'s pool (default: the current device) by one step of ``nbytes`` before work starts, so that the
+    allocations that follow are served from it (Paddle's initial-memory flag, ``FLAGS_initial_gpu_memory_in_mb``).
+    With expandable segments the pool's range grows in place and the pages are mapped; without, one chunk of
+    ``nbytes`` is made. The memory stays cached: ``empty_cache()`` gives back what is unused. Returns the bytes the
+    pool grew by."""
+    return get_allocator(device).reserve(nbytes)
 
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
 SNAPSHOT_VERSION = 1

@@ -320,6 +320,7 @@ def test_cli_views_each_kind_from_a_folder_of_the_users(tmp_path):
     (["bad.json"], "bad.json: not valid JSON"),
     (["notes.txt"], "notes.txt: not a memory snapshot, a recorded history, an allocation log or a profiler trace"),
     (["broken.csv"], "broken.csv:3"),
+    (["bad.json", "-o", "nodir/out.html"], "--output nodir/out.html: no such folder nodir"),
 ])
 def test_cli_bad_files_one_line_status_2(tmp_path, files, says):
     (tmp_path / "bad.json").write_text("{nope")
@@ -327,7 +328,7 @@ def test_cli_bad_files_one_line_status_2(tmp_path, files, says):
     (tmp_path / "broken.csv").write_text("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,10,0\n"
                                          "0,1,free,0x2,10,0\n")
     _, prog = cli()
-    res = run_cli(["view", *files, "-o", "out.html"], tmp_path)
+    res = run_cli(["view", "-o", "out.html", *files], tmp_path)      # a later -o wins
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{prog} view: ") and says in lines[0], res.stderr

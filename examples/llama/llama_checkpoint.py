@@ -101,8 +101,10 @@ def _rope(cfg, path, head_dim, max_pos):
     if params and all(isinstance(v, dict) for v in params.values()):
         raise CheckpointError(f"{path}: rope_parameters per layer type ({', '.join(params)}) are not supported by "
                               f"this example")
-    merged = dict(scaling or {})
-    merged.update(params)
+    merged = dict(params)
+    merged.update(scaling or {})             # rope_scaling (transformers 4) over rope_parameters' defaults
+    if scaling and "type" in scaling and "rope_type" not in scaling:
+        merged["rope_type"] = scaling["type"]
     if "rope_theta" not in merged:
         if "rope_theta" not in cfg:
             raise CheckpointError(f"{path}: missing key 'rope_theta' (top level or in rope_parameters)")

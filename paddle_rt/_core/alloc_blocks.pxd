@@ -4,7 +4,7 @@
 from libc.stdint cimport uintptr_t, int64_t, uint64_t
 from cython.operator cimport dereference as deref, preincrement as inc
 
-from paddle_rt._core.allocator cimport (
+from paddle_rt._core.alloc_types cimport (
     AllocatorCore, Block, Chunk, N_QUICK_SLOTS, ST_ALLOCATED_BYTES, ST_RESERVED_BYTES, ST_REQUESTED_BYTES, ST_ALLOCATION,
     ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT, ERR_HOST_OOM,
 )
@@ -49,6 +49,8 @@ cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t request
             if b.next != NULL:
                 b.next.prev = r
             b.next = r
+            if r.next == NULL:
+                r.chunk.tail = r
         b.size = size
         index_rekey(c, it, r)
         split_count(c, r)
@@ -126,6 +128,8 @@ cdef inline void _absorb_next(AllocatorCore* c, Block* x) noexcept nogil:
     x.next = y.next
     if y.next != NULL:
         y.next.prev = x
+    else:
+        x.chunk.tail = x
     drop_block(c, y)
 
 

@@ -62,6 +62,16 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
                    a chunk of exactly its size, not whole requests (0: never). Default 0.95.
 ``small_borrow``   ``0``/``1``: a small request that no free block of the small pool serves takes a free block of the
                    large pool before the small pool grows (off in paddle_compat, which has one pool). Default 1.
+
+``expandable_segments``  ``auto``, ``1`` or ``0`` (the default for now: see DEFAULT_EXPANDABLE): segments that grow
+                   in place (docs/expandable_segments.md).
+                   With it on, each pool (and each stream-ordered pool's stream tag) holds one reserved virtual range
+                   into which the allocator maps physical memory of the plugin's granularity as it grows, instead of
+                   asking ``device_memory_allocate`` for chunks; the growth keys above then do not apply. It needs the
+                   plugin's virtual-memory extension (paddle_rt/paddle_rt_vmm_ext.h): ``auto`` turns it on when the
+                   plugin exports it and its granularity call succeeds, ``1`` requires it (InvalidArgument without),
+                   ``0`` never uses it. Off in ``paddle_compat``. It can only change while the allocator holds no
+                   memory.
 """
 import os
 
@@ -70,8 +80,11 @@ from paddle_rt._core import errors
 #: The keys, in the order the configuration table of docs/memory.md documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
-             "grow_base", "grow_exact_credit", "settle_after", "grow_requests", "exact_above", "small_borrow")
+             "grow_base", "grow_exact_credit", "settle_after", "grow_requests", "exact_above", "small_borrow",
+             "expandable_segments")
 
+#: Values of expandable_segments, indexed by the allocator's EXPANDABLE_* constants (allocator.pxd).
+EXPANDABLE_NAMES = ("0", "1", "auto")
 #: Names of the growth modes, indexed by the allocator's GROWTH_* constants (allocator.pxd).
 GROWTH_NAMES = ("adaptive", "exact", "fixed")
 #: Names of the release modes, indexed by the allocator's RELEASE_* constants (allocator.pxd).
@@ -98,6 +111,10 @@ DEFAULT_SETTLE_AFTER = 0
 DEFAULT_GROW_REQUESTS = 32
 DEFAULT_EXACT_ABOVE = 0.95
 DEFAULT_SMALL_BORROW = True
+#: expandable_segments' default. Issue 34 asks for "auto"; it stays "0" until the chunk-policy tests written for the
+#: chunk allocator pin expandable_segments:0 (they assume chunks of the growth rule on rt_cpu, which exports the
+#: extension).
+DEFAULT_EXPANDABLE = "0"
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -210,6 +227,10 @@ def normalize(conf, source):
             out[key] = parse_bool(key, value)
         elif key == "growth":
             out[key] = _parse_name(key, value, GROWTH_NAMES, source)
+        elif key == "expandable_segments":
+            v = str(int(value) if isinstance(value, bool) else value).strip().lower()
+            v = {"true": "1", "on": "1", "yes": "1", "false": "0", "off": "0", "no": "0"}.get(v, v)
+            out[key] = _parse_name(key, v, EXPANDABLE_NAMES, source)
         elif key == "release":
             out[key] = _parse_name(key, value, RELEASE_NAMES, source)
         elif key == "max_split_size":
@@ -301,4 +322,6 @@ def resolve(conf):
         "remainder_low": compat,
         "ties_by_address": compat,
         "quick_reuse": not compat and release != "free",
+        "expandable_segments": 0 if compat else EXPANDABLE_NAMES.index(conf.get("expandable_segments",
+                                                                                DEFAULT_EXPANDABLE)),
     }

@@ -5,7 +5,7 @@ from libc.stdlib cimport malloc as c_malloc
 from libc.string cimport memset
 from cython.operator cimport dereference as deref
 
-from paddle_rt._core.allocator cimport (
+from paddle_rt._core.alloc_types cimport (
     AllocatorCore, Block, Stat, ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT,
 )
 from paddle_rt._core.alloc_policy cimport pool_for, serves, tie_rank

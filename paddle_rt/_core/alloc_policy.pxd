@@ -3,7 +3,7 @@
 # no `if paddle_compat` branch; paddle_compat is a preset of these settings (alloc_config.resolve).
 from libc.stdint cimport SIZE_MAX, int64_t, uint64_t
 
-from paddle_rt._core.allocator cimport (
+from paddle_rt._core.alloc_types cimport (
     AllocConfig, POOL_SMALL, POOL_LARGE, GROWTH_ADAPTIVE, GROWTH_EXACT, GROWTH_FIXED, RELEASE_ON_FREE,
     ROUND_NEAREST, ROUND_UP, ROUND_DOWN, ROUND_WITHIN, CONSOLIDATE_FOLD, CONSOLIDATE_OFF, BASE_GROWN,
 )

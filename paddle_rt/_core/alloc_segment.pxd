@@ -1,7 +1,7 @@
 # Segments (chunks) of the caching allocator (alloc_segment.pyx): every function is called with the allocator's lock
 # held and no GIL. Only allocator.pyx cimports them.
 from libc.stdint cimport uintptr_t
-from paddle_rt._core.allocator cimport AllocatorCore, AllocError, Block
+from paddle_rt._core.alloc_types cimport AllocatorCore, AllocError, Block, Chunk
 
 # Give `size` bytes at `ptr` back to the plugin (counts num_device_free).
 cdef void plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nogil
@@ -16,3 +16,15 @@ cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil
 cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t stream) noexcept nogil
 # Size of the chunk to ask for on a miss of `size` bytes (alloc_policy.chunk_for_miss, after consolidation).
 cdef size_t growth_size(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil
+
+# Expandable segments (docs/expandable_segments.md; c.vmm_on).
+# Map the pages not yet mapped under the first `size` bytes of free block b of a range (b.chunk.holes != 0).
+cdef int vmm_back(AllocatorCore* c, Block* b, size_t size, AllocError* err) noexcept nogil
+# Grow the range of (pool, stream) at its end so that its last block is free and holds `size` bytes (not yet backed).
+cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
+# Unmap and release every whole free page, trim the ranges' free ends, free empty ranges. Returns bytes released.
+cdef size_t vmm_release(AllocatorCore* c) noexcept nogil
+# Interpreter exit: everything unmapped, released and freed.
+cdef void vmm_teardown(AllocatorCore* c) noexcept nogil
+# The mapped pages of range ch as (offset, length) runs, at most cap; returns the count.
+cdef size_t vmm_mapped_runs(Chunk* ch, size_t g, size_t* out, size_t cap) noexcept nogil

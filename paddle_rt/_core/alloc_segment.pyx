@@ -3,22 +3,24 @@
 of the chunk a miss asks for (the mechanism around alloc_policy's growth rules). Called by allocator.pyx with the
 allocator's lock held and no GIL; never on the cached allocation path."""
 from libc.stdint cimport uintptr_t, int64_t, SIZE_MAX
-from libc.stdlib cimport malloc as c_malloc, free as c_free
+from libc.stdlib cimport malloc as c_malloc, calloc as c_calloc, free as c_free
+from libc.string cimport memset
 from libcpp.vector cimport vector
-from cython.operator cimport dereference as deref, preincrement as inc
+from cython.operator cimport dereference as deref, preincrement as inc, predecrement as dec
 
 from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_WARNING, C_FAILED
-from paddle_rt._core.allocator cimport (
+from paddle_rt._core.alloc_types cimport (
     AllocatorCore, AllocError, Block, Chunk, KIND_HOST, POOL_LARGE, ST_RESERVED_BYTES, ST_SEGMENT,
-    ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM,
+    ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES,
 )
+from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
 from paddle_rt._core.alloc_index cimport stat_add, new_block, drop_block, index_insert, index_remove
 from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem
 from paddle_rt._core.alloc_policy cimport (
     consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended,
 )
 from paddle_rt._core.stream cimport stream_device_idle
-from paddle_rt._core.includes.alloc_support cimport prt_free_set
+from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key
 from paddle_rt._core.includes.trace_support cimport prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE
 from paddle_rt._core.trace cimport trace_mask
 
@@ -83,6 +85,11 @@ cdef Block* new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size,
     ch.stream = stream
     ch.pool = pool
     ch.exact = 0
+    ch.expandable = 0
+    ch.vsize = size
+    ch.phys = NULL
+    ch.holes = 0
+    ch.tail = b
     b.addr = <uintptr_t>p
     b.size = size
     b.stream = stream
@@ -107,6 +114,9 @@ cdef bint streams_idle(AllocatorCore* c) noexcept nogil:
 # Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after streams_idle).
 cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     cdef Chunk* ch = b.chunk
+    if ch.expandable:
+        vmm_release(c)
+        return
     index_remove(c, b)
     c.cx.chunks.erase(ch.base)
     stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
@@ -135,17 +145,23 @@ cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t 
         it = c.cx.free_blocks[p].begin()
         while it != c.cx.free_blocks[p].end():
             b = <Block*>deref(it).block
-            if b.prev == NULL and b.next == NULL and (not only_stream or b.stream == stream):
+            if b.prev == NULL and b.next == NULL and not b.chunk.expandable and (not only_stream or b.stream == stream):
                 idle.push_back(b)
             inc(it)
+    if c.n_ranges and pool == -1 and not only_stream:
+        if not streams_idle(c):
+            c.num_release_deferred += 1
+            c.release_kept = 1
+            return 0
+        total += vmm_release(c)
     if idle.empty():
         if pool == -1 and not only_stream:
             c.release_kept = 0
-        return 0
+        return total
     if not streams_idle(c):
         c.num_release_deferred += <int64_t>idle.size()
         c.release_kept = 1
-        return 0
+        return total
     if pool == -1 and not only_stream:
         c.release_kept = 0
     for b in idle:
@@ -175,3 +191,322 @@ cdef size_t growth_size(AllocatorCore* c, int pool, uintptr_t stream, size_t siz
         if reserved < c.cfg.limit and want > c.cfg.limit - reserved and c.cfg.limit - reserved >= size:
             want = c.cfg.limit - reserved
     return want
+
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Expandable segments (docs/expandable_segments.md): one reserved virtual range per (pool, stream tag), grown in place
+# by mapping pages (the plugin's granularity) of physical memory at its end. Pages under free space inside a range may
+# be unmapped: when a page is needed elsewhere and no new memory should be created for it (a "donor" page), and on
+# empty_cache / the OOM ladder (every whole free page). A free block may therefore lie over unmapped pages (holes);
+# before any part of such a block is handed out, the pages under that part are mapped again (vmm_back).
+# ---------------------------------------------------------------------------------------------------------------------
+cdef inline size_t _page_lo(Chunk* ch, uintptr_t a, size_t g) noexcept nogil:
+    """The first whole page at or above address a (index in the range)."""
+    return (a - ch.base + g - 1) // g
+
+
+cdef inline size_t _page_hi(Chunk* ch, uintptr_t a, size_t g) noexcept nogil:
+    """One past the last whole page ending at or below address a."""
+    return (a - ch.base) // g
+
+
+cdef int _vmm_status(AllocError* err, C_Status st) noexcept nogil:
+    err.status = st
+    err.kind = ERR_OOM if st == C_FAILED else ERR_PLUGIN
+    return -1
+
+
+cdef void _unmap_page(AllocatorCore* c, Chunk* ch, size_t i) noexcept nogil:
+    """Unmap page i of ch (mapped), keeping its physical allocation in ch.phys's caller's hands."""
+    c.vmm.unmap(c.cdev, <void*>ch.base, i * c.gran, c.gran)
+    c.num_unmaps += 1
+    ch.phys[i] = NULL
+    ch.holes += 1
+    stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>c.gran)
+
+
+cdef void* _donor(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi) noexcept nogil:
+    """A mapped page that lies wholly inside a free block of some range (not pages lo..hi of `excl`), unmapped and
+    returned (its physical allocation), or NULL. Looks at free blocks of at least one page, largest first."""
+    cdef prt_free_key k
+    cdef prt_free_set.iterator it
+    cdef Block* b
+    cdef Chunk* ch
+    cdef size_t i, a, z, g = c.gran
+    cdef void* h
+    cdef int r
+    for r in range(c.n_ranges):
+        ch = c.ranges[r]
+        k.stream = ch.stream + 1
+        k.size = 0
+        k.chunk = 0
+        k.addr = 0
+        k.block = NULL
+        if ch.stream == <uintptr_t>-1:
+            it = c.cx.free_blocks[ch.pool].end()
+        else:
+            it = c.cx.free_blocks[ch.pool].lower_bound(k)
+        while it != c.cx.free_blocks[ch.pool].begin():
+            dec(it)
+            if deref(it).stream != ch.stream or deref(it).size < g:
+                break
+            b = <Block*>deref(it).block
+            if not b.chunk.expandable:
+                continue
+            a = _page_lo(b.chunk, b.addr, g)
+            z = _page_hi(b.chunk, b.addr + b.size, g)
+            for i in range(a, z):
+                if b.chunk.phys[i] != NULL and not (b.chunk == excl and lo <= i < hi):
+                    h = b.chunk.phys[i]
+                    _unmap_page(c, b.chunk, i)
+                    return h
+    return NULL
+
+
+cdef int vmm_back(AllocatorCore* c, Block* b, size_t size, AllocError* err) noexcept nogil:
+    """Map every page under the first `size` bytes of free block b (in an expandable range) that is not mapped: with
+    a donor page when one exists, else with a new physical allocation. 0, or -1 with err set (pages mapped so far
+    stay mapped: they are free memory of the range)."""
+    cdef Chunk* ch = b.chunk
+    cdef size_t g = c.gran
+    cdef size_t lo = (b.addr - ch.base) // g
+    cdef size_t hi = (b.addr + size - ch.base + g - 1) // g
+    cdef size_t i
+    cdef void* h
+    cdef C_Status st
+    cdef bint donors = True
+    cdef int64_t reserved
+    for i in range(lo, hi):
+        if ch.phys[i] != NULL:
+            continue
+        h = _donor(c, ch, lo, hi) if donors else NULL
+        if h == NULL:
+            donors = False
+            reserved = c.stats[0][ST_RESERVED_BYTES].current
+            if c.cfg.limit != SIZE_MAX and (<size_t>reserved > c.cfg.limit or g > c.cfg.limit - <size_t>reserved):
+                err.kind = ERR_OOM
+                return -1
+            st = c.vmm.create(c.cdev, g, <PaddleRtVmmPhys*>&h)
+            if st == C_SUCCESS and h == NULL:
+                err.kind = ERR_PLUGIN_NULL
+                err.status = st
+                return -1
+            if st != C_SUCCESS:
+                return _vmm_status(err, st)
+            c.num_device_alloc += 1
+        st = c.vmm.map(c.cdev, <void*>ch.base, i * g, <PaddleRtVmmPhys>h, g)
+        if st != C_SUCCESS:
+            c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)      # a donor's memory goes back too: nothing is left unowned
+            c.num_device_free += 1
+            return _vmm_status(err, st)
+        c.num_maps += 1
+        ch.phys[i] = h
+        ch.holes -= 1
+        stat_add(c, ch.pool, ST_RESERVED_BYTES, <int64_t>g)
+    return 0
+
+
+cdef Chunk* _new_range(AllocatorCore* c, int pool, uintptr_t stream, size_t at_least, AllocError* err) noexcept nogil:
+    """Reserve a new range for (pool, stream) of the device's capacity (at least `at_least`), with no block."""
+    cdef size_t g = c.gran
+    cdef size_t v = c.capacity if c.capacity else (<size_t>1 << 40)
+    cdef void* base = NULL
+    cdef Chunk* ch
+    cdef C_Status st
+    if c.n_ranges >= N_RANGES:
+        err.kind = ERR_OOM
+        return NULL
+    if at_least > v:
+        v = at_least
+    if v > SIZE_MAX - g:
+        err.kind = ERR_BAD_SIZE
+        return NULL
+    v = (v + g - 1) // g * g
+    ch = <Chunk*>c_malloc(sizeof(Chunk))
+    if ch == NULL:
+        err.kind = ERR_HOST_OOM
+        return NULL
+    memset(ch, 0, sizeof(Chunk))
+    ch.phys = <void**>c_calloc(v // g, sizeof(void*))
+    if ch.phys == NULL:
+        c_free(ch)
+        err.kind = ERR_HOST_OOM
+        return NULL
+    st = c.vmm.reserve(c.cdev, v, &base)
+    if st != C_SUCCESS or base == NULL:
+        c_free(ch.phys)
+        c_free(ch)
+        if st == C_SUCCESS:
+            err.kind = ERR_PLUGIN_NULL
+            err.status = st
+            return NULL
+        _vmm_status(err, st)
+        return NULL
+    ch.base = <uintptr_t>base
+    ch.serial = c.chunk_serial
+    c.chunk_serial += 1
+    ch.vsize = v
+    ch.stream = stream
+    ch.pool = pool
+    ch.expandable = 1
+    c.ranges[c.n_ranges] = ch
+    c.n_ranges += 1
+    c.cx.chunks[ch.base] = <void*>ch
+    stat_add(c, pool, ST_SEGMENT, 1)
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
+        _trace_mem(c, PRT_EV_SEGMENT_ALLOC, ch.base, 0, stream)
+    return ch
+
+
+cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil:
+    """On a miss of `size` bytes: the range of (pool, stream) grows at its end so that its last block is free and
+    holds at least `size` bytes (the missing pages are not mapped yet: vmm_back maps them). Returns that block (in
+    the free index), or NULL with err set."""
+    cdef Chunk* ch = NULL
+    cdef Block* t
+    cdef Block* nb
+    cdef size_t have = 0, need, g = c.gran
+    cdef int r
+    for r in range(c.n_ranges - 1, -1, -1):
+        if c.ranges[r].pool == pool and c.ranges[r].stream == stream:
+            ch = c.ranges[r]
+            break
+    if ch != NULL and ch.tail != NULL and ch.tail.allocated == 0:
+        have = ch.tail.size
+    need = size - have
+    if need > SIZE_MAX - g:
+        err.kind = ERR_BAD_SIZE
+        return NULL
+    need = (need + g - 1) // g * g
+    if ch == NULL or need > ch.vsize - ch.size:
+        ch = _new_range(c, pool, stream, need, err)
+        if ch == NULL:
+            return NULL
+        have = 0
+        need = (size + g - 1) // g * g
+    t = ch.tail
+    if have:
+        index_remove(c, t)
+        t.size += need
+        index_insert(c, t)
+    else:
+        nb = new_block(c)
+        if nb == NULL:
+            err.kind = ERR_HOST_OOM
+            return NULL
+        nb.addr = ch.base + ch.size
+        nb.size = need
+        nb.stream = stream
+        nb.chunk = ch
+        nb.prev = t
+        if t != NULL:
+            t.next = nb
+        ch.tail = nb
+        index_insert(c, nb)
+        t = nb
+    ch.size += need
+    ch.holes += need // g
+    return t
+
+
+cdef void _free_range(AllocatorCore* c, Chunk* ch) noexcept nogil:
+    """Give an empty range (no block, nothing mapped) back to the plugin."""
+    cdef int r, j = 0
+    c.vmm.free_range(c.cdev, <void*>ch.base, ch.vsize)
+    c.cx.chunks.erase(ch.base)
+    stat_add(c, ch.pool, ST_SEGMENT, -1)
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
+        _trace_mem(c, PRT_EV_SEGMENT_FREE, ch.base, 0, ch.stream)
+    for r in range(c.n_ranges):
+        if c.ranges[r] != ch:
+            c.ranges[j] = c.ranges[r]
+            j += 1
+    c.n_ranges = j
+    c_free(ch.phys)
+    c_free(ch)
+
+
+cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
+    """Unmap every mapped page that lies wholly inside a free block and give its physical memory back; cut each
+    range's free end back to the last page it still needs; give back ranges left with no block. Returns the bytes
+    released. The caller checked that the streams are idle."""
+    cdef size_t total = 0, i, a, z, g = c.gran, keep
+    cdef prt_free_set.iterator it
+    cdef Block* b
+    cdef Block* t
+    cdef Chunk* ch
+    cdef void* h
+    cdef int p, r
+    for p in range(2):
+        it = c.cx.free_blocks[p].begin()
+        while it != c.cx.free_blocks[p].end():
+            b = <Block*>deref(it).block
+            inc(it)
+            if not b.chunk.expandable or b.size < g:
+                continue
+            a = _page_lo(b.chunk, b.addr, g)
+            z = _page_hi(b.chunk, b.addr + b.size, g)
+            for i in range(a, z):
+                h = b.chunk.phys[i]
+                if h != NULL:
+                    _unmap_page(c, b.chunk, i)
+                    c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
+                    c.num_device_free += 1
+                    total += g
+    r = c.n_ranges - 1
+    while r >= 0:
+        ch = c.ranges[r]
+        r -= 1
+        t = ch.tail
+        if t == NULL or t.allocated != 0:
+            continue
+        keep = _page_lo(ch, t.addr, g) * g         # the pages below the free end that other blocks touch
+        if keep >= ch.size:
+            continue
+        index_remove(c, t)
+        ch.holes -= (ch.size - keep) // g
+        t.size -= ch.size - keep
+        ch.size = keep
+        if t.size == 0:
+            ch.tail = t.prev
+            if t.prev != NULL:
+                t.prev.next = NULL
+            drop_block(c, t)
+        else:
+            index_insert(c, t)
+        if ch.size == 0:
+            _free_range(c, ch)
+    return total
+
+
+cdef void vmm_teardown(AllocatorCore* c) noexcept nogil:
+    """Interpreter exit: every page unmapped and released, every range given back (live blocks included)."""
+    cdef Chunk* ch
+    cdef size_t i
+    cdef int r
+    for r in range(c.n_ranges):
+        ch = c.ranges[r]
+        for i in range(ch.size // c.gran):
+            if ch.phys[i] != NULL:
+                c.vmm.unmap(c.cdev, <void*>ch.base, i * c.gran, c.gran)
+                c.vmm.release(c.cdev, <PaddleRtVmmPhys>ch.phys[i])
+                ch.phys[i] = NULL
+        c.vmm.free_range(c.cdev, <void*>ch.base, ch.vsize)
+    c.n_ranges = 0
+
+
+cdef size_t vmm_mapped_runs(Chunk* ch, size_t g, size_t* out, size_t cap) noexcept nogil:
+    """The mapped pages of range ch as runs (offset, length) in out[2k], out[2k+1], at most cap runs; returns how many."""
+    cdef size_t i, n = 0, npages = ch.size // g
+    i = 0
+    while i < npages and n < cap:
+        if ch.phys[i] == NULL:
+            i += 1
+            continue
+        out[2 * n] = i * g
+        while i < npages and ch.phys[i] != NULL:
+            i += 1
+        out[2 * n + 1] = i * g - out[2 * n]
+        n += 1
+    return n

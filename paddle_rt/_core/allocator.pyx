@@ -56,8 +56,11 @@ from libc.string cimport memset, memcpy
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc, predecrement as dec
 
-from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED
+from paddle_rt._core.device_ext cimport (
+    C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_FAILED, C_ERROR,
+)
 from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
+from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
     pool_of, best_fit,
@@ -71,7 +74,8 @@ from paddle_rt._core.alloc_blocks cimport (
 )
 from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
-    release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth,
+    release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow,
+    vmm_teardown, vmm_mapped_runs,
 )
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
@@ -93,7 +97,9 @@ cdef size_t KiB = 1024
 cdef size_t MiB = 1024 * 1024
 
 
-from paddle_rt._core.alloc_config import CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES, BASE_NAMES
+from paddle_rt._core.alloc_config import (
+    CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES, BASE_NAMES, EXPANDABLE_NAMES,
+)
 from paddle_rt._core import alloc_config
 
 _registry_lock = threading.RLock()
@@ -103,9 +109,24 @@ _torn_down = False
 
 
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
-cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail) noexcept nogil:
+# Whether a page under [addr, addr + size) of expandable range ch is not mapped (only asked while ch has holes).
+cdef inline bint _span_unmapped(Chunk* ch, uintptr_t addr, size_t size, size_t g) noexcept nogil:
+    cdef size_t i = (addr - ch.base) // g
+    cdef size_t hi = (addr + size - ch.base + g - 1) // g
+    while i < hi:
+        if ch.phys[i] == NULL:
+            return True
+        i += 1
+    return False
+
+
+# With may_map (the nogil path), pages of an expandable range under the part handed out are mapped first (vmm_back);
+# without (the GIL path, which never calls the plugin), such a block is a miss.
+cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail,
+                                 bint may_map=True) noexcept nogil:
     cdef Block* b
     cdef int pool
+    cdef AllocError e
     if c.q_blocks:
         b = _q_pop(c, size, stream)
         if b != NULL:
@@ -118,6 +139,12 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
         b = best_fit(c, POOL_LARGE, stream, size)
     if b == NULL:
         return NULL
+    if b.chunk.holes and _span_unmapped(b.chunk, b.addr, size, c.gran):
+        if not may_map:
+            return NULL
+        if vmm_back(c, b, size, &e) != 0:
+            fail[0] = e.kind
+            return NULL
     c.num_cache_hits += 1
     return _take(c, b, size, nbytes, fail)
 
@@ -283,7 +310,9 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     if b == NULL and err.kind == ERR_NONE and c.q_blocks:
         _q_flush(c)
         b = _alloc_cached(c, size, nbytes, stream, &err.kind)
-    if b == NULL and err.kind == ERR_NONE:
+    if b == NULL and c.vmm_on and (err.kind == ERR_NONE or err.kind == ERR_OOM):
+        b = _vmm_alloc(c, pool, stream, size, nbytes, &err)
+    elif b == NULL and err.kind == ERR_NONE:
         chunk = _growth(c, pool, stream, size)
         b = _new_chunk(c, pool, stream, chunk, &err)
         if b == NULL and (err.kind == ERR_OOM or err.kind == ERR_PLUGIN_NULL) and chunk > size:
@@ -308,6 +337,33 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         return _raise(c, &err)
     out[0] = <void*>b.addr
     return 0
+
+
+# Expandable segments (lock held): a miss grows the (pool, stream) range at its end and maps what is missing; when the
+# device is out of memory, every whole free page goes back (vmm_release) and the whole thing is tried once more.
+cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size, size_t nbytes,
+                       AllocError* err) noexcept nogil:
+    cdef Block* b = NULL
+    if err.kind == ERR_NONE:
+        b = vmm_grow(c, pool, stream, size, err)
+        if b != NULL and b.chunk.holes and vmm_back(c, b, size, err) != 0:
+            b = NULL
+    if b == NULL and err.kind == ERR_OOM:
+        c.num_alloc_retries += 1
+        _release_idle(c, -1, 0, 0)
+        err.kind = ERR_NONE
+        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+        if b != NULL:
+            return b
+        if err.kind == ERR_NONE:
+            b = vmm_grow(c, pool, stream, size, err)
+            if b != NULL and b.chunk.holes and vmm_back(c, b, size, err) != 0:
+                b = NULL
+        if b == NULL and err.kind == ERR_OOM:
+            c.num_ooms += 1
+    if b != NULL:
+        b = _take(c, b, size, nbytes, &err.kind)
+    return b
 
 
 cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
@@ -391,11 +447,14 @@ cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
         c.cx.mu.unlock()
         return
     c.torn_down = 1
+    if release_memory and c.n_ranges:
+        vmm_teardown(c)
     if release_memory:
         it = c.cx.chunks.begin()
         while it != c.cx.chunks.end():
             ch = <Chunk*>(deref(it).second)
-            _plugin_free(c, ch.base, ch.size)
+            if not ch.expandable:
+                _plugin_free(c, ch.base, ch.size)
             inc(it)
     c.cx.mu.unlock()
 
@@ -497,18 +556,46 @@ cdef class DeviceAllocator:
         cfg.grow_requests = r["grow_requests"]
         cfg.exact_above = r["exact_above"]
         cfg.small_borrow = r["small_borrow"]
+        want = r["expandable_segments"]
+        vmm_on, gran = self._vmm_handshake(want)
         with nogil:
             c.cx.mu.lock()
         if (c.stats[0][ST_SEGMENT].current != 0 and
-                (cfg.paddle_compat != c.cfg.paddle_compat or cfg.small_size != c.cfg.small_size)):
+                (cfg.paddle_compat != c.cfg.paddle_compat or cfg.small_size != c.cfg.small_size or
+                 vmm_on != c.vmm_on)):
             c.cx.mu.unlock()
             raise errors.InvalidArgument(
-                f"{self.device}: paddle_compat and small_size can only change while the allocator holds no memory "
-                f"(free everything and call empty_cache() first)")
+                f"{self.device}: paddle_compat, small_size and expandable_segments can only change while the "
+                f"allocator holds no memory (free everything and call empty_cache() first)")
         _q_flush(c)
         c.cfg = cfg
         c.quick = cfg.quick_reuse
+        c.expandable = want
+        c.vmm_on = vmm_on
+        c.gran = gran
+        c.vmm = self.device.plugin.vmm
         c.cx.mu.unlock()
+
+    def _vmm_handshake(self, int want):
+        """(on, granularity) for expandable_segments `want`: on when asked (auto or 1), the allocator is a device's
+        and the plugin exports the virtual-memory extension whose granularity call returns a power of two."""
+        cdef Plugin pl = self.device.plugin
+        cdef size_t g = 0
+        cdef C_Status st = C_ERROR
+        if want == EXPANDABLE_OFF:
+            return 0, 0
+        if self.core.kind == KIND_DEVICE and pl.vmm.map != NULL:
+            with nogil:
+                st = pl.vmm.granularity(self.core.cdev, &g)
+            if st == C_SUCCESS and g != 0 and (g & (g - 1)) == 0:
+                return 1, g
+        if want == EXPANDABLE_ON:
+            why = ("pinned host memory does not use it" if self.core.kind == KIND_HOST else
+                   f"the plugin {pl.path} does not export the virtual-memory extension (paddle_rt_vmm_ext.h)"
+                   if pl.vmm.map == NULL else
+                   f"the plugin's paddle_rt_ext_vmm_granularity returned status {st} and granularity {g}")
+            raise errors.InvalidArgument(f"{self.device}: allocator config expandable_segments:1: {why}")
+        return 0, 0
 
     def configure(self, **kw):
         """Change this allocator's configuration (keys: see the module documentation); keywords win over
@@ -548,6 +635,9 @@ cdef class DeviceAllocator:
             "grow_requests": cfg.grow_requests,
             "exact_above": cfg.exact_above,
             "small_borrow": bool(cfg.small_borrow),
+            "expandable_segments": EXPANDABLE_NAMES[self.core.expandable],
+            "expandable_active": bool(self.core.vmm_on),
+            "granularity": self.core.gran if self.core.vmm_on else None,
             "alignment": cfg.alignment,
             "padding": cfg.padding,
         }
@@ -598,7 +688,7 @@ cdef class DeviceAllocator:
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
         cdef Stat st[N_STAT_GROUPS][N_STATS]
-        cdef int64_t extra[6]
+        cdef int64_t extra[8]
         cdef AllocatorCore* c = self.core
         cdef int p
         with nogil:
@@ -615,6 +705,8 @@ cdef class DeviceAllocator:
             extra[3] = c.num_device_free
             extra[4] = c.num_cache_hits
             extra[5] = c.num_release_deferred
+            extra[6] = c.num_maps
+            extra[7] = c.num_unmaps
             c.cx.mu.unlock()
         names = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
                  "allocation", "segment", "active", "inactive_split")
@@ -633,6 +725,8 @@ cdef class DeviceAllocator:
         out["num_device_free"] = extra[3]
         out["num_cache_hits"] = extra[4]
         out["num_release_deferred"] = extra[5]
+        out["num_maps"] = extra[6]
+        out["num_unmaps"] = extra[7]
         return out
 
     def reset_peak_stats(self):
@@ -659,6 +753,8 @@ cdef class DeviceAllocator:
             self.core.num_cache_hits = 0
             self.core.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
             self.core.num_release_deferred = 0
+            self.core.num_maps = 0
+            self.core.num_unmaps = 0
             self.core.cx.mu.unlock()
 
     def reset(self):
@@ -702,7 +798,12 @@ cdef class DeviceAllocator:
             f"frees deferred by record_stream, or chunks busy streams may use); free them and synchronize first")
 
     def snapshot(self):
-        """Segments (chunks) with their blocks, ordered by address."""
+        """Segments (chunks) with their blocks, ordered by address. An expandable segment (docs/expandable_segments.md)
+        also carries ``expandable`` True, ``granularity``, ``reserved_size`` (its virtual range), ``mapped_size`` and
+        ``mapped_pages``: the mapped parts as ``[offset, length]`` runs from its address; its ``total_size`` is the
+        extent its blocks cover, and an inactive block may lie over unmapped pages."""
+        cdef vector[size_t] runs, run_at, tmp
+        cdef size_t n, j
         cdef vector[Block] blocks
         cdef vector[Chunk] chunks
         cdef prt_chunk_map.iterator it
@@ -717,7 +818,14 @@ cdef class DeviceAllocator:
             while it != c.cx.chunks.end():
                 ch = <Chunk*>(deref(it).second)
                 chunks.push_back(ch[0])
+                run_at.push_back(runs.size())
+                if ch.expandable and c.gran:
+                    tmp.resize(2 * (ch.size // c.gran + 1))
+                    n = vmm_mapped_runs(ch, c.gran, tmp.data(), ch.size // c.gran + 1)
+                    for j in range(2 * n):
+                        runs.push_back(tmp[j])
                 inc(it)
+            run_at.push_back(runs.size())
             c.cx.mu.unlock()
         # walk each chunk's blocks: find the first block through the live table or free index (under the lock)
         with nogil:
@@ -735,6 +843,10 @@ cdef class DeviceAllocator:
             seg = {"device": dev, "address": chunks[i].base, "total_size": chunks[i].size,
                    "stream": chunks[i].stream, "segment_type": "small" if chunks[i].pool == POOL_SMALL else "large",
                    "allocated_size": 0, "active_size": 0, "requested_size": 0, "blocks": []}
+            if chunks[i].expandable:
+                pages = [[runs[j], runs[j + 1]] for j in range(run_at[i], run_at[i + 1], 2)]
+                seg.update(expandable=True, granularity=self.core.gran, reserved_size=chunks[i].vsize,
+                           mapped_pages=pages, mapped_size=sum(p[1] for p in pages))
             while bi < blocks.size() and blocks[bi].addr < chunks[i].base + chunks[i].size and \
                     blocks[bi].addr >= chunks[i].base:
                 blk = blocks[bi]
@@ -748,8 +860,52 @@ cdef class DeviceAllocator:
             segs.append(seg)
         return segs
 
+    def reserve(self, nbytes):
+        """Grow the large pool (default stream) by one step of ``nbytes`` (rounded up to the plugin's alignment, and to
+        whole pages with expandable segments), before work starts: Paddle's initial-memory flag. With expandable
+        segments the range grows in place and its pages are mapped; without, one chunk of that size is made. The
+        memory is cached (free) for the allocations that follow. Returns the bytes the pool grew by. Raises
+        OutOfMemoryError (changing nothing but what the OOM ladder gave back) or InvalidArgument for a bad size."""
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0 or nbytes > <object>(SIZE_MAX // 2):
+            raise errors.InvalidArgument(f"{self.device}: reserve: nbytes must be a positive int up to "
+                                         f"{SIZE_MAX // 2}, got {nbytes!r}")
+        cdef size_t n = nbytes
+        cdef int64_t grown = 0
+        with nogil:
+            grown = _core_reserve(self.core, n)
+        return grown
+
     def __repr__(self):
         return f"<DeviceAllocator {self.kind} of {self.device}>"
+
+
+# DeviceAllocator.reserve: one step of `nbytes` in the large pool of the default stream, left free. -1 with an
+# exception set on failure.
+cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
+    cdef AllocError err
+    cdef Block* b = NULL
+    cdef size_t size = round_request(c, nbytes)
+    cdef int64_t before
+    err.kind = ERR_NONE
+    err.status = C_SUCCESS
+    err.requested = nbytes
+    err.ptr = 0
+    if c.torn_down:
+        err.kind = ERR_TORN_DOWN
+        return _raise(c, &err)
+    c.cx.mu.lock()
+    before = c.stats[0][ST_RESERVED_BYTES].current
+    if c.vmm_on:
+        b = vmm_grow(c, POOL_LARGE, 0, size, &err)
+        if b != NULL and b.chunk.holes and vmm_back(c, b, size, &err) != 0:
+            b = NULL
+    else:
+        b = _new_chunk(c, POOL_LARGE, 0, size, &err)
+    before = c.stats[0][ST_RESERVED_BYTES].current - before
+    c.cx.mu.unlock()
+    if b == NULL:
+        return _raise(c, &err)
+    return before
 
 
 
@@ -826,7 +982,7 @@ cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcep
     if not c.cx.mu.try_lock():
         return NULL
     if not c.torn_down:
-        b = _alloc_cached(c, round_request(c, n), n, stream, &fail)
+        b = _alloc_cached(c, round_request(c, n), n, stream, &fail, False)
     c.cx.mu.unlock()
     if b == NULL:
         return NULL

@@ -17,6 +17,7 @@ from libc.string cimport memmove, memset as c_memset
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBUF_SIMPLE
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
+from paddle_rt._core.checked cimport PRT_MAX_BYTES, prt_add_size
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.stream cimport (
@@ -313,11 +314,24 @@ cdef object _plan_copy(CopyOp* op, object dst, object src, object nbytes, object
         for x, what in ((d.size, "dst"), (s.size, "src")):
             if x is not None and n > x:
                 raise errors.InvalidArgument(f"{call}: nbytes={n} is larger than {what} ({x} bytes)")
+    _check_range(d, n, "dst", call)
+    _check_range(s, n, "src", call)
     op.kind = k
     op.dst = <void*>d.ptr
     op.src = <const void*>s.ptr
     op.n = n
     return dev if k != K_H2H else None
+
+
+cdef int _check_range(_End e, object n, str what, str call) except -1:
+    """[ptr, ptr + n) is an address range (checked arithmetic): n at most PRT_MAX_BYTES, no wrap past 2**64."""
+    cdef size_t end
+    if n > PRT_MAX_BYTES:
+        raise errors.InvalidArgument(f"{call}: nbytes = {n} is larger than any memory ({what} {_where(e)})")
+    if prt_add_size(<size_t>e.ptr, <size_t>n, &end):
+        raise errors.InvalidArgument(f"{call}: {what} address {e.ptr:#x} + nbytes {n} wraps around the address "
+                                     f"space")
+    return 0
 
 
 cdef str _where(_End e):
@@ -512,6 +526,7 @@ cdef object _plan_set(CopyOp* op, object dst, object value, object nbytes, Devic
         if d.size is not None and nbytes > d.size:
             raise errors.InvalidArgument(f"{call}: nbytes={nbytes} is larger than dst ({d.size} bytes)")
         n = nbytes
+    _check_range(d, n, "dst", call)
     op.dst = <void*>d.ptr
     op.n = n
     op.value = value

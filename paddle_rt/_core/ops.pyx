@@ -28,6 +28,7 @@ from paddle_rt._core.op_descriptors import (
     RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
     CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor, AddRMSNormDescriptor, SoftmaxDescriptor,
     SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor, EmbeddingDescriptor, BatchAttentionDescriptor,
+    output_layout,
 )
 
 # Descriptors by (device, op, attributes, operand layouts); cleared when it reaches CACHE_LIMIT entries (dynamic
@@ -105,23 +106,21 @@ cdef Tensor _out(object out, Device dev, Stream s, tuple shape, int32_t dtype, s
     cdef int64_t sh[8]
     if out is not None:
         return _tensor(out, op, "out")
+    if len(shape) > MAX_NDIM:
+        raise errors.InvalidArgument(f"{dev}: operator {op}: the output would have {len(shape)} dimensions "
+                                     f"{shape}, more than {MAX_NDIM}")
     for i in range(len(shape)):
         sh[i] = shape[i]
-    return new_tensor(dev, s, len(shape), sh, dtype)
+    return new_tensor(dev, s, len(shape), sh, dtype, f"{dev}: operator {op}: the output")
 
 
-cdef tuple _broadcast_shape(str op, Tensor a, Tensor b):
-    """numpy's broadcast of a's and b's shapes."""
-    cdef int n = a.ndim_ if a.ndim_ > b.ndim_ else b.ndim_, i
-    cdef int64_t x, y
-    out = [0] * n
-    for i in range(n):
-        x = a.shape_[a.ndim_ - n + i] if i >= n - a.ndim_ else 1
-        y = b.shape_[b.ndim_ - n + i] if i >= n - b.ndim_ else 1
-        if x != y and x != 1 and y != 1:
-            raise errors.InvalidArgument(f"ops.{op}: shapes {a.shape} and {b.shape} do not broadcast")
-        out[i] = y if x == 1 else x
-    return tuple(out)
+cdef Tensor _new_out(object out, Device dev, Stream s, str op, tuple inputs):
+    """`out`, or a new tensor with the layout the operator's descriptor derives from `inputs` after checking their
+    rules (op_descriptors.output_layout: the one path both share)."""
+    if out is not None:
+        return _tensor(out, op, "out")
+    shape, dt = output_layout(_handle(dev), op, *inputs)
+    return _out(None, dev, s, tuple(shape), dtype_code_of(dt), op)
 
 
 cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
@@ -134,7 +133,7 @@ cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
     elif ta.ndim_ == tb.ndim_ and memcmp(ta.shape_, tb.shape_, ta.ndim_ * sizeof(int64_t)) == 0:
         to = new_tensor(dev, s, ta.ndim_, ta.shape_, ta.dtype_code)      # the common case: no broadcast
     else:
-        to = _out(None, dev, s, _broadcast_shape(name, ta, tb), ta.dtype_code, name)
+        to = _new_out(None, dev, s, name, (ta, tb))
     cdef bytes k = _key(dev, op, (to, ta, tb), NULL, 0)
     d = _cache.get(k) or _create(k, factory, (_handle(dev), to, ta, tb))
     (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
@@ -205,17 +204,9 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, stream=None):
     cdef double attrs[2]
     attrs[0] = alpha
     attrs[1] = beta
-    if out is None:
-        if ta.ndim_ not in (2, 3) or tb.ndim_ not in (2, 3):
-            raise errors.InvalidArgument(f"{dev}: operator gemm: a {ta.shape} and b {tb.shape} must have 2 or 3 "
-                                         f"dimensions")
-        batch = max(ta.shape[0] if ta.ndim_ == 3 else 1, tb.shape[0] if tb.ndim_ == 3 else 1)
-        shape = (ta.shape[-2], tb.shape[-1])
-        if ta.ndim_ == 3 or tb.ndim_ == 3:
-            shape = (batch,) + shape
-        if beta != 0:
-            raise errors.InvalidArgument(f"{dev}: operator gemm: beta = {beta} reads out, so out must be given")
-    cdef Tensor to = _out(out, dev, s, shape if out is None else (), ta.dtype_code, "gemm")
+    if out is None and beta != 0:
+        raise errors.InvalidArgument(f"{dev}: operator gemm: beta = {beta} reads out, so out must be given")
+    cdef Tensor to = _new_out(out, dev, s, "gemm", (ta, tb))
     cdef bytes k = _key(dev, PADDLE_RT_OP_GEMM, (to, ta, tb), attrs, 2)
     d = _cache.get(k) or _create(k, GemmDescriptor, (_handle(dev), to, ta, tb, alpha, beta))
     (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
@@ -238,8 +229,7 @@ cdef Tensor _norm(int op, str name, factory, tuple ins, double eps, out, stream)
 
 
 def rms_norm(x, weight, eps=1e-6, out=None, stream=None):
-    """out = x / sqrt(mean(x**2, -1) + eps) * weight; weight (d,) of any float dtype (float64 or float32 for float64
-    x)."""
+    """out = x / sqrt(mean(x**2, -1) + eps) * weight; weight (d,) of any float dtype (whatever x's float dtype)."""
     return _norm(PADDLE_RT_OP_RMS_NORM, "rms_norm", RMSNormDescriptor, (x, weight), eps, out, stream)
 
 
@@ -363,8 +353,7 @@ def silu_and_mul(x, out=None, stream=None):
     cdef Tensor tx = _tensor(x, "silu_and_mul", "x")
     cdef Device dev = tx.storage.device
     cdef Stream s = op_stream(dev, stream)
-    cdef Tensor y = _out(out, dev, s, (tx.shape[:-1] + (tx.shape[-1] // 2,)) if (out is None and tx.ndim_) else (),
-                         tx.dtype_code, "silu_and_mul")
+    cdef Tensor y = _new_out(out, dev, s, "silu_and_mul", (tx,))
     _cached(PADDLE_RT_OP_SILU_AND_MUL, SiluAndMulDescriptor, dev, (y, tx), (), NULL, 0).launch(y, (tx,), None, s,
                                                                                              NULL)
     return y
@@ -393,11 +382,7 @@ def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None, window=0):
     cdef Tensor tq = ts[0]
     cdef Device dev = _device("attention", ts)
     cdef Stream s = op_stream(dev, stream)
-    if tq.ndim_ != 3:
-        raise errors.InvalidArgument(f"{dev}: operator attention: q has shape {tq.shape}; it must be (q_heads, seq, "
-                                     f"dim)")
-    cdef Tensor y = _out(out, dev, s, (tq.shape[1], tq.shape[0], tq.shape[2]) if out is None else (), tq.dtype_code,
-                         "attention")
+    cdef Tensor y = _new_out(out, dev, s, "attention", (tq,))
     if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or pos < 0:
         raise errors.InvalidArgument(f"{dev}: operator attention: pos must be an int >= 0, not {pos!r}")
     pos = int(pos)
@@ -477,7 +462,6 @@ def embedding(ids, weight, out=None, stream=None):
     cdef Tensor ti = ts[0], tw = ts[1]
     cdef Device dev = _device("embedding", ts)
     cdef Stream s = op_stream(dev, stream)
-    cdef Tensor y = _out(out, dev, s, (ti.shape + (tw.shape[-1],)) if (out is None and tw.ndim_ == 2) else (),
-                         tw.dtype_code, "embedding")
+    cdef Tensor y = _new_out(out, dev, s, "embedding", (ti, tw))
     _cached(PADDLE_RT_OP_EMBEDDING, EmbeddingDescriptor, dev, (y,) + ts, (), NULL, 0).launch(y, ts, None, s, NULL)
     return y

@@ -1,5 +1,6 @@
 # A loaded plugin: the dlopen handle, the filled interface table, what it reported in the handshake.
 from paddle_rt._core.device_ext cimport C_DeviceInterface
+from paddle_rt._core.includes.vmm_ext cimport prt_vmm_fns
 
 cdef class Plugin:
     cdef void* _dl                    # dlopen handle; plugins are never unloaded (like Paddle)
@@ -20,6 +21,7 @@ cdef class Plugin:
     # paddle_rt's optional extensions (paddle_rt/extension.h), looked up once at load
     cdef readonly bint host_memory    # paddle_rt_ext_host_addressable() said 1: device memory is host memory
     cdef void* ext_ccl_comm_error     # paddle_rt_ext_ccl_comm_error, or NULL
+    cdef prt_vmm_fns vmm              # the virtual-memory extension (paddle_rt_vmm_ext.h): all seven, or all NULL
 
     cdef int ensure_initialized(self) except -1
     cdef int check_process(self) except -1

@@ -11,10 +11,14 @@ import warnings
 
 from libc.stdint cimport int64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport strlen
+from libc.string cimport strlen, memset
 
 from paddle_rt._core.device_ext cimport (
     C_DeviceInterface, CustomRuntimeParams, InitPluginFn, C_Status, C_SUCCESS, C_WARNING,
+)
+from paddle_rt._core.includes.vmm_ext cimport (
+    prt_vmm_fns, paddle_rt_ext_vmm_granularity_fn, paddle_rt_ext_vmm_reserve_fn, paddle_rt_ext_vmm_free_range_fn,
+    paddle_rt_ext_vmm_create_fn, paddle_rt_ext_vmm_release_fn, paddle_rt_ext_vmm_map_fn, paddle_rt_ext_vmm_unmap_fn,
 )
 from paddle_rt._core.includes.dl cimport dlopen, dlsym, dlerror, dlclose, RTLD_NOW, RTLD_LOCAL, RTLD_DEFAULT
 
@@ -232,6 +236,11 @@ cdef class Plugin:
     def initialized(self):
         return self._state == 1
 
+    @property
+    def vmm_extension(self):
+        """True when the plugin exports the virtual-memory extension (all seven calls of paddle_rt_vmm_ext.h)."""
+        return self.vmm.map != NULL
+
     def _finalize(self):
         """Call the plugin's finalize (at interpreter exit, after every device was torn down)."""
         cdef C_Status st = C_SUCCESS
@@ -346,6 +355,19 @@ cdef int _read_extensions(Plugin p) except -1:
             answer = host()
     p.host_memory = answer == 1
     p.ext_ccl_comm_error = dlsym(p._dl, b"paddle_rt_ext_ccl_comm_error")
+    # the virtual-memory extension (paddle_rt/paddle_rt_vmm_ext.h): used only when all seven calls are exported
+    cdef prt_vmm_fns v
+    v.granularity = <paddle_rt_ext_vmm_granularity_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_granularity")
+    v.reserve = <paddle_rt_ext_vmm_reserve_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_reserve")
+    v.free_range = <paddle_rt_ext_vmm_free_range_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_free_range")
+    v.create = <paddle_rt_ext_vmm_create_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_create")
+    v.release = <paddle_rt_ext_vmm_release_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_release")
+    v.map = <paddle_rt_ext_vmm_map_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_map")
+    v.unmap = <paddle_rt_ext_vmm_unmap_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_unmap")
+    if (v.granularity == NULL or v.reserve == NULL or v.free_range == NULL or v.create == NULL or
+            v.release == NULL or v.map == NULL or v.unmap == NULL):
+        memset(&v, 0, sizeof(v))
+    p.vmm = v
     return 0
 
 

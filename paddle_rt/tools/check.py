@@ -42,7 +42,7 @@ _MARK = "@@paddle_rt-check-result@@ "
 #: The check families, in the order they run (conformance first, then the misuse probes): each is a module
 #: ``paddle_rt.tools.<family>`` with a ``CHECKS`` list of :class:`~paddle_rt.tools.check_base.Check` entries. A new
 #: family: a module ``check_<topic>.py`` that imports check_base only, and its name here (before ``check_probes``).
-FAMILIES = ["check_memory", "check_streams", "check_probes"]
+FAMILIES = ["check_memory", "check_streams", "check_vmm", "check_probes"]
 
 _HANDSHAKE = Check("handshake", None, "dlopen, InitPlugin, version and validation (paddle_rt.load_plugin)",
       "fail when Paddle would refuse the plugin (no InitPlugin, old version, device_type NULL, a required hook "

@@ -84,7 +84,9 @@ def row(path, res):
             "peak_reserved": res["peak_reserved"], "device_allocs": res["device_allocs"],
             "paddle_peak": res["paddle"]["peak_reserved"], "paddle_allocs": res["paddle"]["device_allocs"],
             "torch_peak": res["torch"]["peak_reserved"], "torch_allocs": res["torch"]["device_allocs"],
-            "ratio": ratio, "allocs_ok": allocs_ok, "verdict": v}
+            "ratio": ratio, "allocs_ok": allocs_ok, "verdict": v,
+            "maps": res.get("maps", 0), "unmaps": res.get("unmaps", 0), "ns_per_event": res.get("ns_per_event"),
+            "granularity": res.get("config", {}).get("granularity")}
 
 
 def summary(rows):

@@ -258,7 +258,7 @@ def _conf_dict(text):
     return conf
 
 
-def run_once(path, device, conf, trace=None, record=False, progress=None, samples=10_000):
+def run_once(path, device, conf, trace=None, record=False, progress=None, samples=10_000, reserve=0):
     """Replay in this process. Returns a dict of figures, or raises OutOfMemoryError (its ``event`` attribute: the
     index of the allocation that did not fit).
 
@@ -278,6 +278,8 @@ def run_once(path, device, conf, trace=None, record=False, progress=None, sample
         alloc.configure(**conf)
     alloc.reset_peak_stats()
     before = alloc.stats()
+    if reserve:
+        alloc.reserve(reserve)
     table = np.zeros(nslots, dtype=np.uintp)
     n = len(is_alloc)
     if record:
@@ -341,6 +343,7 @@ def run_once(path, device, conf, trace=None, record=False, progress=None, sample
         "ratio": peak_reserved / peak_live if peak_live else float("nan"),
         "device_allocs": after["num_device_alloc"] - before["num_device_alloc"],
         "device_frees": after["num_device_free"] - before["num_device_free"],
+        "maps": after["num_maps"] - before["num_maps"], "unmaps": after["num_unmaps"] - before["num_unmaps"],
         "config": alloc.config(),
     }
     if record:
@@ -370,6 +373,9 @@ def main(argv=None):
     ap.add_argument("--baselines", action="store_true",
                     help="also model Paddle's auto-growth and PyTorch's caching allocator (unbounded device)")
     ap.add_argument("--no-min-capacity", action="store_true", help="skip the minimum-capacity bisection")
+    ap.add_argument("--reserve", default="0", metavar="BYTES",
+                    help="grow the pool by this many bytes (K/M/G suffixes) before the first event "
+                         "(paddle_rt.memory.reserve)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--plot", metavar="OUT.png", default=None,
                     help="draw the memory timeline of the replay and the final segment map (matplotlib)")
@@ -458,17 +464,20 @@ def _main(args):
     progress = None if args.probe else progress_factory(args.progress)
     trace = load_trace(args.trace, progress=progress)
     conf = _conf_dict(args.conf)
+    from paddle_rt._core.alloc_config import parse_size
+    reserve = parse_size("--reserve", args.reserve)
     import paddle_rt
 
     if args.probe:
         try:
-            run_once(args.trace, args.device, conf, trace)
+            run_once(args.trace, args.device, conf, trace, reserve=reserve)
         except paddle_rt.OutOfMemoryError:
             return 3
         return 0
 
     try:
-        res = run_once(args.trace, args.device, conf, trace, record=bool(args.plot), progress=progress)
+        res = run_once(args.trace, args.device, conf, trace, record=bool(args.plot), progress=progress,
+                       reserve=reserve)
     except paddle_rt.OutOfMemoryError as exc:
         return _does_not_fit(args, exc)
     drawing = None

@@ -63,7 +63,7 @@ def view(*sources, output=None, conf=None, baselines=False, device=None, labels=
 
 
 def main(argv=None):
-    from paddle_rt.tools.cli import command_parser, program
+    from paddle_rt.tools.cli import EXIT_OK, EXIT_USAGE, command_parser, error, output_path_problem
     ap = command_parser("view", description=__doc__.split("\n\n")[0].replace("``", ""),
                         epilog="\n\n".join(__doc__.split("\n\n")[1:]).replace("``", ""))
     ap.add_argument("files", nargs="+", metavar="FILE",
@@ -77,7 +77,9 @@ def main(argv=None):
     ap.add_argument("--device", default=None, help="only this device (replays run on it)")
     ap.add_argument("--title", default=None, help="the page's title")
     args = ap.parse_args(argv)
-    prog = f"{program()} view"
+    problem = output_path_problem(args.output, "--output")      # before a long replay, not after it
+    if problem:
+        return error("view", problem)
     from paddle_rt.tools.figures import MissingExtraError
     from paddle_rt.tools.view_data import ViewInputError
     from paddle_rt._core.errors import PaddleRTError
@@ -85,14 +87,12 @@ def main(argv=None):
         page = view(*args.files, output=args.output, conf=args.conf, baselines=args.baselines, device=args.device,
                     title=args.title)
     except (MissingExtraError, ViewInputError, PaddleRTError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
+        return error("view", str(exc), EXIT_USAGE)
     except OSError as exc:
-        print(f"{prog}: {args.output}: cannot write ({exc.strerror or exc})", file=sys.stderr)
-        return 2
+        return error("view", f"--output {args.output}: cannot write ({exc.strerror or exc})", EXIT_USAGE)
     n = len(page.runs)
     print(f"wrote {args.output} ({n} run{'s' if n != 1 else ''}, {len(page.html) / (1 << 20):.1f} MiB)")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

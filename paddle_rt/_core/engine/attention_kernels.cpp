@@ -10,7 +10,8 @@
  * query head h reads kv head h / (q_heads / kv_heads) (grouped-query); scores q.k / sqrt(dim) over the first
  * total = pos + seq cached positions, position j kept for query i iff j <= i + pos (causal); softmax; weighted sum
  * of the cached values; attrs[1] = window (0: every earlier position; w: query i keeps the last w positions up to
- * i + pos, Mistral's sliding window). The work is split over the host thread pool by (kv head, block of 16 queries); each unit
+ * i + pos, Mistral's sliding window). The work is split over the host thread pool by (kv head, block of 16
+ * queries); each unit
  * runs the group's query heads, so a kv head's cached rows are read from cache by all of them. */
 #include <math.h>
 #include <string.h>
@@ -309,8 +310,10 @@ C_Status attend(const paddle_rt_op_call* c, const AttnCall& a) {
             const int64_t P = a.pos[b];
             const int64_t need = i1 + P;                   /* the cached positions this block reads */
             const int64_t qb = L ? b * q.strides[0] : 0, ob = L ? b * out.strides[0] : 0;
-            const char* kbase = static_cast<const char*>(kc.data) + ((L ? b * kc.strides[0] : 0) + g * kc.strides[L]) * es;
-            const char* vbase = static_cast<const char*>(vc.data) + ((L ? b * vc.strides[0] : 0) + g * vc.strides[L]) * es;
+            const char* kbase =
+                static_cast<const char*>(kc.data) + ((L ? b * kc.strides[0] : 0) + g * kc.strides[L]) * es;
+            const char* vbase =
+                static_cast<const char*>(vc.data) + ((L ? b * vc.strides[0] : 0) + g * vc.strides[L]) * es;
             const int64_t padded = (need + kKeys - 1) / kKeys * kKeys;
             /* one query (a decode step; a prefill's last block of one): scores from the key rows where they are */
             const bool rows = direct_kv && i1 - i0 == 1;

@@ -66,6 +66,7 @@
  *   int    rt_cpu_async_memset(int device, void* stream, void* ptr, int value, size_t size)   (C_Status)
  *   size_t rt_cpu_profiler_count(int which)   profiler sessions initialised (0) / collect calls served (1)
  *
+ * The virtual-memory extension (paddle_rt/paddle_rt_vmm_ext.h) is in rt_cpu_vmm.c (see its header comment).
  * paddle_rt's optional extensions (paddle_rt/extension.h): paddle_rt_ext_host_addressable (1: device memory is host
  * memory) and paddle_rt_ext_ccl_comm_error (rt_cpu_ccl.c); from paddle_rt/paddle_rt_ccl_ext.h:
  * paddle_rt_ext_ccl_comm_failure and paddle_rt_ext_ccl_comm_init_rank_mpi (ranks in different processes, with MPI as
@@ -1080,6 +1081,27 @@ static C_Status h_device_memory_deallocate(const C_Device device, void* ptr, siz
   pthread_mutex_unlock(&ds->mu);
   free(ptr);
   return C_SUCCESS;
+}
+
+/* For rt_cpu_vmm.c (rt_cpu_internal.h): physical memory of the virtual-memory extension counts against the device's
+ * capacity like device allocations. */
+int rt_device_charge(int id, size_t size) {
+  rt_device_state* ds = &g_dev[id];
+  pthread_mutex_lock(&ds->mu);
+  if (size > rt_cfg.memory_bytes || ds->live_bytes > rt_cfg.memory_bytes - size) {
+    pthread_mutex_unlock(&ds->mu);
+    return -1;
+  }
+  ds->live_bytes += size;
+  pthread_mutex_unlock(&ds->mu);
+  return 0;
+}
+
+void rt_device_uncharge(int id, size_t size) {
+  rt_device_state* ds = &g_dev[id];
+  pthread_mutex_lock(&ds->mu);
+  ds->live_bytes -= size < ds->live_bytes ? size : ds->live_bytes;
+  pthread_mutex_unlock(&ds->mu);
 }
 
 static C_Status h_device_memory_set(const C_Device device, void* ptr, unsigned char value, size_t size) {

@@ -96,6 +96,13 @@ C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void* arg), void (*cleanu
 /* Monotonic clock in nanoseconds. */
 uint64_t rt_now_ns(void);
 
+/* Device memory accounting, for the virtual-memory layer: charge `size` bytes against device `id`'s capacity (0, or
+ * -1 when it would exceed RT_CPU_MEMORY_BYTES), give them back. */
+int rt_device_charge(int id, size_t size);
+void rt_device_uncharge(int id, size_t size);
+
+/* ---- virtual memory (rt_cpu_vmm.c): a layer of the core; exports paddle_rt_vmm_ext.h, calls only the core ------ */
+
 /* ---- collectives (rt_cpu_ccl.c): a layer of the core; fills the xccl_* hooks ----------------------------------- */
 
 /* The collectives (the order of the ABI's hooks). */

@@ -1,0 +1,294 @@
+"""Expandable segments (allocator + alloc_segment.pyx over rt_cpu's virtual-memory extension): growth in place, donor
+pages, empty_cache, counters, snapshots, the OOM ladder, reserve(), the fallback without the extension, and hypothesis
+properties over random alloc/free/stream histories in both modes."""
+import ctypes
+import gc
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import paddle_rt
+from paddle_rt import plugins
+from paddle_rt._core import alloc_config
+
+MiB = 1 << 20
+G = 2 * MiB          # rt_cpu's default granularity
+
+
+def _lib():
+    lib = ctypes.CDLL(plugins.rt_cpu_path())
+    lib.rt_cpu_vmm_count.restype = ctypes.c_size_t
+    lib.rt_cpu_live_bytes.restype = ctypes.c_size_t
+    return lib
+
+
+@pytest.fixture
+def dev():
+    """rt_cpu:1 with a clean allocator; the test sets the mode."""
+    d = paddle_rt.device("rt_cpu:1")
+    a = paddle_rt.get_allocator(d)
+    gc.collect()
+    a.empty_cache()
+    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
+    assert paddle_rt.memory_reserved(d) == 0
+    a.reset_accumulated_stats()
+    a.reset_peak_stats()
+    yield d
+    gc.collect()
+    a.empty_cache()
+    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
+
+
+def on(d, **kw):
+    a = paddle_rt.get_allocator(d)
+    a.configure(expandable_segments=1, **kw)
+    assert a.config()["expandable_active"] and a.config()["granularity"] == G
+    return a
+
+
+def consistent(d):
+    """Blocks tile each segment; allocated blocks lie over mapped pages; reserved == mapped bytes == what rt_cpu's
+    physical allocations hold for us; allocated bytes agree."""
+    s = paddle_rt.memory_stats(d)
+    snap = paddle_rt.memory_snapshot(d)
+    mapped = 0
+    allocated = 0
+    for seg in snap:
+        pos = seg["address"]
+        for b in seg["blocks"]:
+            assert b["address"] == pos
+            pos += b["size"]
+            if b["state"] == "active_allocated":
+                allocated += b["size"]
+        assert pos == seg["address"] + seg["total_size"]
+        if seg.get("expandable"):
+            pages = set()
+            for off, n in seg["mapped_pages"]:
+                assert off % G == 0 and n % G == 0 and off + n <= seg["total_size"]
+                pages.update(range(off // G, (off + n) // G))
+            assert seg["mapped_size"] == len(pages) * G
+            mapped += seg["mapped_size"]
+            for b in seg["blocks"]:
+                if b["state"] == "active_allocated":
+                    lo = (b["address"] - seg["address"]) // G
+                    hi = (b["address"] + b["size"] - seg["address"] + G - 1) // G
+                    assert set(range(lo, hi)) <= pages, "a live block over an unmapped page"
+        else:
+            mapped += seg["total_size"]
+    assert s["reserved_bytes.all.current"] == mapped
+    assert s["allocated_bytes.all.current"] == allocated
+    assert s["allocated_bytes.all.current"] <= s["reserved_bytes.all.current"]
+    return s
+
+
+def test_grows_in_place_and_reuses_memory(dev):
+    on(dev)
+    lib = _lib()
+    a = paddle_rt.raw_malloc(3 * MiB, dev)
+    s = consistent(dev)
+    assert s["reserved_bytes.all.current"] == 4 * MiB          # two pages, not a chunk of the growth rule
+    assert s["segment.all.current"] == 1 and s["num_device_alloc"] == 2 and s["num_maps"] == 2
+    b = paddle_rt.raw_malloc(3 * MiB, dev)
+    assert b == a + 3 * MiB                                     # the same range, right after the first block
+    s = consistent(dev)
+    assert s["reserved_bytes.all.current"] == 6 * MiB and s["segment.all.current"] == 1
+    ctypes.memset(b, 7, 3 * MiB)                                # the memory is real and writable
+    assert lib.rt_cpu_vmm_count(1, 0) == 6 * MiB
+    paddle_rt.raw_free(a, dev)
+    paddle_rt.raw_free(b, dev)
+    assert paddle_rt.empty_cache(dev) == 6 * MiB
+    s = consistent(dev)
+    assert s["reserved_bytes.all.current"] == 0 and s["segment.all.current"] == 0
+    assert s["num_device_free"] == 3 and lib.rt_cpu_vmm_count(1, 0) == 0 and lib.rt_cpu_vmm_count(1, 3) == 0
+
+
+def test_hole_pages_are_donated_not_created(dev):
+    on(dev)
+    x = paddle_rt.raw_malloc(8 * MiB, dev)
+    y = paddle_rt.raw_malloc(MiB, dev)           # pins the end
+    ctypes.memset(y, 0x3C, MiB)
+    paddle_rt.raw_free(x, dev)                   # a hole of 4 whole pages
+    before = paddle_rt.memory_stats(dev)
+    z = paddle_rt.raw_malloc(12 * MiB, dev)      # does not fit the hole: grows at the end with the hole's pages
+    s = consistent(dev)
+    assert s["num_device_alloc"] - before["num_device_alloc"] == 2     # 12 MiB = 6 pages: 4 donated, 2 new
+    assert s["num_unmaps"] - before["num_unmaps"] == 4
+    assert s["reserved_bytes.all.peak"] <= 10 * MiB + 12 * MiB - 8 * MiB + G
+    assert ctypes.string_at(y, 1) == b"\x3c"       # the live block kept its bytes
+    w = paddle_rt.raw_malloc(6 * MiB, dev)         # best fit: the hole again, its pages mapped back
+    assert w == x
+    ctypes.memset(w, 1, 6 * MiB)
+    consistent(dev)
+    for p in (y, z, w):
+        paddle_rt.raw_free(p, dev)
+    paddle_rt.empty_cache(dev)
+    assert consistent(dev)["reserved_bytes.all.current"] == 0
+
+
+def test_reserve_grows_one_step(dev):
+    on(dev)
+    assert paddle_rt.memory.reserve(10 * MiB, dev) == 10 * MiB
+    s = consistent(dev)
+    assert s["reserved_bytes.all.current"] == 10 * MiB
+    p = paddle_rt.raw_malloc(9 * MiB, dev)
+    assert paddle_rt.memory_stats(dev)["num_device_alloc"] == 5       # served from the reserved pages
+    paddle_rt.raw_free(p, dev)
+    with pytest.raises(paddle_rt.InvalidArgument):
+        paddle_rt.memory.reserve(-1, dev)
+    with pytest.raises(paddle_rt.InvalidArgument):
+        paddle_rt.memory.reserve(1 << 70, dev)
+
+
+def test_reserve_without_segments_is_one_chunk(dev):
+    paddle_rt.get_allocator(dev).configure(expandable_segments=0)
+    assert paddle_rt.memory.reserve(10 * MiB, dev) == 10 * MiB
+    assert paddle_rt.memory_stats(dev)["segment.all.current"] == 1
+
+
+def test_config_values_and_refusal_while_holding(dev):
+    a = paddle_rt.get_allocator(dev)
+    a.configure(expandable_segments="auto")
+    assert a.config()["expandable_segments"] == "auto" and a.config()["expandable_active"]
+    a.configure(expandable_segments=0)
+    assert not a.config()["expandable_active"] and a.config()["granularity"] is None
+    p = paddle_rt.raw_malloc(MiB, dev)
+    with pytest.raises(paddle_rt.InvalidArgument, match="expandable_segments"):
+        a.configure(expandable_segments=1)
+    assert not a.config()["expandable_active"]
+    paddle_rt.raw_free(p, dev)
+    a.empty_cache()
+    a.configure(paddle_compat=1)
+    assert not a.config()["expandable_active"]                  # off in paddle_compat
+    with pytest.raises(paddle_rt.InvalidArgument):
+        a.configure(expandable_segments="sometimes")
+
+
+def test_limit_counts_mapped_bytes_and_oom_ladder(dev):
+    on(dev, limit=8 * MiB)
+    p = paddle_rt.raw_malloc(5 * MiB, dev)
+    with pytest.raises(paddle_rt.OutOfMemoryError):
+        paddle_rt.raw_malloc(5 * MiB, dev)
+    s = consistent(dev)
+    assert s["reserved_bytes.all.current"] <= 8 * MiB and s["num_ooms"] >= 1
+    paddle_rt.raw_free(p, dev)
+    q = paddle_rt.raw_malloc(7 * MiB, dev)           # the freed pages serve it
+    paddle_rt.raw_free(q, dev)
+    consistent(dev)
+
+
+def test_fault_injection_in_map_is_a_plugin_error_and_leaves_state(run_python):
+    code = """
+import os, paddle_rt
+paddle_rt.set_allocator_config(expandable_segments=1)
+p = paddle_rt.raw_malloc(1 << 20)
+os.environ["RT_CPU_FAIL_VMM"] = "map"
+try:
+    paddle_rt.raw_malloc(8 << 20)
+except paddle_rt.PluginError as e:
+    print("plugin error", e)
+os.environ["RT_CPU_FAIL_VMM"] = ""
+q = paddle_rt.raw_malloc(8 << 20)
+paddle_rt.raw_free(p); paddle_rt.raw_free(q)
+paddle_rt.empty_cache()
+print("reserved", paddle_rt.memory_reserved())
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert "plugin error" in r.stdout and "reserved 0" in r.stdout
+
+
+def test_creation_failures_fall_into_the_oom_ladder(run_python):
+    code = """
+import paddle_rt
+paddle_rt.set_allocator_config(expandable_segments=1)
+try:
+    paddle_rt.raw_malloc(8 << 20)
+except paddle_rt.OutOfMemoryError:
+    print("oom")
+print(paddle_rt.memory_stats()["num_ooms"], paddle_rt.memory_reserved())
+"""
+    r = run_python(code, env={"RT_CPU_FAIL_ALLOC_AFTER": "2"})
+    assert r.returncode == 0, r.stderr
+    assert "oom" in r.stdout and r.stdout.split()[-1] == "0"
+
+
+def test_plugin_without_the_extension_falls_back(run_python):
+    code = """
+import paddle_rt
+a = paddle_rt.get_allocator()
+a.configure(expandable_segments="auto")
+print(a.config()["expandable_segments"], a.config()["expandable_active"])
+p = paddle_rt.raw_malloc(3 << 20)
+print(paddle_rt.memory_stats()["num_maps"])
+try:
+    paddle_rt.set_allocator_config(expandable_segments=1)
+except paddle_rt.InvalidArgument as e:
+    print("refused:", e)
+"""
+    r = run_python(code, env={"RT_CPU_VMM": "0"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "auto False" and lines[1] == "0" and lines[2].startswith("refused:")
+
+
+def test_stream_tags_get_ranges_of_their_own(dev):
+    a = on(dev)
+    p = a.raw_malloc(3 * MiB)
+    q = a.raw_malloc(3 * MiB, stream=0x5000)
+    snap = paddle_rt.memory_snapshot(dev)
+    assert len(snap) == 2 and sorted(seg["stream"] for seg in snap) == [0, 0x5000]
+    assert all(seg["expandable"] and seg["mapped_size"] == 4 * MiB for seg in snap)
+    a.raw_free(p)
+    a.raw_free(q)
+    consistent(dev)
+    paddle_rt.empty_cache(dev)
+    assert paddle_rt.memory_snapshot(dev) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hypothesis: random histories of allocations and frees (on two stream tags), in both modes.
+ops = st.lists(st.tuples(st.sampled_from(["alloc", "free"]), st.integers(1, 24 * MiB), st.integers(0, 1)),
+               min_size=1, max_size=40)
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(history=ops)
+def test_random_histories_keep_every_byte(mode, history):
+    d = paddle_rt.device("rt_cpu:1")
+    a = paddle_rt.get_allocator(d)
+    gc.collect()
+    a.empty_cache()
+    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
+    a.configure(expandable_segments=mode)
+    live = {}
+    tag = 0
+    try:
+        for op, n, stream in history:
+            if op == "alloc" or not live:
+                p = a.raw_malloc(n, stream=stream * 0x1000)
+                # no overlap with any live block, and the memory is there: write its ends
+                for q, m in live.items():
+                    assert p + n <= q or q + m <= p
+                ctypes.memset(p, tag & 0xFF, 1)
+                ctypes.memset(p + n - 1, tag & 0xFF, 1)
+                live[p] = n
+                tag += 1
+            else:
+                p = sorted(live)[n % len(live)]
+                a.raw_free(p)
+                del live[p]
+            s = consistent(d)
+            assert s["allocated_bytes.all.current"] >= sum(live.values())
+        for p in list(live):
+            a.raw_free(p)
+        live.clear()
+        a.empty_cache()
+        s = consistent(d)
+        assert s["reserved_bytes.all.current"] == 0 and s["allocated_bytes.all.current"] == 0
+        assert _lib().rt_cpu_vmm_count(1, 0) == 0
+    finally:
+        for p in live:
+            a.raw_free(p)
+        a.empty_cache()
+        a.configure(**{k: None for k in alloc_config.CONF_KEYS})

@@ -1,0 +1,218 @@
+"""rt_cpu's virtual-memory extension (paddle_rt/paddle_rt_vmm_ext.h, plugins/rt_cpu/rt_cpu_vmm.c), called directly.
+
+Each test runs in a child process (rt_cpu reads its environment once per process): paddle_rt is imported there so
+that rt_cpu is loaded and initialised, and the extension's functions are called through ctypes on the same library.
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = textwrap.dedent("""
+    import ctypes, os
+    import paddle_rt
+    from paddle_rt import plugins
+    paddle_rt.malloc(1)                        # loads and initialises rt_cpu
+    lib = ctypes.CDLL(plugins.rt_cpu_path())
+    class Dev(ctypes.Structure):
+        _fields_ = [("id", ctypes.c_int)]
+    dev0 = Dev(0)
+    D = ctypes.byref(dev0)
+    vp = ctypes.c_void_p
+    for n in ("granularity", "reserve", "free_range", "create", "release", "map", "unmap"):
+        getattr(lib, "paddle_rt_ext_vmm_" + n).restype = ctypes.c_int
+    lib.rt_cpu_vmm_count.restype = ctypes.c_size_t
+    lib.rt_cpu_live_bytes.restype = ctypes.c_size_t
+    OK, FAILED, ERR = 0, 2, 3
+    def gran():
+        g = ctypes.c_size_t()
+        assert lib.paddle_rt_ext_vmm_granularity(D, ctypes.byref(g)) == OK
+        return g.value
+    def reserve(n):
+        b = vp()
+        assert lib.paddle_rt_ext_vmm_reserve(D, ctypes.c_size_t(n), ctypes.byref(b)) == OK
+        return b.value
+    def create(n):
+        h = vp()
+        st = lib.paddle_rt_ext_vmm_create(D, ctypes.c_size_t(n), ctypes.byref(h))
+        return st, h.value
+    def vmap(base, off, h, n):
+        return lib.paddle_rt_ext_vmm_map(D, vp(base), ctypes.c_size_t(off), vp(h), ctypes.c_size_t(n))
+    def unmap(base, off, n):
+        return lib.paddle_rt_ext_vmm_unmap(D, vp(base), ctypes.c_size_t(off), ctypes.c_size_t(n))
+    def release(h):
+        return lib.paddle_rt_ext_vmm_release(D, vp(h))
+    def free_range(base, n):
+        return lib.paddle_rt_ext_vmm_free_range(D, vp(base), ctypes.c_size_t(n))
+""")
+
+
+def run(body, env=None, expect_rc=0):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("RT_CPU_")}
+    e.update({k: str(v) for k, v in (env or {}).items()})
+    e.setdefault("PADDLE_RT_ALLOC_CONF", "expandable_segments:0")
+    p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], env=e, capture_output=True, text=True,
+                       timeout=120)
+    if expect_rc is not None:
+        assert p.returncode == expect_rc, p.stdout + p.stderr
+    return p
+
+
+def test_granularity_default_and_env():
+    run("assert gran() == 2 << 20")
+    run("assert gran() == 64 << 10", env={"RT_CPU_VMM_GRANULARITY": "64K"})
+    p = run("assert gran() == 2 << 20", env={"RT_CPU_VMM_GRANULARITY": "3000"})
+    assert "RT_CPU_VMM_GRANULARITY" in p.stderr
+
+
+def test_bytes_survive_unmap_and_remap_elsewhere():
+    run("""
+        G = gran()
+        base = reserve(8 * G)
+        st, h = create(G)
+        assert st == OK and h
+        assert vmap(base, 0, h, G) == OK
+        ctypes.memset(base, 0x5A, G)
+        ctypes.memmove(base + 100, b"hello", 5)
+        assert unmap(base, 0, G) == OK
+        assert vmap(base, 5 * G, h, G) == OK            # the same physical memory at another offset
+        assert ctypes.string_at(base + 5 * G + 100, 5) == b"hello"
+        assert ctypes.string_at(base + 5 * G, 1) == b"\\x5a"
+        other = reserve(2 * G)                            # ... and in another range
+        assert unmap(base, 5 * G, G) == OK
+        assert vmap(other, G, h, G) == OK
+        assert ctypes.string_at(other + G + 100, 5) == b"hello"
+        assert unmap(other, G, G) == OK
+        assert release(h) == OK
+        assert free_range(base, 8 * G) == OK and free_range(other, 2 * G) == OK
+        assert lib.rt_cpu_vmm_count(0, 3) == 0
+    """)
+
+
+def test_refusals_change_nothing():
+    run("""
+        G = gran()
+        base = reserve(4 * G)
+        st, h = create(2 * G)
+        st2, h2 = create(G)
+        assert st == OK and st2 == OK
+        assert vmap(base, G // 2, h, 2 * G) == ERR         # misaligned offset
+        assert vmap(base, 3 * G, h, 2 * G) == ERR          # leaves the range
+        assert vmap(base, 0, h, G) == ERR                  # not the allocation's size
+        assert vmap(base, 0, h, 2 * G) == OK
+        assert vmap(base, G, h2, G) == ERR                 # double map: a page of the span is mapped
+        assert vmap(base, 2 * G, h, 2 * G) == ERR          # the allocation is mapped already
+        assert unmap(base, 2 * G, G) == ERR                # unmap of something unmapped
+        assert unmap(base, 0, G) == ERR                    # part of a mapping
+        assert release(h) == ERR                           # still mapped
+        assert free_range(base, 4 * G) == ERR              # a mapping inside
+        ctypes.memset(base, 1, 2 * G)                      # still mapped and usable after every refusal
+        assert unmap(base, 0, 2 * G) == OK
+        assert release(h) == OK and release(h2) == OK
+        assert release(h) == ERR                           # double release
+        assert free_range(base, 4 * G) == OK
+        assert free_range(base, 4 * G) == ERR
+        st, _ = create(G + 4096)                           # not whole granules
+        assert st == ERR
+    """)
+
+
+def test_capacity_counts_physical_bytes():
+    run("""
+        G = gran()
+        live0 = lib.rt_cpu_live_bytes(0)
+        hs = []
+        while True:
+            st, h = create(G)
+            if st != OK:
+                break
+            hs.append(h)
+        assert st == FAILED
+        assert len(hs) == (64 << 20) // G - (live0 + G - 1) // G or len(hs) == ((64 << 20) - live0) // G
+        assert lib.rt_cpu_vmm_count(0, 0) == len(hs) * G
+        assert lib.rt_cpu_live_bytes(0) == live0 + len(hs) * G
+        for h in hs:
+            assert release(h) == OK
+        assert lib.rt_cpu_live_bytes(0) == live0 and lib.rt_cpu_vmm_count(0, 1) == 0
+        base = reserve(1 << 40)                            # address space costs no capacity
+        assert free_range(base, 1 << 40) == OK
+    """, env={"RT_CPU_MEMORY_BYTES": "64M"})
+
+
+def test_fault_injection_covers_the_calls():
+    run("""
+        G = gran()
+        st, h = create(G)
+        assert st == FAILED and not h                      # every allocation after the first fails
+    """, env={"RT_CPU_FAIL_ALLOC_AFTER": "1"})
+    run("""
+        G = gran()
+        st, h = create(G)
+        assert st == OK and not h                          # the lie of RT_CPU_OOM_NULL
+    """, env={"RT_CPU_FAIL_ALLOC_AFTER": "1", "RT_CPU_OOM_NULL": "1"})
+    run("""
+        G = gran()
+        base = reserve(2 * G)
+        st, h = create(G)
+        assert vmap(base, 0, h, G) == ERR                  # injected
+        os.environ["RT_CPU_FAIL_VMM"] = "unmap"
+        assert vmap(base, 0, h, G) == OK
+        assert unmap(base, 0, G) == ERR
+        os.environ["RT_CPU_FAIL_VMM"] = ""
+        assert unmap(base, 0, G) == OK
+    """, env={"RT_CPU_FAIL_VMM": "reserve2,map"})
+    run("""
+        g = ctypes.c_size_t()
+        assert lib.paddle_rt_ext_vmm_granularity(D, ctypes.byref(g)) == ERR
+    """, env={"RT_CPU_VMM": "0"})
+
+
+def test_touching_an_unmapped_page_faults():
+    p = run("""
+        G = gran()
+        base = reserve(2 * G)
+        ctypes.memset(base + G, 1, 1)
+    """, expect_rc=None, env={"PADDLE_RT_FAULT_HANDLER": "0"})
+    assert p.returncode != 0, p.stdout + p.stderr
+
+
+def test_lie_mode_loses_bytes():
+    run("""
+        G = gran()
+        base = reserve(2 * G)
+        st, h = create(G)
+        assert vmap(base, 0, h, G) == OK
+        ctypes.memset(base, 7, 16)
+        assert unmap(base, 0, G) == OK and vmap(base, G, h, G) == OK
+        assert ctypes.string_at(base + G, 1) == b"\\x00"
+    """, env={"RT_CPU_VMM_LIE": "remap"})
+
+
+def test_threads_map_and_unmap_concurrently():
+    run("""
+        import threading
+        G = gran()
+        base = reserve(64 * G)
+        errors = []
+        def worker(k):
+            try:
+                for i in range(50):
+                    st, h = create(G)
+                    assert st == OK
+                    off = (k * 8 + i % 8) * G
+                    assert vmap(base, off, h, G) == OK
+                    ctypes.memset(base + off, k, G)
+                    assert ctypes.string_at(base + off + G - 1, 1) == bytes([k])
+                    assert unmap(base, off, G) == OK
+                    assert release(h) == OK
+            except BaseException as e:
+                errors.append(e)
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        assert not errors, errors
+        assert lib.rt_cpu_vmm_count(0, 1) == 0 and lib.rt_cpu_vmm_count(0, 2) == 0
+    """)
