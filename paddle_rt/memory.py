@@ -1,5 +1,5 @@
 """Memory API: the caching allocator of each device (see :mod:`paddle_rt._core.allocator` for the policy and the
-``PADDLE_RT_ALLOC_CONF`` keys), and its history:
+``PADDLE_RT_ALLOC_CONF`` keys), and its history::
 
     paddle_rt.memory.record_history()            # start recording allocator events (with Python stacks)
     ...

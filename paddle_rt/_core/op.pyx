@@ -548,7 +548,7 @@ cdef class OpDescriptor:
             self.workspace_size = ws(&self.call) if ws != NULL else 0
             self._generation = _generation         # picked (a failure leaves it stale: picked again next call)
             return 0
-        # float64 with scalars the hook would round: the host kernel where there is one, else the hook (README limit)
+        # float64 with scalars the hook would round: the host kernel where there is one, else the hook (docs/operators.md)
         if op == PADDLE_RT_OP_AXPBY and dev.iface.blas_axpby != NULL and (
                 _axpby_hook_serves(dtype, self.call.attrs) or (dtype == FLOAT64 and not host)):
             self.hook = HOOK_AXPBY

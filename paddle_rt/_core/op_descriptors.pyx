@@ -650,7 +650,7 @@ cdef class AttentionDescriptor(OpDescriptor):
 cdef class EmbeddingDescriptor(OpDescriptor):
     """``EmbeddingDescriptor(handle, out, ids, weight)`` (InfiniCore's Embedding, torch's embedding):
     out[i...] = weight[ids[i...]]; ids of any shape (int32/int64), weight (vocab, dim) of a float dtype, out
-    (*ids.shape, dim) in weight's dtype. An id outside [0, vocab) makes the call fail on the stream
+    ``(*ids.shape, dim)`` in weight's dtype. An id outside [0, vocab) makes the call fail on the stream
     (InvalidArgument naming the id at the next synchronize), and nothing is written."""
     def __init__(self, Handle handle, out, ids, weight):
         cdef _Rules r = _Rules(handle, "embedding")

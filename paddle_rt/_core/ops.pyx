@@ -285,8 +285,8 @@ def random_sample(logits, *, random_val=None, seed=None, topp=1.0, topk=0, tempe
 def axpby(x, y, alpha=1.0, beta=1.0, stream=None):
     """y = alpha * x + beta * y in place; returns y. Runs the plugin's blas_axpby in float32, and in float64 when
     alpha and beta are float32 values (the hook takes them as C floats); otherwise the host kernel on host-addressable
-    devices. On other devices a float64 call keeps the hook, with alpha and beta rounded to float32 (README,
-    Operators), and float16/bfloat16 need a registered or plugin kernel (NotSupportedError otherwise)."""
+    devices. On other devices a float64 call keeps the hook, with alpha and beta rounded to float32
+    (docs/operators.md), and float16/bfloat16 need a registered or plugin kernel (NotSupportedError otherwise)."""
     cdef Tensor tx = _tensor(x, "axpby", "x"), ty = _tensor(y, "axpby", "y")
     cdef Device dev = _device("axpby", (tx, ty))
     cdef Stream s = op_stream(dev, stream)
@@ -456,7 +456,7 @@ def linear(x, weight, bias=None, out=None, stream=None):
 
 def embedding(ids, weight, out=None, stream=None):
     """``embedding(ids, weight, out=None, stream=None) -> out`` (torch's embedding, InfiniCore's Embedding): rows of
-    weight (vocab, dim) by ids (any shape, int32/int64); out (*ids.shape, dim). An id outside [0, vocab) fails at the
+    weight (vocab, dim) by ids (any shape, int32/int64); out ``(*ids.shape, dim)``. An id outside [0, vocab) fails at the
     next synchronize (InvalidArgument naming the id) and writes nothing."""
     cdef tuple ts = _tensors("embedding", (ids, weight), ("ids", "weight"))
     cdef Tensor ti = ts[0], tw = ts[1]
