@@ -10,7 +10,7 @@ from paddle_rt._core.errors import (
     PaddleRTError, PluginLoadError, PluginNotFoundError, NotASharedLibraryError, MissingEntryPointError,
     PluginVersionError, PluginRefusedError, MissingHookError, DuplicateDeviceTypeError, PluginError,
     OutOfMemoryError, InvalidArgument, DeviceError, NotSupportedError, StreamError, ForkError, CollectiveError,
-    CollectiveTimeout, ProfilerError,
+    CollectiveTimeout, ProfilerError, StreamInvalidArgument, StreamOutOfMemoryError, StreamNotSupportedError,
 )
 try:
     from paddle_rt._core.plugin import (
@@ -70,6 +70,7 @@ __all__ = [
     "PluginVersionError", "PluginRefusedError", "MissingHookError", "DuplicateDeviceTypeError", "PluginError",
     "OutOfMemoryError", "InvalidArgument", "DeviceError", "NotSupportedError", "StreamError", "ForkError",
     "CollectiveError", "CollectiveTimeout", "ProfilerError",
+    "StreamInvalidArgument", "StreamOutOfMemoryError", "StreamNotSupportedError",
     "Plugin", "load_plugin", "list_plugins", "device_types", "REQUIRED_HOOKS", "ALL_HOOKS",
     "Device", "device", "devices", "device_count", "get_device", "set_device", "synchronize",
     "reinitialize_after_fork", "get_include", "get_include_dirs", "get_cython_include", "ccl", "profiler",

@@ -1,7 +1,7 @@
-"""``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, capture, bench, check, plot."""
+"""``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, capture, bench, check, plot, view."""
 import sys
 
-from paddle_rt.tools.cli import program
+from paddle_rt.tools.cli import EXIT_USAGE, program, run_command
 
 
 def _info(args):
@@ -28,6 +28,7 @@ COMMANDS = {
     "capture": (_forward("capture"), "record the allocation log of a PyTorch CPU program (torch's profiler)"),
     "check": (_forward("check"), "conformance checks for a plugin .so (each check in a child process)"),
     "plot": (_forward("plot"), "memory timeline and segment map of a snapshot, a profiler trace or an allocation log"),
+    "view": (_forward("view"), "an interactive memory viewer page (HTML, offline) of snapshots, histories, logs, traces"),
     "bench": (_forward("bench"), "run the benchmark suite: each figure with its target, met or missed"),
 }
 
@@ -37,7 +38,9 @@ def usage(prog):
     lines = [f"usage: {prog} COMMAND [OPTIONS...]", "",
              "paddle_rt: a device runtime for PaddlePaddle custom-device plugins (bundled: rt_cpu).", "", "commands:"]
     lines += [f"  {name:8s} {text}" for name, (_, text) in COMMANDS.items()]
-    lines += ["", f"`{prog} COMMAND --help` lists the command's options and their defaults."]
+    lines += ["", f"`{prog} COMMAND --help` lists the command's options and their defaults; `{prog} --version` "
+                  "prints the version.", "Exit statuses: 0 done, 1 a reported failure (check, bench, capture), 2 "
+                  "nothing done (a wrong argument or input), 3 replay: does not fit (docs/cli.md)."]
     return "\n".join(lines)
 
 
@@ -47,19 +50,23 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(prog))
         return 0
+    if argv[0] == "--version":
+        from paddle_rt import __version__
+        print(f"{prog} {__version__}")
+        return 0
     if argv[0] not in COMMANDS:
         what = "option" if argv[0].startswith("-") else "command"
         print(f"{prog}: unknown {what} {argv[0]!r}; the commands are {', '.join(COMMANDS)} (see `{prog} --help`)",
               file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     fn, _ = COMMANDS[argv[0]]
     try:
-        return fn(argv[1:]) or 0
+        return run_command(argv[0], fn, argv[1:])
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("paddle_rt.tools."):
             print(f"{prog}: the command {argv[0]!r} is not available in this build ({exc.name} missing)",
                   file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         raise
 
 

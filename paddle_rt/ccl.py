@@ -1,5 +1,7 @@
 """Collectives (facade over paddle_rt._core.ccl): communicators and collectives over a plugin's xccl hooks.
 
+One thread may issue every rank's call::
+
     comms = paddle_rt.ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])      # InfiniCCL's CommInitAll
     for c, buf in zip(comms, bufs):                                     # one thread issues every rank
         paddle_rt.ccl.all_reduce(buf, buf, "sum", comm=c, dtype="float32")

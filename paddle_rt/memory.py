@@ -1,5 +1,5 @@
 """Memory API: the caching allocator of each device (see :mod:`paddle_rt._core.allocator` for the policy and the
-``PADDLE_RT_ALLOC_CONF`` keys), and its history:
+``PADDLE_RT_ALLOC_CONF`` keys), and its history::
 
     paddle_rt.memory.record_history()            # start recording allocator events (with Python stacks)
     ...
@@ -7,6 +7,7 @@
     paddle_rt.memory.dump_trace("mem.csv.gz")    # the allocations and frees as an allocation log: python -m
                                                  # paddle_rt replay mem.csv.gz
     paddle_rt.memory.record_history(False)       # stop (what was recorded stays until the next start)
+    paddle_rt.memory.view(output="mem.html")     # the interactive viewer page of the history (the `view` extra)
 """
 import collections
 import json
@@ -26,7 +27,7 @@ __all__ = [
     "Allocation", "DeviceAllocator", "malloc", "free", "raw_malloc", "raw_free", "malloc_host", "memory_stats",
     "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "reset_allocator", "empty_cache", "memory_snapshot", "set_allocator_config",
-    "allocator_config", "get_allocator", "ALLOC_CONF_KEYS", "dump_trace", "reserve",
+    "allocator_config", "get_allocator", "ALLOC_CONF_KEYS", "dump_trace", "view", "reserve",
 ]
 
 
@@ -40,7 +41,7 @@ def reserve(nbytes, device=None):
 
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
 SNAPSHOT_VERSION = 1
-_TRACE_KEYS = ("addr", "size", "stream", "time_ns", "frames")
+_TRACE_KEYS = ("addr", "size", "requested", "stream", "time_ns", "frames")
 
 
 class _History:
@@ -133,10 +134,12 @@ def history():
 
         {"format": "paddle_rt.memory_snapshot", "version": 1,
          "devices": {"rt_cpu:0": {"segments": [...memory_snapshot() of the device...],
-                                  "trace": [{"action", "addr", "size", "stream", "time_ns", "frames"}, ...],
+                                  "trace": [{"action", "addr", "size", "requested", "stream", "time_ns",
+                                             "frames"}, ...],
                                   "stats": {...memory_stats() of the device...}}}}
 
     ``action`` is alloc, free, segment_alloc, segment_free, oom or empty_cache (``size`` is the bytes released);
+    ``requested`` is the bytes asked for (an alloc or oom; 0 for the others);
     ``frames`` are ``{"filename", "line", "name"}``, innermost first. Pinned host memory appears as a device named
     ``"<device>/pinned"``."""
     from paddle_rt._core import allocator as _alloc
@@ -216,3 +219,14 @@ def dump_trace(path, device=None):
     log = alloc_log.from_recording(events[name], f"dump_trace({name})")
     allocs, peak = alloc_log.write(path, log, f"dump_trace({name})")
     return os.fspath(path), allocs, peak
+
+
+def view(*sources, output=None, conf=None, baselines=False, device=None, labels=None, title=None):
+    """The interactive memory viewer (``paddle-rt view``; needs plotly: ``pip install "paddle_rt[view]"``): a
+    self-contained HTML page of ``sources`` (paths of snapshots, recorded histories, allocation logs or profiler
+    traces, or :func:`history` dicts; with none, this process's current :func:`history`). Returns the page (its
+    ``html``, ``save(path)``; Jupyter shows it inline); ``output``: also write it there. ``conf``: the allocator
+    configurations an allocation log is replayed under (one run each, in a child process); ``baselines``: add
+    Paddle's and PyTorch's allocator models' runs of a log. See the docs' viewer page."""
+    from paddle_rt.tools.view import view as _view
+    return _view(*(sources or (history(),)), output=output, conf=conf, baselines=baselines, device=device, labels=labels, title=title)

@@ -22,7 +22,7 @@ from paddle_rt._core.op_descriptors import (  # noqa: F401
     RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
     CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor,
     AddRMSNormDescriptor, SoftmaxDescriptor, SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor,
-    EmbeddingDescriptor,
+    EmbeddingDescriptor, BatchAttentionDescriptor,
 )
 
 
@@ -45,5 +45,5 @@ __all__ = [
     "RMSNormDescriptor", "LayerNormDescriptor", "CausalSoftmaxDescriptor", "RoPEDescriptor",
     "RandomSampleDescriptor",
     "AddRMSNormDescriptor", "SoftmaxDescriptor", "SiluAndMulDescriptor", "KVCachingDescriptor",
-    "AttentionDescriptor", "EmbeddingDescriptor",
+    "AttentionDescriptor", "EmbeddingDescriptor", "BatchAttentionDescriptor",
 ]

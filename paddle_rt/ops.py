@@ -4,11 +4,12 @@ stream of the operands' device). Descriptors are cached by (op, shapes, strides,
 from paddle_rt._core.ops import (  # noqa: F401
     add, sub, mul, gemm, rms_norm, layer_norm, causal_softmax, swiglu, rope, rearrange, relu, gelu, silu,
     random_sample, axpby, cache_info, clear_cache, CACHE_LIMIT,
-    add_rms_norm, softmax, silu_and_mul, kv_caching, attention, embedding,
+    add_rms_norm, softmax, silu_and_mul, kv_caching, attention, embedding, batch_attention, linear,
 )
 
 __all__ = [
     "add", "sub", "mul", "gemm", "rms_norm", "layer_norm", "causal_softmax", "swiglu", "rope", "rearrange", "relu",
     "gelu", "silu", "random_sample", "axpby", "cache_info", "clear_cache",
-    "add_rms_norm", "softmax", "silu_and_mul", "kv_caching", "attention", "embedding",
+    "add_rms_norm", "softmax", "silu_and_mul", "kv_caching", "attention", "embedding", "batch_attention",
+    "linear",
 ]

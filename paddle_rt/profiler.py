@@ -1,4 +1,4 @@
-"""Profiler: allocator events and stream work, exported as a Chrome trace.
+"""Profiler: allocator events and stream work, exported as a Chrome trace::
 
     with paddle_rt.profiler.profile() as prof:
         ...

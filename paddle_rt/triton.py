@@ -19,8 +19,8 @@ On a device whose memory the host cannot address, ``launch`` needs a compiled Tr
 *tensors)`` runs it through the launcher NineToothed generated. ``paddle_rt.op.register_triton`` makes a Triton kernel
 the kernel of one of paddle_rt's operators (:func:`register_op`).
 
-Needs the ``triton`` extra: ``pip install torch==2.13.0+cpu`` first (the CPU wheel), then ``pip install
-'paddle_rt[triton]'`` (triton, ninetoothed).
+Needs the ``triton`` extra: PyTorch's CPU wheel first (docs/installation.md, "PyTorch's CPU wheel", has the command),
+then ``pip install 'paddle_rt[triton]'`` (triton, ninetoothed).
 """
 import ast
 import ctypes

@@ -20,12 +20,12 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN_SOURCES = os.path.join(REPO_ROOT, "tests", "plugins")
-# The workload traces: RMM allocation logs of real PyTorch workloads that some tests and benchmarks replay (README,
+# The workload traces: RMM allocation logs of real PyTorch workloads that some tests and benchmarks replay (docs/tools.md,
 # "Trace files"). They are not in the repository: $PADDLE_RT_TRACES names their folder, else shared/traces beside the
 # checkout. Tests that need them skip with TRACES_MISSING.
 TRACES = os.environ.get("PADDLE_RT_TRACES") or os.path.normpath(os.path.join(REPO_ROOT, "..", "shared", "traces"))
 TRACES_MISSING = (f"the workload traces are not in {TRACES}: set PADDLE_RT_TRACES to the folder holding them "
-                  "(README, 'Trace files')")
+                  "(docs/tools.md, 'Trace files')")
 skip_without_traces = pytest.mark.skipif(not os.path.exists(os.path.join(TRACES, "resnet18_train.csv.gz")),
                                          reason=TRACES_MISSING)
 

@@ -96,9 +96,10 @@ def kv_caching(k_cache, v_cache, k, v, past):
     return kc, vc
 
 
-def attention(q, k, v, k_cache, v_cache, pos):
+def attention(q, k, v, k_cache, v_cache, pos, window=0):
     """InfiniCore's attention: k, v appended to the first pos cached positions; causal grouped-query attention with
-    scale 1/sqrt(dim); out (seq, q_heads, dim)."""
+    scale 1/sqrt(dim); out (seq, q_heads, dim). window > 0: query i keeps only positions > i + pos - window
+    (transformers' sliding_window_overlay)."""
     nq, seq, dim = q.shape
     nkv = k.shape[0]
     K = np.concatenate([f64(k_cache)[:, :pos], f64(k)], axis=1)
@@ -107,6 +108,8 @@ def attention(q, k, v, k_cache, v_cache, pos):
     group = nq // nkv
     out = np.empty((seq, nq, dim))
     mask = np.arange(total)[None, :] > (np.arange(seq)[:, None] + pos)
+    if window:
+        mask |= np.arange(total)[None, :] <= (np.arange(seq)[:, None] + pos - window)
     for h in range(nq):
         sc = f64(q[h]) @ K[h // group].T / np.sqrt(dim)
         sc[mask] = -np.inf

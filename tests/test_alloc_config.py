@@ -183,3 +183,42 @@ def test_resolve_growth_rules_and_keys():
 def test_resolve_refuses_a_zero_small_chunk():
     with pytest.raises(InvalidArgument, match="small_chunk must be positive"):
         ac.resolve({"small_chunk": 0})
+
+
+# -- what the mutation run (docs/testing.md) found untested ------------------------------------------------------------
+def test_booleans_are_bools_not_sizes():
+    out = ac.normalize({"paddle_compat": "1", "small_borrow": "0"}, "s")
+    assert out["paddle_compat"] is True and out["small_borrow"] is False      # 1 == True: `is` tells them apart
+    with pytest.raises(InvalidArgument) as e:
+        ac.normalize({"small_borrow": "2"}, "s")
+    assert str(e.value) == "allocator config small_borrow: expected 0 or 1, got '2'"
+
+
+def test_max_split_size_takes_a_size():
+    assert ac.normalize({"max_split_size": "1m"}, "s") == {"max_split_size": MiB}
+    assert ac.normalize({"max_split_size": 4096}, "s") == {"max_split_size": 4096}
+    with pytest.raises(InvalidArgument) as e:
+        ac.normalize({"max_split_size": "x"}, "s")
+    assert str(e.value).startswith("allocator config max_split_size: 'x' is not a size")
+
+
+def test_messages_name_the_key_and_the_source():
+    cases = [({"limit": "12 parsecs"}, "allocator config limit: '12 parsecs' is not a size"),
+             ({"chunk_size": "x"}, "allocator config chunk_size: 'x' is not a size"),
+             ({"limit": 1.5}, "src: allocator config limit: a fraction must be in (0, 1], got 1.5"),
+             ({"grow_requests": -1}, f"src: allocator config grow_requests: expected 0 to {1 << 40}, got -1"),
+             ({"growth": "x"}, "src: allocator config growth: expected adaptive, exact or fixed, got 'x'")]
+    for conf, start in cases:
+        with pytest.raises(InvalidArgument) as e:
+            ac.normalize(conf, "src")
+        assert str(e.value).startswith(start), str(e.value)
+    with pytest.raises(InvalidArgument) as e:
+        ac.parse_env({"PADDLE_RT_ALLOC_CONF": "limit:1:2"})
+    assert str(e.value).startswith("allocator config limit: '1:2' is not a size")
+    with pytest.raises(InvalidArgument) as e:
+        ac.resolve({"small_chunk": 0})
+    assert str(e.value) == "allocator config small_chunk must be positive"
+
+
+def test_whole_sizes_are_exact_beyond_float_precision():
+    assert ac.parse_size("chunk_size", "9007199254740993") == 9007199254740993     # 2**53 + 1

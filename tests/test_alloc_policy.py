@@ -3,6 +3,7 @@ effective configuration), the growth rule of alloc_policy.chunk_for_miss on smal
 targets on the corpus of bench/traces and ../shared/traces (issue 22: device allocations <= PyTorch's, peak reserved
 <= 1.15 x Paddle's auto-growth, the full goal of 1.02 x on most)."""
 import gc
+import math
 import os
 
 import pytest
@@ -434,34 +435,61 @@ CORPUS = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The traces where the default misses a target (bench/RESULTS.md, issue 22; the README states them): peak reserved over
 # 1.15 x Paddle's, or device allocations over PyTorch's.
 KNOWN_MISSES = set()
-GOAL_AT_LEAST = 21       # traces at the full goal (peak <= 1.02 x Paddle's and allocations <= PyTorch's), of 27
+# The full goal's target is the corpus tool's own (corpus.GOAL_SHARE of the traces, 80%), not a count taken from one
+# run. Today's default misses it (21 of 27, 78%: bench/RESULTS.md), so that assertion is a strict xfail: it turns into
+# a failure the day the target is met, and the mark must then go.
+GOAL_SHARE_MISSED = True
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not all(os.path.isdir(d) for d in CORPUS), reason="bench/traces or ../shared/traces missing")
-def test_default_policy_on_the_corpus(d1):
-    """Issue 22: with the default configuration, on each log of bench/traces and ../shared/traces (reset_allocator
-    between replays gives fresh-process figures, see below): device allocations <= PyTorch's caching allocator model
-    and peak reserved <= 1.15 x Paddle's auto-growth model everywhere but the known misses, and the full goal
-    (<= 1.02 x) on at least GOAL_AT_LEAST traces."""
+def _corpus_verdicts(d1):
+    """[(trace name, corpus verdict, ratio, device allocations, PyTorch's)] of the default on every log of CORPUS
+    (reset_allocator between replays gives fresh-process figures, see below)."""
     from paddle_rt.tools import corpus
-    beyond, goal, names = [], 0, []
+    out = []
     for path in corpus.corpus_files(CORPUS):
-        name = corpus.trace_name(path)
-        names.append(name)
         trace = replay.load_trace(path)
         paddle = replay.run_model(replay.PaddleAutoGrowthModel(256, 0), trace)
         torch = replay.run_model(replay.TorchCachingModel(), trace)
         paddle_rt.reset_allocator(d1)
         r = replay.run_once(None, "rt_cpu:1", {}, trace)
-        ratio, allocs_ok, verdict = corpus.verdict(r["peak_reserved"], r["device_allocs"], paddle["peak_reserved"],
-                                                   torch["device_allocs"])
-        goal += verdict == "goal"
-        if verdict == "MISS":
-            beyond.append((name, round(ratio, 3), r["device_allocs"], torch["device_allocs"]))
-    assert len(names) >= 27
+        ratio, _, verdict = corpus.verdict(r["peak_reserved"], r["device_allocs"], paddle["peak_reserved"],
+                                           torch["device_allocs"])
+        out.append((corpus.trace_name(path), verdict, round(ratio, 3), r["device_allocs"], torch["device_allocs"]))
+    return out
+
+
+_CORPUS_CACHE = {}
+
+
+@pytest.fixture
+def corpus_verdicts(d1):
+    if "v" not in _CORPUS_CACHE:
+        _CORPUS_CACHE["v"] = _corpus_verdicts(d1)
+    return _CORPUS_CACHE["v"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(os.path.isdir(d) for d in CORPUS), reason="bench/traces or ../shared/traces missing")
+def test_default_policy_on_the_corpus(corpus_verdicts):
+    """Issue 22: with the default configuration, on each log of bench/traces and ../shared/traces: device allocations
+    <= PyTorch's caching allocator model and peak reserved <= 1.15 x Paddle's auto-growth model everywhere but the
+    known misses."""
+    assert len(corpus_verdicts) >= 27
+    beyond = [v for v in corpus_verdicts if v[1] == "MISS"]
     assert {b[0] for b in beyond} <= KNOWN_MISSES, beyond
-    assert goal >= GOAL_AT_LEAST
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(os.path.isdir(d) for d in CORPUS), reason="bench/traces or ../shared/traces missing")
+@pytest.mark.xfail(GOAL_SHARE_MISSED, strict=True, reason="the default reaches the full goal on 21 of 27 traces (78%) "
+                                                          "against the 80% target (bench/RESULTS.md)")
+def test_default_policy_meets_the_full_goal_share(corpus_verdicts):
+    """The full goal (peak <= 1.02 x Paddle's, allocations <= PyTorch's) on at least corpus.GOAL_SHARE of the traces:
+    the bound the corpus tool's verdict ("targets met") uses."""
+    from paddle_rt.tools import corpus
+    goal = sum(v[1] == "goal" for v in corpus_verdicts)
+    assert goal >= math.ceil(corpus.GOAL_SHARE * len(corpus_verdicts)), \
+        [v for v in corpus_verdicts if v[1] != "goal"]
 
 
 @skip_without_traces

@@ -542,10 +542,7 @@ static C_Status err_alloc(const C_Device device, void** ptr, size_t size) {
   return tp_device_memory_allocate(device, ptr, size);
 }
 void InitPlugin(CustomRuntimeParams* params) {
-  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
-  params->device_type = (char*)DEVICE_TYPE;
-  params->sub_device_type = (char*)SUB_DEVICE_TYPE;
-  tp_fill_required(params->interface);
+  TP_INIT_PLUGIN(params);  /* version, type names, the ten required hooks (tp_common.h) */
   params->interface->device_memory_allocate = err_alloc;
 }
 ''')
@@ -554,7 +551,7 @@ void InitPlugin(CustomRuntimeParams* params) {
     r = subprocess.run(["gcc", "-std=gnu11", "-O1", "-shared", "-fPIC", "-pthread", f"-I{include_dir()}", f"-I{tp}",
                         str(src), "-o", str(out)], capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot build the test plugin: {r.stderr}")
+        pytest.fail(f"cannot build the test plugin (a broken test plugin is a failure, not a skip): {r.stderr}")
     return paddle_rt.load_plugin(str(out))
 
 

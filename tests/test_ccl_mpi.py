@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -125,51 +124,47 @@ def test_wait_timeout_across_processes_asks_the_peers():
     assert out.count("asked over MPI: rank(s) 2 had not reached collective #0") == 2, out
 
 
-def _timed_ranks(n, scenario, env):
-    t0 = time.monotonic()
-    rc, out = run_ranks(n, scenario, env=env, keep_going=True, timeout=120)
-    return rc, out, time.monotonic() - t0
+# A limit no run reaches: where a test shows that something ends without waiting for the collective limit, the
+# limit is an hour and the job's own timeout (run_ranks) a few minutes, so waiting for the limit fails the test
+# (TimeoutExpired) whatever the machine's load. No wall-clock figure is asserted.
+NEVER_MS = "3600000"
 
 
 def test_exit_after_a_dead_peer_does_not_hang():
     """A rank exits without MPI_Finalize; the survivors raise CollectiveError naming it and then leave Python
-    normally: MPI_Finalize's collective step, which would wait for ever for the dead rank, is skipped (measured: the
-    whole job ends about 1 s after the 3 s limit; before, the survivors hung in MPI_Finalize)."""
-    rc, out, took = _timed_ranks(3, "exit_after_dead_peer", {"RT_CPU_CCL_TIMEOUT_MS": "3000"})
+    normally: MPI_Finalize's collective step, which would wait for ever for the dead rank, is skipped (a hang there
+    ends in run_ranks' TimeoutExpired)."""
+    rc, out = run_ranks(3, "exit_after_dead_peer", env={"RT_CPU_CCL_TIMEOUT_MS": "3000"}, keep_going=True)
     assert ok_ranks(out, "exit_after_dead_peer") == [0, 1], out
     assert "rank(s) 2 did not join it" in out, out
-    assert took < 60, (took, out)
 
 
 def test_without_disable_auto_cleanup_mpich_ends_the_job_when_a_rank_exits():
-    t0 = time.monotonic()
-    rc, out = run_ranks(3, "exit_after_dead_peer", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"}, timeout=120)
-    took = time.monotonic() - t0
+    """The survivors are ended by MPICH (they print nothing, raise nothing), not failed by the collective limit, which
+    is an hour here: were they left to it, the job would not end before run_ranks' timeout."""
+    rc, out = run_ranks(3, "exit_after_dead_peer", env={"RT_CPU_CCL_TIMEOUT_MS": NEVER_MS})
     assert rc in (3, 9), out          # the leaving rank's code, or the SIGKILL that ended the others
     assert ok_ranks(out, "exit_after_dead_peer") == [] and "raised" not in out, out
-    assert took < 15, (took, out)
 
 
 @pytest.mark.parametrize("keep_going", [False, True])
 def test_a_rank_killed_by_a_signal_ends_the_job(keep_going):
     """What the README says MPICH does: a rank killed with SIGKILL makes MPICH's process manager end the others
-    (with or without -disable-auto-cleanup) before any exception; the job ends at once with the signal's code."""
-    t0 = time.monotonic()
-    rc, out = run_ranks(3, "killed", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"}, keep_going=keep_going, timeout=120)
-    took = time.monotonic() - t0
+    (with or without -disable-auto-cleanup) before any exception; the job ends with the signal's code (the collective
+    limit is an hour: the survivors were ended, not failed)."""
+    rc, out = run_ranks(3, "killed", env={"RT_CPU_CCL_TIMEOUT_MS": NEVER_MS}, keep_going=keep_going)
     assert rc == 9, out
     assert ok_ranks(out, "killed") == [] and "raised" not in out, out
-    assert took < 15, (took, out)     # far below the 20 s collective limit: the survivors were ended, not failed
 
 
 def test_exit_after_a_timed_out_wait_is_prompt():
-    """Work.wait(1) times out while the plugin's own limit is 60 s: exit aborts the collective instead of waiting for
-    that limit (issue 27, item 5), and the absent rank's normal exit meets the others in MPI_Finalize."""
-    rc, out, took = _timed_ranks(3, "exit_after_timeout", {"RT_CPU_CCL_TIMEOUT_MS": "60000"})
+    """Work.wait(1) times out while the plugin's own limit is an hour: exit aborts the collective instead of waiting
+    for that limit (issue 27, item 5; waiting would end in run_ranks' TimeoutExpired), and the absent rank's normal exit
+    meets the others in MPI_Finalize."""
+    rc, out = run_ranks(3, "exit_after_timeout", env={"RT_CPU_CCL_TIMEOUT_MS": NEVER_MS}, keep_going=True)
     assert rc == 0, out
     assert ok_ranks(out, "exit_after_timeout") == [0, 1, 2], out
     assert out.count("did not complete within 1 s") == 2, out
-    assert took < 45, (took, out)
 
 
 # -- one process (MPI's singleton init, in a child so that the test process stays without MPI) --------------------------

@@ -1,6 +1,5 @@
 """Collectives on paddle_rt.Tensor (dtype and count from the tensor, recorded on the collective's stream), and the
 end of a communicator after a failure: abort, destroy and interpreter exit return promptly."""
-import time
 
 import numpy as np
 import pytest
@@ -129,13 +128,13 @@ def test_destroy_after_a_timed_out_wait_aborts_instead_of_waiting_for_the_plugin
     with pytest.raises(ccl.CollectiveTimeout) as ei:
         w.wait(timeout=0.3)
     assert ei.value.missing_ranks == [1]
-    t0 = time.monotonic()
     cs[0].destroy()                                           # RT_CPU_CCL_TIMEOUT_MS is 30 s by default
-    took = time.monotonic() - t0
-    assert took < 10, took
+    # the order of events, not the time taken: when destroy returns, the collective is over, and it ended by the abort
+    # destroy made (its reason), not by the plugin's time limit
     assert w.done()
-    with pytest.raises(ccl.CollectiveError, match="aborted"):
+    with pytest.raises(ccl.CollectiveError) as ei:
         w.wait()
+    assert "aborted" in str(ei.value) and "time" not in str(ei.value).split("aborted")[0], str(ei.value)
     cs[1].destroy()
 
 
@@ -156,9 +155,9 @@ def test_abort_fails_the_waiting_collective_and_puts_the_comm_in_error():
 
 
 def test_exit_after_a_timed_out_collective_is_prompt_and_quiet(run_python):
-    """A process that caught CollectiveTimeout exits at once, without an error at exit (before: it waited for the
-    plugin's limit, here 60 s, then printed the collective's failure)."""
-    t0 = time.monotonic()
+    """A process that caught CollectiveTimeout exits without waiting for the plugin's limit (an hour here: waiting
+    would end in run_python's TimeoutExpired), without an error at exit (before: it waited for the limit, then printed
+    the collective's failure)."""
     res = run_python("""
         import paddle_rt
         from paddle_rt import ccl
@@ -168,11 +167,9 @@ def test_exit_after_a_timed_out_collective_is_prompt_and_quiet(run_python):
             ccl.all_reduce(b, b, comm=comms[0], dtype="float32").wait(1)
         except ccl.CollectiveTimeout as e:
             print("TIMEOUT", e.missing_ranks)
-    """, env={"RT_CPU_CCL_TIMEOUT_MS": 60000}, timeout=120)
-    took = time.monotonic() - t0
+    """, env={"RT_CPU_CCL_TIMEOUT_MS": 3600000}, timeout=240)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "TIMEOUT [1]" in res.stdout
-    assert took < 30, took
     assert "at exit" not in res.stderr, res.stderr
 
 

@@ -29,11 +29,12 @@ OPTIONS = {
 
 def cli():
     """(argv prefix, program name) of the command under test: the console script installed beside this Python when
-    the paddle_rt under test is an installed one, else ``python -m paddle_rt``."""
+    the paddle_rt under test is an installed one, else ``python -m paddle_rt``; the program calls itself
+    ``paddle-rt`` either way (one name in every message)."""
     script = os.path.join(os.path.dirname(sys.executable), "paddle-rt")
     if os.path.exists(script) and os.path.realpath(package_parent()) != os.path.realpath(REPO_ROOT):
         return [script], "paddle-rt"
-    return [sys.executable, "-m", "paddle_rt"], "python -m paddle_rt"
+    return [sys.executable, "-m", "paddle_rt"], "paddle-rt"
 
 
 def run_cli(args, cwd, timeout=300, env=None):

@@ -75,6 +75,17 @@ def test_corpus_bad_folders_are_one_line(tmp_path, args, expect):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and expect in r.stderr
 
 
+def test_a_missing_folder_does_not_abort_the_corpus(folder):
+    """One folder missing (or empty): reported on one line, the other folders still run, the status is 2 at the end."""
+    (folder / "empty").mkdir()
+    r = run(["--corpus", "nowhere", "logs", "empty", "--json"], folder)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "paddle-rt replay: --corpus nowhere: no such folder (skipped; the other folders run)",
+        "paddle-rt replay: --corpus empty holds no allocation log (.csv or .csv.gz) (skipped; the other folders run)"]
+    assert [row["trace"] for row in json.loads(r.stdout)["rows"]] == ["large", "small"]
+
+
 def test_trace_and_corpus_exclude_each_other(folder):
     r = run(["logs/large.csv", "--corpus", "logs"], folder)
     assert r.returncode == 2 and "give one TRACE or --corpus" in r.stderr

@@ -342,8 +342,17 @@ def test_synchronize_without_synchronize_device(td_min):
 
 
 def test_synchronize_with_noop_streams(build_plugin):
+    """A plugin whose streams are NULL handles (no-ops): the device's synchronize still waits for the work paddle_rt
+    queued on its streams."""
     paddle_rt.load_plugin(build_plugin("variant", {"DEVICE_TYPE": dtype("td_nullstream"), "NULL_STREAMS": None}))
-    paddle_rt.device("td_nullstream:0").synchronize()
+    dev = paddle_rt.device("td_nullstream:0")
+    s = paddle_rt.Stream(dev)
+    gate, ran = threading.Event(), []
+    s.add_callback(lambda: (gate.wait(30), ran.append("callback")))
+    threading.Timer(0.05, gate.set).start()
+    dev.synchronize()
+    assert ran == ["callback"]          # synchronize returned after the queued work, not before
+    s.close()
 
 
 def test_memory_info_without_stats_is_zero(td_min):

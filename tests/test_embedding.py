@@ -1,5 +1,5 @@
-"""Embedding as the README documents it: a user's Cython extensions (the README's allocator and stream blocks, as
-printed) built with the README's setup.py in a folder of their own against the paddle_rt under test (the installed
+"""Embedding as docs/embedding.md documents it: a user's Cython extensions (the page's allocator and stream blocks, as
+printed) built with the page's setup.py in a folder of their own against the paddle_rt under test (the installed
 package in CI), then imported and run."""
 import os
 import re
@@ -10,19 +10,23 @@ import sys
 import pytest
 
 from conftest import package_parent
-from test_readme import readme_blocks
+from conftest import REPO_ROOT
 
 import paddle_rt
 
 
+EMBEDDING_PAGE = os.path.join(REPO_ROOT, "docs", "embedding.md")
+
+
 def _named_blocks():
-    """{file name: code} of the README's blocks whose first line is a comment naming their file."""
+    """{file name: code} of docs/embedding.md's blocks whose first line is a comment naming their file."""
+    with open(EMBEDDING_PAGE, encoding="utf-8") as f:
+        text = f.read()
     out = {}
-    for lang in ("cython", "py"):
-        for _, code in readme_blocks(lang):
-            m = re.match(r"#\s*([\w.]+\.(?:pyx|py))\b", code)
-            if m:
-                out[m.group(1)] = code
+    for lang, code in re.findall(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", text, re.S | re.M):
+        m = re.match(r"#\s*([\w.]+\.(?:pyx|py))\b", code)
+        if lang in ("cython", "py") and m:
+            out[m.group(1)] = code
     return out
 
 
@@ -42,15 +46,15 @@ def test_include_dirs_hold_every_header_the_pxd_files_include():
         assert any(os.path.exists(os.path.join(d, h)) for d in dirs), f"{h} is in none of {dirs}"
 
 
-def test_readme_names_the_embedding_files():
+def test_embedding_page_names_the_embedding_files():
     blocks = _named_blocks()
     for name in ("setup.py", "alloc_ext.pyx", "stream_ext.pyx", "use_ext.py"):
-        assert name in blocks, f"README has no block starting '# {name}'"
+        assert name in blocks, f"docs/embedding.md has no block starting '# {name}'"
     assert "get_include_dirs()" in blocks["setup.py"]
 
 
 @pytest.mark.slow
-def test_user_extension_builds_from_the_readme_and_runs(tmp_path):
+def test_user_extension_builds_from_the_embedding_page_and_runs(tmp_path):
     if shutil.which(os.environ.get("CXX", "g++")) is None and shutil.which("c++") is None:
         pytest.skip("no C++ compiler")
     pytest.importorskip("Cython")

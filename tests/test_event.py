@@ -141,13 +141,17 @@ def test_record_on_closed_stream_raises():
 def test_event_outlives_streams_and_queued_waits():
     a, b = Stream(), Stream()
     gate = threading.Event()
-    a.add_callback(gate.wait, 30)
+    order = []
+    a.add_callback(lambda: (gate.wait(30), order.append("a")))
     e = Event()
     e.record(a)
     e.wait(b)
+    b.add_callback(order.append, "b")
     del e               # queued operations keep the event's state alive
     gate.set()
     b.synchronize()
+    # b's work after the wait ran after a's work before the record: the wait held though the Event object was gone
+    assert order == ["a", "b"]
     a.close()
     b.close()
 

@@ -284,7 +284,7 @@ BAD_CHECKPOINTS = {
     "unknown_architecture": (_config_edit(architectures=["GPT2LMHeadModel"], model_type="gpt2"),
                              "unknown architecture GPT2LMHeadModel"),
     "heads_not_multiple": (_config_edit(num_key_value_heads=3), "not a multiple of num_key_value_heads"),
-    "rope_scaling": (_config_edit(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn'"),
+    "rope_scaling": (_config_edit(rope_scaling={"rope_type": "longrope", "factor": 4.0}), "rope type 'longrope'"),
     "no_weights": (lambda f: (f / "model.safetensors").unlink(), "model.safetensors: missing"),
     "corrupt_weights": (lambda f: _write(f / "model.safetensors", "garbage"), "not a readable safetensors file"),
     "truncated_weights": (lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:999]),
@@ -346,7 +346,8 @@ def test_cli_error_from_the_command_line(tmp_path):
     """As users run it: a missing folder gives one line on stderr, nothing on stdout, exit status 2."""
     res = run_cli(["--model", "nowhere", "--prompt-ids", "1", "--max-new-tokens", "2"], cwd=tmp_path)
     assert res.returncode == 2 and res.stdout == ""
-    assert res.stderr == "generate.py: error: nowhere: no such checkpoint folder\n"
+    assert res.stderr == (f"generate.py: error: nowhere: no such checkpoint folder (a random one: python "
+                          f"{os.path.relpath(os.path.join(EXAMPLE_DIR, 'make_checkpoint.py'), tmp_path)} nowhere)\n")
 
 
 def test_bench_llm_area_rows(monkeypatch):
@@ -355,8 +356,19 @@ def test_bench_llm_area_rows(monkeypatch):
     from paddle_rt.bench import llm
     monkeypatch.setattr(llm, "CONFIGS", {"tiny": dict(SHAPES["gqa_tied"][0], max_position_embeddings=256)})
     monkeypatch.setattr(llm, "PROMPT_LEN", 8)
-    rows = llm.measure(quick=True, reps=1, sizes=("tiny",))
+    rows = llm.measure(quick=True, reps=1, sizes=("tiny",), families=())
     assert [r["unit"] for r in rows] == ["tok/s", "x", "ms", "x"]
     assert all(r["area"] == "llm" and r["value"] > 0 for r in rows)
     assert rows[1]["target"] == ">= 1x" and rows[3]["target"] == "<= 1.1x"
     assert "greedy tokens equal" in rows[1]["note"]
+
+
+def test_bench_llm_family_rows(monkeypatch):
+    """A row per family and batch size, against transformers' batched generate, tokens compared."""
+    from paddle_rt.bench import llm
+    monkeypatch.setattr(llm, "CONFIGS", {"tiny": dict(SHAPES["gqa_tied"][0], max_position_embeddings=256)})
+    monkeypatch.setattr(llm, "PROMPT_LEN", 8)
+    rows = llm.measure(quick=True, reps=1, sizes=("tiny",), families=("qwen2", "mistral"), batches=(1, 3))[4:]
+    assert [r["name"] for r in rows] == [f"decode vs transformers, {f} tiny, batch {b}" for f in ("qwen2", "mistral")
+                                         for b in (1, 3)]
+    assert all(r["target"] == ">= 1x" and r["value"] > 0 and "greedy tokens equal" in r["note"] for r in rows)

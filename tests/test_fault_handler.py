@@ -1,8 +1,11 @@
 """paddle_rt/_core/fault_handler.c: a fatal signal inside a plugin hook prints one line naming the plugin, the hook
 and the device, then the handler installed before runs (Python's faulthandler here); PADDLE_RT_FAULT_HANDLER=0 turns
 it off. Each crash happens in a child process (tests/plugins/vendor.c's SEGV switches)."""
+import os
 import re
 import signal
+
+import pytest
 
 LINE = re.compile(r"^paddle_rt: fatal signal (\w+) inside plugin '([^']+)' \((.+)\), hook (\w+), device (.+)$", re.M)
 
@@ -101,3 +104,44 @@ a.free()
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["1", "True"]
     assert "paddle_rt:" not in res.stderr
+
+
+ABORT_IN_MALLOC = """
+import paddle_rt
+p = paddle_rt.load_plugin({so!r})
+d = paddle_rt.device("{name}:0")
+print("before", flush=True)
+paddle_rt.malloc(2 << 20, device=d)      # crashy.c aborts above 1 MiB
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize("opt", ["-O2", "-O3"])
+def test_abort_moved_to_a_cold_section_names_the_hook(tmp_path, run_python, opt):
+    """gcc -O2/-O3 moves a hook's abort path into `hook.cold`, below every hook's entry point: the fault line still
+    names the hook (the frame's function from the plugin's symbols, .cold/.part/.isra folded into it), not "unknown"
+    as the nearest-entry-point rule gave."""
+    import shutil
+    import subprocess
+
+    from conftest import include_dir
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.fail("no C compiler: the test plugins need one")
+    so = tmp_path / f"libcrashy{opt[1:]}.so"
+    here = os.path.join(os.path.dirname(__file__), "plugins")
+    subprocess.run([cc, "-std=gnu11", opt, "-shared", "-fPIC", "-pthread", f"-I{include_dir()}", f"-I{here}",
+                    f'-DDEVICE_TYPE="cold{opt[2:]}"', os.path.join(here, "crashy.c"), "-o", str(so)], check=True)
+    syms = subprocess.run(["nm", str(so)], capture_output=True, text=True, check=True).stdout
+    cold = [ln for ln in syms.splitlines() if ln.endswith("crashy_device_memory_allocate.cold")]
+    if not cold:
+        pytest.fail(f"gcc {opt} did not move the abort path out (no .cold symbol): nothing to show\n{syms}")
+    entry = [ln for ln in syms.splitlines() if ln.endswith(" crashy_device_memory_allocate")]
+    assert int(cold[0].split()[0], 16) < int(entry[0].split()[0], 16)      # below the hook: the old rule's blind spot
+    res = crash(run_python, so, f"cold{opt[2:]}", code=ABORT_IN_MALLOC, env={"PYTHONFAULTHANDLER": None})
+    assert res.returncode == -signal.SIGABRT, res.stderr
+    lines = LINE.findall(res.stderr)
+    assert len(lines) == 1, res.stderr
+    sig, plugin, path, hook, device = lines[0]
+    assert (sig, plugin, hook) == ("SIGABRT", f"cold{opt[2:]}", "device_memory_allocate"), res.stderr

@@ -72,6 +72,7 @@ print("used", pool.stats()["used_mem_current"])
 """
 
 
+@pytest.mark.smoke
 def test_oom_ladder_keeps_blocks_freed_during_its_wait(run_python):
     """Cause (a): the OOM ladder waited (GIL released) for a snapshot of the streams, then gave back every cached block,
     including one freed meanwhile whose record_stream use had not run: another allocation got that memory and the
@@ -132,6 +133,7 @@ print("used", pool.stats()["used_mem_current"], pool.stats()["cached"])
 """
 
 
+@pytest.mark.smoke
 def test_close_while_another_thread_records_an_event(run_python):
     """Cause (b): Event.record_on checked the stream open, released the GIL (create_event), then used the stream's
     freed context (SIGSEGV). Now: StreamError for a plain record; the pool's internal-dependency path skips a stream
@@ -177,6 +179,7 @@ def test_forked_child_gets_fork_error_from_malloc_async(run_python):
     assert "child 0" in res.stdout, res.stdout
 
 
+@pytest.mark.smoke
 def test_close_without_wait_drops_queued_work():
     """close(wait=False): the running operation finishes, queued callbacks/copies/memsets never run, events recorded
     after them complete (nobody waits forever), memory freed on the stream goes back."""
@@ -212,6 +215,7 @@ def test_close_without_wait_drops_queued_work():
     assert pool.stats()["reserved_mem_current"] == 0
 
 
+@pytest.mark.smoke
 def test_close_races_close_and_synchronize():
     """Two threads close one stream while a third synchronizes it: one close does the work, the other returns once
     the stream is closed; synchronize returns or raises StreamError (never a crash)."""
@@ -278,3 +282,23 @@ def test_exit_after_ctrl_c_abandons_queued_work(tmp_path, package_parent_dir):
     assert "KeyboardInterrupt" in err
     ran = count.read_bytes().count(b"x") if count.exists() else 0
     assert ran < 100, ran                       # of 600 queued callbacks
+
+
+NORMAL_EXIT_CHILD = r"""
+import os, sys, time, paddle_rt
+counter = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+s = paddle_rt.Stream()
+for i in range(20):
+    s.add_callback(lambda: (os.write(counter, b"x"), time.sleep(0.01)))
+"""
+
+
+def test_normal_exit_still_waits_for_queued_work(tmp_path, package_parent_dir):
+    """The end of the program (no unhandled exception) keeps the documented wait: every queued callback runs."""
+    script = tmp_path / "child.py"
+    script.write_text(NORMAL_EXIT_CHILD)
+    count = tmp_path / "count"
+    res = subprocess.run([sys.executable, str(script), str(count)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=package_parent_dir), cwd=package_parent_dir)
+    assert res.returncode == 0, res.stderr
+    assert count.read_bytes().count(b"x") == 20

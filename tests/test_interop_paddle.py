@@ -101,8 +101,15 @@ def test_small_computation_on_device(device_root):
         y = paddle.to_tensor(b, place=place)
         try:
             z = x + y
-        except Exception as e:  # Paddle may lack kernels for a kernel-less custom device
-            print("NO-KERNELS", type(e).__name__, str(e).splitlines()[0][:200])
+        except Exception as e:
+            # only the one expected failure: Paddle has no kernel of `add` registered for a kernel-less custom
+            # device ("kernel ... is not registered" / "not found"); anything else (a crash of the copy, a wrong
+            # status from the plugin) is a failure of this test
+            text = str(e)
+            if "kernel" not in text.lower() or not any(w in text for w in ("not registered", "not found",
+                                                                              "NotFound", "Unimplemented")):
+                raise
+            print("NO-KERNELS", type(e).__name__, text.splitlines()[0][:200])
         else:
             assert np.allclose(z.numpy(), a + b)
             print("COMPUTED", z.place)
@@ -144,7 +151,7 @@ def test_paddle_and_paddle_rt_share_one_instance(tmp_path, paddle_available):
     try:
         import paddle_rt  # noqa: F401  (only to know whether the Cython core is built)
     except Exception as e:  # pragma: no cover - depends on the build state of the tree
-        pytest.skip(f"paddle_rt does not import: {e}")
+        pytest.fail(f"paddle_rt does not import (a broken build is a failure, not a skip): {e}")
     root = tmp_path / "root"
     root.mkdir()
     os.symlink(PLUGIN, root / "librt_cpu.so")

@@ -9,7 +9,7 @@ from paddle_rt import memory, profiler
 from paddle_rt._core import trace
 from paddle_rt.bench import _alloc_kernels as _bench_alloc
 
-TRACE_KEYS = {"action", "addr", "size", "stream", "time_ns", "frames"}
+TRACE_KEYS = {"action", "addr", "size", "requested", "stream", "time_ns", "frames"}
 SEGMENT_KEYS = {"address", "total_size", "stream", "segment_type", "allocated_size", "active_size",
                 "requested_size", "blocks"}
 ACTIONS = {"alloc", "free", "segment_alloc", "segment_free", "oom", "empty_cache"}
@@ -49,6 +49,7 @@ def test_snapshot_round_trip(tmp_path):
     allocs = [e for e in tr if e["action"] == "alloc"]
     assert [e["addr"] for e in allocs] == [a.ptr, b.ptr]
     assert [e["size"] for e in allocs] == [paddle_rt.get_allocator("rt_cpu:0").round_size(n) for n in (1000, 3000)]
+    assert [e["requested"] for e in allocs] == [1000, 3000]
     assert [e["addr"] for e in tr if e["action"] == "free"] == [a.ptr]
     times = [e["time_ns"] for e in tr]
     assert times == sorted(times)
@@ -228,3 +229,18 @@ def test_dump_trace_without_history_or_with_two_devices_is_refused(tmp_path):
     assert (tmp_path / "x.csv").read_text().splitlines()[1].split(",")[2:] == ["allocate", hex(b.ptr), "100", "0"]
     a.free()
     b.free()
+
+
+def test_clear_history_while_recording_forgets_what_the_recorder_still_holds():
+    """clear_history() while recording first takes what the recorder holds but has not delivered yet: those events
+    happened before the clear and must not come back after it."""
+    memory.record_history()
+    try:
+        paddle_rt.malloc(7168, "rt_cpu:0").free()      # recorded, possibly not delivered yet
+        memory.clear_history()
+        paddle_rt.malloc(9216, "rt_cpu:0").free()
+        sizes = [e["size"] for e in dev_trace(memory.history()) if e["action"] == "alloc"]
+        assert 9216 in sizes and 7168 not in sizes
+    finally:
+        memory.record_history(False)
+        memory.clear_history()

@@ -59,9 +59,7 @@ def test_add_rms_norm_residual_in_place(rng):
 
 def test_add_rms_norm_strided(rng):
     base = rand((2, 2, 12), "float32", rng)        # InfiniCore's (12, 8, 1) strides for (2, 2, 4)
-    a_t = paddle_rt.as_strided(T(base), (2, 2, 4), (12, 8, 1)) if hasattr(paddle_rt, "as_strided") else None
-    if a_t is None:
-        pytest.skip("as_strided not yet available")
+    a_t = paddle_rt.as_strided(T(base), (2, 2, 4), (12, 8, 1))
     b = rand((2, 2, 4), "float32", rng)
     w = rand((4,), "float32", rng)
     y, r = ops.add_rms_norm(a_t, T(b), T(w))
@@ -355,3 +353,121 @@ def test_refused_op_calls_name_the_rule_and_write_nothing(i):
 
 def test_bad_call_table_size():
     assert len(_bad_calls()) == 13
+
+
+# -- the families' operators: sliding window, batch_attention, linear, per-head RMSNorm ------------------------------
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("nq,nkv,seq,dim,pos,window", [(8, 2, 20, 16, 5, 7), (4, 4, 1, 8, 30, 4), (4, 1, 3, 64, 70, 1),
+                                                       (6, 3, 40, 8, 0, 100)])
+def test_attention_sliding_window(dtype, nq, nkv, seq, dim, pos, window, rng):
+    """window w: query i sees only the last w positions up to its own (a window larger than the sequence is none;
+    1: itself only); the prefill (seq > 1, transposed keys) and decode (seq 1, key rows) paths both."""
+    q = rand((nq, seq, dim), dtype, rng, 0.5)
+    k, v = rand((nkv, seq, dim), dtype, rng, 0.5), rand((nkv, seq, dim), dtype, rng, 0.5)
+    kc, vc = rand((nkv, pos + seq, dim), dtype, rng, 0.5), rand((nkv, pos + seq, dim), dtype, rng, 0.5)
+    y = ops.attention(T(q), T(k), T(v), T(kc), T(vc), pos, window=window)
+    want = ref.attention(q, k, v, kc, vc, pos, window)
+    check(y.numpy(), want, dtype, 2)
+    if window < pos + seq:        # the window changes the result (the test would catch a window ignored)
+        assert np.abs(want - ref.attention(q, k, v, kc, vc, pos)).max() > 1e-3
+
+
+def batch_attention_ref(q, kc, vc, pos, window):
+    b, nq, seq, dim = q.shape
+    return np.stack([ref.attention(q[i], kc[i][:, pos[i]:pos[i] + seq], vc[i][:, pos[i]:pos[i] + seq], kc[i],
+                                   vc[i], pos[i], window) for i in range(b)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("pos_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("b,nq,nkv,seq,dim,window", [(3, 4, 2, 1, 16, 0), (4, 8, 1, 1, 64, 5), (2, 6, 3, 7, 8, 0),
+                                                      (5, 4, 4, 2, 32, 3)])
+def test_batch_attention(dtype, pos_dtype, b, nq, nkv, seq, dim, window, rng):
+    """Each sequence at its own position reads only its own cache row, up to its own position."""
+    cap = 50
+    q = rand((b, nq, seq, dim), dtype, rng, 0.5)
+    kc, vc = rand((b, nkv, cap, dim), dtype, rng, 0.5), rand((b, nkv, cap, dim), dtype, rng, 0.5)
+    pos = rng.integers(0, cap - seq, b).astype(pos_dtype)
+    pos[0] = 0
+    y = ops.batch_attention(T(q), T(kc), T(vc), T(pos), window=window)
+    assert y.shape == (b, seq, nq, dim)
+    check(y.numpy(), batch_attention_ref(q, kc, vc, pos.astype(np.int64), window).transpose(0, 1, 2, 3), dtype, 2)
+
+
+def test_batch_attention_equals_attention_per_sequence(rng):
+    """A decode step of three sequences at positions 3, 9 and 0 equals each sequence's own attention call."""
+    nq, nkv, dim, cap = 4, 2, 16, 12
+    kc, vc = rand((3, nkv, cap, dim), "float32", rng), rand((3, nkv, cap, dim), "float32", rng)
+    q = rand((3, nq, 1, dim), "float32", rng)
+    pos = np.array([3, 9, 0])
+    got = ops.batch_attention(T(q), T(kc), T(vc), T(pos)).numpy()
+    for i in range(3):
+        p = pos[i]
+        alone = ops.attention(T(q[i]), T(kc[i][:, p:p + 1].copy()), T(vc[i][:, p:p + 1].copy()), T(kc[i].copy()),
+                              T(vc[i].copy()), int(p)).numpy()
+        np.testing.assert_array_equal(got[i], alone)
+
+
+def test_batch_attention_position_out_of_range_writes_nothing(rng):
+    q, kc = T(rand((2, 2, 3, 4), "float32", rng)), T(rand((2, 2, 8, 4), "float32", rng))
+    out = T(np.full((2, 3, 2, 4), 7.0, np.float32))
+    ops.batch_attention(q, kc, kc, T(np.array([0, 6])), out=out)
+    with pytest.raises(paddle_rt.StreamError, match=r"batch_attention.*pos\[1\] = 6: with 3 queries it must be "
+                                                    r"in \[0, 5\]"):
+        out.synchronize()
+    assert (out.numpy() == 7).all()
+
+
+BAD_FAMILY_OPS = [
+    (lambda: op.BatchAttentionDescriptor(H(), _zeros((2, 1, 4, 8)), _zeros((2, 4, 1, 8)), _zeros((2, 3, 9, 8)),
+                                         _zeros((2, 3, 9, 8)), _zeros((2,), "int64")),
+     r"batch_attention: q has 4 heads, k_cache 3"),
+    (lambda: op.BatchAttentionDescriptor(H(), _zeros((2, 1, 4, 8)), _zeros((2, 4, 1, 8)), _zeros((2, 2, 9, 8)),
+                                         _zeros((2, 2, 9, 8)), _zeros((3,), "int64")), r"pos has shape \(3,\)"),
+    (lambda: op.BatchAttentionDescriptor(H(), _zeros((2, 1, 4, 8)), _zeros((2, 4, 1, 8)), _zeros((2, 2, 9, 8)),
+                                         _zeros((2, 2, 9, 8)), _zeros((2,), "float32")), r"int32/int64"),
+    (lambda: op.BatchAttentionDescriptor(H(), _zeros((2, 1, 4, 8)), _zeros((2, 4, 1, 8)), _zeros((2, 2, 9, 8)),
+                                         _zeros((2, 2, 9, 8)), _zeros((2,), "int64"), -1), r"window must be an int"),
+    (lambda: op.BatchAttentionDescriptor(H(), _zeros((2, 1, 4, 6)), _zeros((2, 4, 1, 8)), _zeros((2, 2, 9, 8)),
+                                         _zeros((2, 2, 9, 8)), _zeros((2,), "int64")), r"out has shape"),
+    (lambda: op.AttentionDescriptor(H(), _zeros((2, 4, 4)), _zeros((4, 2, 4)), _zeros((2, 2, 4)), _zeros((2, 2, 4)),
+                                    _zeros((2, 8, 4)), _zeros((2, 8, 4)), 0, 2.5), r"window must be an int"),
+    (lambda: ops.attention(_zeros((4, 2, 4)), _zeros((2, 2, 4)), _zeros((2, 2, 4)), _zeros((2, 8, 4)),
+                           _zeros((2, 8, 4)), 0, window=-3), r"window must be an int >= 0"),
+    (lambda: ops.linear(_zeros((3, 5)), _zeros((4, 6))), r"linear: x has shape \(3, 5\)"),
+    (lambda: ops.linear(_zeros((3, 5)), _zeros((4, 5)), _zeros((5,))), r"linear: bias has shape \(5,\)"),
+    (lambda: ops.linear(_zeros((3, 5)), _zeros((4, 5, 1))), r"linear: weight has shape"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(BAD_FAMILY_OPS)))
+def test_family_op_rules(i):
+    make, match = BAD_FAMILY_OPS[i]
+    with pytest.raises(paddle_rt.InvalidArgument, match=match):
+        make()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("xshape,bias", [((5, 24), True), ((5, 24), False), ((24,), True), ((2, 3, 24), True)])
+def test_linear(dtype, xshape, bias, rng):
+    """A projection with and without bias (Qwen2's q/k/v) against x @ W^T + b, the weight used through its
+    transposed view."""
+    x, w, b = rand(xshape, dtype, rng), rand((10, 24), dtype, rng, 0.3), rand((10,), dtype, rng)
+    y = ops.linear(T(x), T(w), T(b) if bias else None)
+    want = ref.f64(x) @ ref.f64(w).T + (ref.f64(b) if bias else 0)
+    assert y.shape == xshape[:-1] + (10,)
+    check(y.numpy(), want, dtype, 8)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rms_norm_per_head_of_a_strided_view(dtype, rng):
+    """Qwen3's q_norm: RMSNorm over head_dim of every head of q, q a (seq, heads, head_dim) view of the fused
+    q/k/v projection's columns (row stride (heads + 2 kv) * head_dim)."""
+    seq, heads, kv, hd = 3, 4, 2, 8
+    qkv = rand((seq, (heads + 2 * kv) * hd), dtype, rng)
+    w = rand((hd,), dtype, rng)
+    tq = T(qkv)[:, :heads * hd].view(seq, heads, hd)
+    y = ops.rms_norm(tq, T(w), eps=1e-6)
+    x = ref.f64(qkv[:, :heads * hd]).reshape(seq, heads, hd)
+    want = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6) * ref.f64(w)
+    check(y.numpy(), want, dtype, 2)

@@ -2,6 +2,7 @@
 discovery at import. Plugins are never unloaded and device types must be unique in a process, so every build here
 uses its own DEVICE_TYPE; discovery runs in child processes with the environment set."""
 import ctypes
+import functools
 import json
 import os
 import shutil
@@ -258,7 +259,7 @@ def test_duplicate_device_type(build_plugin):
 
 def test_duplicate_of_bundled_rt_cpu(build_plugin):
     if "rt_cpu" not in paddle_rt.device_types():
-        pytest.skip("the bundled rt_cpu is not loaded (not built?)")
+        pytest.fail("the bundled rt_cpu is not loaded (a broken build is a failure, not a skip)")
     so = build_plugin("minimal", {"DEVICE_TYPE": dtype("rt_cpu")})
     with pytest.raises(DuplicateDeviceTypeError):
         paddle_rt.load_plugin(so)
@@ -349,7 +350,12 @@ def rt_cpu_built():
     return os.path.exists(paddle_rt._core.plugin.bundled_plugin_path())
 
 
-needs_rt_cpu = pytest.mark.skipif(not rt_cpu_built(), reason="the bundled rt_cpu (librt_cpu.so) is not built")
+def needs_rt_cpu(fn):
+    """The bundled rt_cpu must be built: a missing librt_cpu.so fails the test (a broken build), it is not skipped."""
+    def run(*args, **kwargs):
+        assert rt_cpu_built(), f"the bundled rt_cpu is not built ({paddle_rt._core.plugin.bundled_plugin_path()})"
+        return fn(*args, **kwargs)
+    return functools.wraps(fn)(run)
 
 
 @pytest.fixture

@@ -385,14 +385,14 @@ def test_ninetoothed_matmul(ntk, rng):
     s.close()
 
 
-def test_readme_triton_example_runs(run_python, tmp_path):
-    """The README's Triton example (a `py` block, since the extra is optional) runs as written, from a file (Triton
-    reads a kernel's source), and prints its result."""
+def test_docs_triton_example_runs(run_python, tmp_path):
+    """docs/triton.md's example runs as written, from a file (Triton reads a kernel's source), and prints its result
+    (tests/test_docs.py runs it alone too; this one checks what it prints)."""
     import os
     import re
-    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
-    with open(readme, encoding="utf-8") as f:
-        blocks = [b for b in re.findall(r"```py\n(.*?)```", f.read(), re.S) if "paddle_rt.triton" in b]
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "triton.md")
+    with open(page, encoding="utf-8") as f:
+        blocks = [b for b in re.findall(r"```python\n(.*?)```", f.read(), re.S) if "paddle_rt.triton" in b]
     assert len(blocks) == 1
     script = tmp_path / "example.py"
     script.write_text(blocks[0], encoding="utf-8")

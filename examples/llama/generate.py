@@ -1,14 +1,19 @@
 #!/usr/bin/env python
-"""Generate tokens with a Llama-architecture checkpoint on a paddle_rt device.
+"""Generate tokens with a checkpoint of the Llama family (Llama, Qwen2, Qwen3, Mistral) on a paddle_rt device.
 
-    python examples/llama/generate.py --model DIR --prompt-ids 1,2,3 --max-new-tokens N [--device rt_cpu:0]
-        [--dtype float32|bfloat16|float16] [--greedy | --temperature T --top-k K --top-p P --seed S] [--json]
-        [--ignore-eos] [--profile trace.json] [--memory-plot memory.png] [--record-trace allocations.csv.gz]
+    python examples/llama/generate.py --model DIR (--prompt-ids 1,2,3 | --prompts FILE [--tokenizer DIR])
+        --max-new-tokens N [--device rt_cpu:0] [--dtype float32|bfloat16|float16]
+        [--greedy | --temperature T --top-k K --top-p P --seed S] [--json] [--ignore-eos]
+        [--profile trace.json] [--memory-plot memory.png] [--record-trace allocations.csv.gz]
 
-DIR is a Hugging Face checkpoint folder (config.json + model.safetensors, e.g. from save_pretrained). Generation
-stops after max-new-tokens or at the checkpoint's eos_token_id (unless --ignore-eos). Greedy by default. --json
-prints one object: {"tokens", "prefill_ms", "decode_tokens_per_s", "peak_reserved_bytes", "peak_allocated_bytes",
-...}. A bad checkpoint or argument is one error line and exit status 2.
+DIR is a Hugging Face checkpoint folder (config.json + model.safetensors, e.g. from save_pretrained; make a random
+one with make_checkpoint.py). Generation stops after max-new-tokens or at the checkpoint's eos_token_id (unless
+--ignore-eos). Greedy by default. --json prints one object: {"tokens", "prefill_ms", "decode_tokens_per_s",
+"peak_reserved_bytes", "peak_allocated_bytes", ...}; with --prompts, one line with a JSON list of such objects, one
+per prompt in the file's order. --prompts FILE: one prompt a line (token ids separated by commas or spaces, or text
+when a tokenizer is at hand: --tokenizer DIR or the model folder's tokenizer.json, and the ``tokenizers`` package),
+blank lines skipped; the prompts run together as a batch (each its own positions and its own end). A bad
+checkpoint, argument or prompts file is one error line and exit status 2, before any work.
 
 Built on paddle_rt's public API only (the operators through llama_ops.py, the profiler, the memory history).
 """
@@ -36,12 +41,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = _Parser(prog=PROG, description="Generate tokens with a Llama checkpoint on a paddle_rt device.")
+    p = _Parser(prog=PROG, description="Generate tokens with a Llama, Qwen2, Qwen3 or Mistral checkpoint on a "
+                                       "paddle_rt device.")
     p.add_argument("--model", required=True, help="checkpoint folder (config.json + model.safetensors)")
-    p.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
+    p.add_argument("--prompt-ids", help="comma-separated token ids, e.g. 1,2,3")
+    p.add_argument("--prompts", metavar="FILE", help="one prompt a line (token ids separated by commas or spaces, or "
+                   "text with a tokenizer), run together as a batch")
+    p.add_argument("--tokenizer", metavar="DIR", help="folder with tokenizer.json for text prompts (default: the "
+                   "model folder's, when it has one; needs the tokenizers package)")
     p.add_argument("--max-new-tokens", type=int, required=True, help="tokens to generate (at most)")
     p.add_argument("--device", default=None, help="paddle_rt device, e.g. rt_cpu:0 (default: the current device)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="float32: greedy tokens identical to transformers' float32 generate. bfloat16/float16: the "
+                   "kernels compute in float32 and round once per operator, transformers rounds after each step, "
+                   "so the two part at the first near-tie: fed the same tokens, the same pick at ~97-100%% of the "
+                   "steps on random checkpoints (docs/llama.md has the measured figures)")
     p.add_argument("--greedy", action="store_true", help="the most likely token at each step (the default)")
     p.add_argument("--temperature", type=float, default=None, help="sample at this temperature (> 0)")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (0: all)")
@@ -65,23 +79,100 @@ def parse_args(argv):
         raise UsageError(f"--top-k must be >= 0, not {a.top_k}")
     if a.top_p is not None and not 0 < a.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], not {a.top_p}")
-    try:
-        a.prompt = [int(t) for t in a.prompt_ids.split(",")]
-    except ValueError:
-        raise UsageError(f"--prompt-ids must be comma-separated integers, not {a.prompt_ids!r}") from None
+    if (a.prompt_ids is None) == (a.prompts is None):
+        raise UsageError("give --prompt-ids or --prompts FILE (one of them)")
+    a.prompt = None
+    if a.prompt_ids is not None:
+        try:
+            a.prompt = [int(t) for t in a.prompt_ids.split(",")]
+        except ValueError:
+            raise UsageError(f"--prompt-ids must be comma-separated integers, not {a.prompt_ids!r}") from None
+    for flag, path in (("--profile", a.profile), ("--memory-plot", a.memory_plot), ("--record-trace", a.record_trace)):
+        if path is not None:
+            check_output_path(flag, path)
     return a
 
 
-def check_prompt(config, prompt, max_new_tokens):
+def check_output_path(flag, path):
+    """An output file's folder must exist and be writable, and the path must not be a folder: checked before the
+    run, so that a typo does not cost a whole generation."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a folder, not a file name")
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path}: no such folder {os.path.dirname(path) or '.'}")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"{flag} {path}: folder {os.path.dirname(path) or '.'} is not writable")
+
+
+def _is_ids(line):
+    parts = line.replace(",", " ").split()
+    return bool(parts) and all(p.lstrip("-").isdigit() for p in parts), parts
+
+
+def _tokenizer(args):
+    """The tokenizers.Tokenizer of --tokenizer (or of the model folder), or None when there is none."""
+    folder = args.tokenizer or args.model
+    path = os.path.join(folder, "tokenizer.json")
+    if not os.path.isfile(path):
+        if args.tokenizer:
+            raise UsageError(f"--tokenizer {args.tokenizer}: no tokenizer.json in it")
+        return None
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UsageError("text prompts need the tokenizers package: pip install tokenizers") from None
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as exc:          # tokenizers raises its own Exception type for a malformed file
+        raise UsageError(f"{path}: not a readable tokenizer ({str(exc).splitlines()[0] if str(exc) else ''})") \
+            from None
+
+
+def read_prompts(args):
+    """The prompts of --prompts FILE as lists of token ids, their line numbers in the file, and the tokenizer when a
+    line was text (else None)."""
+    try:
+        with open(args.prompts, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"--prompts {args.prompts}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--prompts {args.prompts}: cannot read it ({exc})") from None
+    prompts, numbers, tok = [], [], None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        ids, parts = _is_ids(line)
+        numbers.append(n)
+        if ids:
+            prompts.append([int(p) for p in parts])
+            continue
+        if tok is None:
+            if args.tokenizer is None and not os.path.isfile(os.path.join(args.model, "tokenizer.json")):
+                raise UsageError(f"--prompts {args.prompts}: line {n} is not token ids (integers separated by commas "
+                                 f"or spaces); text prompts need --tokenizer DIR: {line[:40]!r}")
+            tok = _tokenizer(args)
+        ids = tok.encode(line).ids
+        if not ids:
+            raise UsageError(f"--prompts {args.prompts}: line {n} encodes to no tokens: {line[:40]!r}")
+        prompts.append(list(ids))
+    if not prompts:
+        raise UsageError(f"--prompts {args.prompts}: no prompt in it")
+    return prompts, numbers, tok
+
+
+def check_prompt(config, prompt, max_new_tokens, where="the prompt"):
     bad = [t for t in prompt if not 0 <= t < config.vocab_size]
     if bad:
-        raise UsageError(f"prompt id {bad[0]} is outside the vocabulary (0..{config.vocab_size - 1})")
-    if len(prompt) > config.max_position_embeddings:
-        raise UsageError(f"the prompt has {len(prompt)} tokens, more than max_position_embeddings "
-                         f"({config.max_position_embeddings})")
-    if len(prompt) + max_new_tokens > config.max_position_embeddings:
-        raise UsageError(f"prompt ({len(prompt)}) + max-new-tokens ({max_new_tokens}) exceeds "
-                         f"max_position_embeddings ({config.max_position_embeddings})")
+        raise UsageError(f"{where.replace('the prompt', 'prompt')} id {bad[0]} is outside the vocabulary "
+                         f"(0..{config.vocab_size - 1})")
+    limit = config.context_limit
+    what = "max_position_embeddings" if limit == config.max_position_embeddings else "the dynamic rope's context"
+    if len(prompt) > limit:
+        raise UsageError(f"{where} has {len(prompt)} tokens, more than {what} ({limit})")
+    if len(prompt) + max_new_tokens > limit:
+        raise UsageError(f"{where} ({len(prompt)}) + max-new-tokens ({max_new_tokens}) exceeds {what} ({limit})")
 
 
 def write_replay_trace(history, device, path):
@@ -117,8 +208,18 @@ def _mib(n):
 
 def run(args):
     """Load, generate, and return the result dict (what --json prints)."""
+    if not os.path.isdir(args.model):
+        script = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_checkpoint.py"))
+        raise UsageError(f"{args.model}: no such checkpoint folder (a random one: python {script} {args.model})")
     config = llama_checkpoint.read_config(args.model)
-    check_prompt(config, args.prompt, args.max_new_tokens)
+    tok = None
+    if args.prompts is not None:
+        prompts, numbers, tok = read_prompts(args)
+        for n, prompt in zip(numbers, prompts):
+            check_prompt(config, prompt, args.max_new_tokens, where=f"--prompts line {n}'s prompt")
+    else:
+        prompts = [args.prompt]
+        check_prompt(config, args.prompt, args.max_new_tokens)
     if args.memory_plot:
         from paddle_rt.tools.plot import require_matplotlib, MissingExtraError
         try:
@@ -150,8 +251,13 @@ def run(args):
             prof.start()
         model = llama_model.LlamaModel(config, weights, device=device, dtype=args.dtype)
         del weights
-        tokens, t = llama_model.generate(model, args.prompt, args.max_new_tokens, sampling,
-                                         () if args.ignore_eos else config.eos_token_ids)
+        eos = () if args.ignore_eos else config.eos_token_ids
+        if args.prompts is None:
+            tokens, t = llama_model.generate(model, args.prompt, args.max_new_tokens, sampling, eos)
+            outputs, prefill = [tokens], [t["prefill_s"]]
+        else:
+            outputs, t = llama_model.generate_batch(model, prompts, args.max_new_tokens, sampling, eos)
+            prefill = t["prefill_s"]
         device.synchronize()
     finally:
         if prof and prof.running:
@@ -159,20 +265,29 @@ def run(args):
         if recording:
             paddle_rt.memory.record_history(False)
     stats = paddle_rt.memory_stats(device)
-    result = {
-        "tokens": tokens,
-        "prefill_ms": t["prefill_s"] * 1e3,
-        "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["decode_tokens"] else None,
-        "peak_reserved_bytes": stats["reserved_bytes.all.peak"],
-        "peak_allocated_bytes": stats["allocated_bytes.all.peak"],
-        "peak_live_bytes": pool.stats()["used_mem_high"],
-        "weight_bytes": model.nbytes,
-        "kv_cache_bytes": t["cache_bytes"],
-        "prompt_tokens": len(args.prompt),
-        "device": str(device),
-        "dtype": args.dtype,
-        "parameters": config.parameter_count(),
-    }
+    results = []
+    for i, (prompt, tokens) in enumerate(zip(prompts, outputs)):
+        r = {
+            "tokens": tokens,
+            "prefill_ms": prefill[i] * 1e3,
+            "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["decode_tokens"] and t["decode_s"] > 0
+            else None,
+            "peak_reserved_bytes": stats["reserved_bytes.all.peak"],
+            "peak_allocated_bytes": stats["allocated_bytes.all.peak"],
+            "peak_live_bytes": pool.stats()["used_mem_high"],
+            "weight_bytes": model.nbytes,
+            "kv_cache_bytes": t["cache_bytes"],
+            "prompt_tokens": len(prompt),
+            "batch": len(prompts),
+            "device": str(device),
+            "dtype": args.dtype,
+            "architecture": config.architecture,
+            "parameters": config.parameter_count(),
+        }
+        if tok is not None:
+            r["text"] = tok.decode(tokens)
+        results.append(r)
+    result = results[0]
     if prof:
         prof.export_chrome_trace(args.profile)
         result["profile"] = args.profile
@@ -180,17 +295,27 @@ def run(args):
         history = paddle_rt.memory.history()
         if args.memory_plot:
             from paddle_rt.tools.plot import plot_memory
-            plot_memory(history, args.memory_plot, title=f"Llama generation on {device} ({args.dtype}, "
-                        f"{config.parameter_count() / 1e6:.1f}M parameters)")
+            plot_memory(history, args.memory_plot, title=f"{config.architecture} generation on {device} "
+                        f"({args.dtype}, {config.parameter_count() / 1e6:.1f}M parameters, batch {len(prompts)})")
             result["memory_plot"] = args.memory_plot
         if args.record_trace:
             write_replay_trace(history, device, args.record_trace)
             result["record_trace"] = args.record_trace
-    return result
+    for r in results[1:]:
+        r.update({k: result[k] for k in ("profile", "memory_plot", "record_trace") if k in result})
+    return results if args.prompts is not None else result
 
 
 def report(r):
-    """The human-readable output."""
+    """The human-readable output (of one result, or of a batch's list of them)."""
+    if isinstance(r, list):
+        lines = [f"tokens[{i}]: {' '.join(map(str, x['tokens']))}" + (f"  ({x['text']!r})" if "text" in x else "")
+                 for i, x in enumerate(r)]
+        lines.append(f"prefill: {sum(x['prefill_ms'] for x in r):.2f} ms for {len(r)} prompts of "
+                     f"{', '.join(str(x['prompt_tokens']) for x in r)} tokens (each alone, to its first new token)")
+        lines.append(f"decode: {r[0]['decode_tokens_per_s'] or 0:.1f} tokens/s ({sum(len(x['tokens']) - 1 for x in r)}"
+                     f" tokens after the first ones, batch {len(r)})")
+        return "\n".join(lines + report(dict(r[0], decode_tokens_per_s=None)).splitlines()[2:])
     lines = [f"tokens: {' '.join(map(str, r['tokens']))}",
              f"prefill: {r['prefill_ms']:.2f} ms for {r['prompt_tokens']} prompt tokens (to the first new token)"]
     if r["decode_tokens_per_s"] is not None:

@@ -77,7 +77,7 @@ import os
 
 from paddle_rt._core import errors
 
-#: The keys, in the order the README's table documents them.
+#: The keys, in the order the configuration table of docs/memory.md documents them.
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
              "grow_base", "grow_exact_credit", "settle_after", "grow_requests", "exact_above", "small_borrow",

@@ -27,3 +27,7 @@ cdef class Allocation:
 # and when the capsule dies unconsumed).
 cdef object dl_capsule(prt_DLManagedTensor* m)
 cdef void dl_capsule_destructor(object capsule) noexcept
+
+# A byte count from a user (malloc, malloc_async, malloc_host, raw_malloc, the pools): InvalidArgument naming `call`
+# for a non-int, negative or beyond-64-bit value, OutOfMemoryError beyond checked.pxd's PRT_MAX_BYTES.
+cdef size_t check_nbytes(object nbytes, str call, object device) except? 0

@@ -24,6 +24,7 @@ from paddle_rt._core.allocator cimport (
 from paddle_rt._core.deferred_free cimport free_after_streams, malloc_waiting
 from paddle_rt._core.stream cimport Stream, current_stream_tag, stream_alloc_tag
 from paddle_rt._core.includes.alloc_support cimport _long_as_ssize, PyErr_Occurred
+from paddle_rt._core.checked cimport PRT_MAX_BYTES
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU, kDLUInt
 
 from paddle_rt._core import errors
@@ -60,19 +61,35 @@ cdef inline DeviceAllocator _dev_alloc(object device):
 
 
 
-cdef inline size_t _check_nbytes(object nbytes) except? 0:
+cdef inline size_t _check_nbytes(object nbytes, str call="malloc", object device=None) except? 0:
     cdef Py_ssize_t v
     if type(nbytes) is int:
         v = _long_as_ssize(nbytes)
         if v == -1 and PyErr_Occurred() != NULL:
             PyErr_Clear()
-            raise errors.InvalidArgument(f"malloc: {nbytes} bytes is too large")
-        if v < 0:
-            raise errors.InvalidArgument(f"malloc: nbytes must not be negative, got {nbytes}")
-        return <size_t>v
+            v = -2 if nbytes >= 0 else -1
+        if v >= 0 and v <= PRT_MAX_BYTES:
+            return <size_t>v
+        return check_nbytes(nbytes, call, device)
+    return check_nbytes(nbytes, call, device)
+
+
+cdef size_t check_nbytes(object nbytes, str call, object device) except? 0:
+    """A byte count from a user (malloc, malloc_async, malloc_host, the pools): an int in [0, PRT_MAX_BYTES]; a
+    larger one that fits 64 bits is out of memory (OutOfMemoryError), anything else InvalidArgument naming
+    `call`'s nbytes."""
+    where = f"{device}: {call}" if device is not None else call
     if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
-        raise TypeError(f"malloc: nbytes must be an int, got {type(nbytes).__name__}")
-    return _check_nbytes(int(nbytes.__index__()))
+        raise errors.InvalidArgument(f"{where}: nbytes must be an int, not {type(nbytes).__name__}")
+    n = nbytes.__index__()
+    if n < 0:
+        raise errors.InvalidArgument(f"{where}: nbytes must not be negative, got {n}")
+    if n >= (1 << 64):
+        raise errors.InvalidArgument(f"{where}: nbytes = {n} does not fit a 64-bit size")
+    if n > PRT_MAX_BYTES:
+        raise errors.OutOfMemoryError(f"{where}: {n} bytes is more memory than any device holds",
+                                      device=str(device) if device is not None else None, requested=n, call=call)
+    return <size_t>n
 
 
 cdef inline uintptr_t _check_ptr(object ptr) except? 0:
@@ -323,8 +340,8 @@ cdef void dl_capsule_destructor(object capsule) noexcept:
             m.deleter(m)
 
 
-cdef Allocation _make_allocation(DeviceAllocator a, object nbytes, object stream):
-    cdef size_t n = _check_nbytes(nbytes)
+cdef Allocation _make_allocation(DeviceAllocator a, object nbytes, object stream, str call="malloc"):
+    cdef size_t n = _check_nbytes(nbytes, call, a.device)
     cdef uintptr_t s = _stream_arg(a, stream)
     cdef AllocatorCore* c = a.core
     cdef void* p = core_try_malloc(c, n, s)
@@ -362,7 +379,7 @@ def raw_malloc(nbytes, device=None, stream=0):
     """Allocate ``nbytes`` and return the raw pointer (int); give it back with :func:`raw_free`
     (like ``torch.cuda.caching_allocator_alloc``)."""
     cdef DeviceAllocator a = _dev_alloc(device)
-    cdef size_t n = _check_nbytes(nbytes)
+    cdef size_t n = _check_nbytes(nbytes, "raw_malloc", a.device)
     cdef uintptr_t s = stream
     cdef void* p = core_try_malloc(a.core, n, s)
     if p == NULL:
@@ -411,7 +428,7 @@ def raw_free(ptr, device=None):
 def malloc_host(nbytes, device=None):
     """Pinned host memory through the plugin's ``host_memory_allocate``, cached like device memory. Raises
     NotSupportedError when the plugin lacks the hook."""
-    return _make_allocation(allocator_of(resolve_device(device), KIND_HOST), nbytes, 0)
+    return _make_allocation(allocator_of(resolve_device(device), KIND_HOST), nbytes, 0, "malloc_host")
 
 
 def memory_stats(device=None):

@@ -56,7 +56,7 @@ from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, stream_ctx_plugin_sync, stream_reached, stream_current_worker,
 )
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_COLLECTIVE,
+    PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_COLLECTIVE, prt_stream_core,
 )
 from paddle_rt._core.includes.ccl_support cimport (
     prt_ccl_store_u64, prt_ccl_load_u64, prt_ccl_comm_error_fn, prt_ccl_defer, prt_ccl_pop, prt_ccl_pending,
@@ -508,9 +508,15 @@ cdef class Work:
             raise errors.StreamError(f"{s.name}: waiting for a collective from a callback of its own stream "
                                      f"would deadlock")
         deadline = None if timeout is None else time.monotonic() + timeout
+        cdef prt_stream_core* core
         while not self._finished and s.ctx != NULL:
-            with nogil:
-                ok = s.ctx.core.wait_for(pos, POLL_US)
+            core = s.ctx.core            # read with the GIL; kept alive by the pin (close() waits for pins)
+            s._waiting += 1
+            try:
+                with nogil:
+                    ok = core.wait_for(pos, POLL_US)
+            finally:
+                s._waiting -= 1
             if ok or self._finished:
                 _drain()
                 break

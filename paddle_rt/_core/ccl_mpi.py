@@ -117,17 +117,48 @@ def dead_peers(peers, ranks):
     return [r for r in ranks if r in peers and peers[r][0] == host and _process_gone(peers[r][1])]
 
 
-def note_missing(peers, ranks):
+def note_missing(peers, ranks, remember=True):
     """A collective (or the bootstrap) named ``ranks`` as missing. When one of them is dead, the MPI job is broken:
     MPICH's MPI_Finalize (mpi4py calls it at exit) would wait for ever for the dead process in its collective step,
     so this process asks MPICH to skip that step (the control variable MPIR_CVAR_NO_COLLECTIVE_FINALIZE, through
     the MPI tool interface) and exits normally, with its own exit status. Only for dead peers: a live peer still
     runs the collective finalize and would then wait for this process instead. Returns True when it applied."""
     global _finalize_alone
+    if remember and ranks and peers:
+        _named_missing.append((peers, list(ranks)))
     if not ranks or not peers or _finalize_alone or not dead_peers(peers, ranks):
         return False
     _finalize_alone = _write_cvar_int(b"MPIR_CVAR_NO_COLLECTIVE_FINALIZE", 1)
     return _finalize_alone
+
+
+_exit_peers = []                 # the peers ({rank: (host, pid)}) of every communicator from_mpi made here
+_named_missing = []              # (peers, ranks) a failure named missing (note_missing)
+EXIT_DEATH_GRACE_S = 2.0         # how long the exit waits for a rank named missing to be seen dead
+
+
+def _check_peers_at_exit():
+    """At exit (before mpi4py's MPI_Finalize): if any peer process of a from_mpi communicator is dead, skip
+    MPI_Finalize's collective step, whether or not a collective of this process noticed it (a failure may name no
+    rank, or the peer may have died after the last collective): the collective finalize would wait for ever. A rank
+    that a failure named missing but that is still exiting (not yet gone when the failure was seen) gets a short
+    grace to be seen dead."""
+    deadline = time.monotonic() + EXIT_DEATH_GRACE_S
+    while True:
+        for peers in _exit_peers:
+            if note_missing(peers, sorted(peers), remember=False):
+                return
+        if not _named_missing or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
+def watch_peers_at_exit(peers):
+    """Remember ``peers`` for the exit check (the check is registered once, after mpi4py, so it runs before it)."""
+    import atexit
+    if not _exit_peers:
+        atexit.register(_check_peers_at_exit)
+    _exit_peers.append(dict(peers))
 
 
 def finalizes_alone():
@@ -219,4 +250,5 @@ def communicator_from_mpi(device=None, comm=None):
                                      "from_mpi", repr(dev), rank, size)
     c = ccl.comm_from_unique_id_mpi(size, ccl.UniqueId(data), rank, dev, comm)
     c._set_mpi_peers(peers)
+    watch_peers_at_exit({r: p for r, p in peers.items() if r != rank})
     return c

@@ -192,8 +192,8 @@ def reduce(send, recv, op="sum", root=0, comm=None, stream=None, count=None, dty
 
 
 def reduce_scatter(send, recv, op="sum", comm=None, stream=None, count=None, dtype=None):
-    """Rank r receives op over ranks of send[r*count:(r+1)*count] (``xccl_reduce_scatter``); count (per rank)
-    defaults to recv.size // itemsize; send holds nranks*count elements."""
+    """Rank r receives op over ranks of ``send[r*count:(r+1)*count]`` (``xccl_reduce_scatter``); count (per rank)
+    defaults to recv.size // itemsize; send holds ``nranks*count`` elements."""
     return _reduction(K_REDUCE_SCATTER, send, recv, op, comm, stream, count, dtype, None)
 
 
@@ -278,8 +278,8 @@ def broadcast(buf, root=0, comm=None, stream=None, count=None, dtype=None):
 
 
 def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
-    """recv[r*count:(r+1)*count] = rank r's send[:count] on every rank (``xccl_all_gather``); count (per rank)
-    defaults to send.size // itemsize; recv holds nranks*count elements. In place when send is recv's chunk of
+    """``recv[r*count:(r+1)*count]`` = rank r's ``send[:count]`` on every rank (``xccl_all_gather``); count (per rank)
+    defaults to send.size // itemsize; recv holds ``nranks*count`` elements. In place when send is recv's chunk of
     this rank."""
     _check_comm(comm, "all_gather")
     cdef Communicator cm = comm
@@ -342,7 +342,7 @@ cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
 
 def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
     """Rank r's send chunk p (count elements) lands in rank p's recv chunk r (``xccl_all_to_all``); count (per
-    peer) defaults to send.size // itemsize // nranks; send and recv hold nranks*count elements each."""
+    peer) defaults to send.size // itemsize // nranks; send and recv hold ``nranks*count`` elements each."""
     _check_comm(comm, "all_to_all")
     cdef Communicator cm = comm
     where = _where(cm, "all_to_all")

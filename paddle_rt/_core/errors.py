@@ -4,6 +4,7 @@ __all__ = [
     "PaddleRTError", "PluginLoadError", "PluginNotFoundError", "NotASharedLibraryError", "MissingEntryPointError",
     "PluginVersionError", "PluginRefusedError", "MissingHookError", "DuplicateDeviceTypeError",
     "PluginError", "OutOfMemoryError", "InvalidArgument", "DeviceError", "NotSupportedError", "StreamError",
+    "StreamInvalidArgument", "StreamOutOfMemoryError", "StreamNotSupportedError", "stream_error_type",
     "ForkError", "CollectiveError", "CollectiveTimeout", "STATUS_NAMES",
 ]
 
@@ -116,7 +117,38 @@ class NotSupportedError(PaddleRTError, NotImplementedError):
 
 
 class StreamError(PaddleRTError):
-    """Work on a stream failed (an exception in a host callback, a plugin error in asynchronous work)."""
+    """Work on a stream failed (an exception in a host callback, a plugin error in asynchronous work). When the
+    failure is one of paddle_rt's typed errors found on the stream (an operator's input checked only when it ran:
+    an embedding id, a rope position, a kv_caching length), the exception raised is also an instance of that type
+    (:func:`stream_error_type`): ``except InvalidArgument`` catches it as it would the synchronous error."""
+
+
+class StreamInvalidArgument(StreamError, InvalidArgument):
+    """An operator's input error found when it ran on the stream (raised at the next synchronize or numpy())."""
+
+
+class StreamOutOfMemoryError(StreamError, OutOfMemoryError):
+    """An allocation made by work on a stream failed (raised at the next synchronize)."""
+
+    def __init__(self, message, **kwargs):
+        OutOfMemoryError.__init__(self, message, **kwargs)
+
+
+class StreamNotSupportedError(StreamError, NotSupportedError):
+    """Work on a stream needed something the device does not support (raised at the next synchronize)."""
+
+
+_STREAM_TYPES = {InvalidArgument: StreamInvalidArgument, OutOfMemoryError: StreamOutOfMemoryError,
+                 NotSupportedError: StreamNotSupportedError}
+
+
+def stream_error_type(cause):
+    """The exception type a stream raises for `cause`, an error of asynchronous work: StreamError and, for
+    InvalidArgument, OutOfMemoryError and NotSupportedError (and their subclasses), that type too."""
+    for typ in type(cause).__mro__:
+        if typ in _STREAM_TYPES:
+            return _STREAM_TYPES[typ]
+    return StreamError
 
 
 class ForkError(PaddleRTError):

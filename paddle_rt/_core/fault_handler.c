@@ -8,12 +8,19 @@
  *
  * Finding the hook: the handler walks the faulting thread's stack (backtrace(), primed at install so it does not
  * load libgcc_s inside the handler), takes the outermost frame inside a registered plugin's code whose caller is
- * paddle_rt's own code, and names the hook whose entry point is the closest one at or below that address (the
- * hook's body contains it). Output uses write(2) only. */
+ * paddle_rt's own code, and names the hook whose function contains that address: the plugin's symbol table (.symtab,
+ * else .dynsym; read from its file at registration) gives each function's range, and a part gcc moved out of a hook
+ * (`hook.cold`, `hook.part.0`, `hook.isra.0`, `hook.constprop.0`: the abort paths of -O2/-O3 builds) counts as the
+ * hook itself. Without symbols, the hook whose entry point is the closest one at or below the address. Output uses
+ * write(2) only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -29,6 +36,8 @@
 #define PRT_FH_PATH 512
 #define PRT_FH_MAX_DEVICES 64
 #define PRT_FH_FRAMES 64
+#define PRT_FH_MAX_RANGES 256
+#define PRT_FH_ST_TYPE(info) ((info) & 0xf) /* ELF32_ST_TYPE and ELF64_ST_TYPE alike */
 
 typedef C_Status (*prt_set_device_fn)(const C_Device device);
 
@@ -42,6 +51,9 @@ typedef struct {
   size_t n_devices;
   int64_t device_id[PRT_FH_MAX_DEVICES]; /* physical ids, by paddle_rt's device index */
   prt_set_device_fn set_device;          /* the plugin's own */
+  size_t n_ranges;                       /* functions of the hooks, their outlined parts included (symbols) */
+  uintptr_t range_lo[PRT_FH_MAX_RANGES], range_hi[PRT_FH_MAX_RANGES];
+  uint16_t range_hook[PRT_FH_MAX_RANGES];
 } prt_fh_plugin;
 
 static prt_fh_plugin g_plugins[PRT_FH_MAX_PLUGINS];
@@ -85,7 +97,7 @@ static const prt_set_device_fn k_trampolines[PRT_FH_MAX_PLUGINS] = {
 /* -- registration (with the GIL, from plugin loading) ------------------------------------------------------------- */
 typedef struct {
   uintptr_t probe;
-  uintptr_t lo, hi;
+  uintptr_t lo, hi, bias;
   int found;
 } prt_fh_range_query;
 
@@ -105,6 +117,7 @@ static int prt_fh_find_range(struct dl_phdr_info* info, size_t size, void* data)
   if (!contains) return 0;
   q->lo = lo;
   q->hi = hi;
+  q->bias = (uintptr_t)info->dlpi_addr;
   q->found = 1;
   return 1;
 }
@@ -116,6 +129,81 @@ static void prt_fh_copy(char* dst, const char* src, size_t cap) {
   dst[n] = '\0';
 }
 
+/* The length of a function symbol's name without gcc's suffixes for outlined parts (".cold", ".part.N", ".isra.N",
+ * ".constprop.N", ...): everything from the first '.' on. */
+static size_t prt_fh_base_len(const char* name, size_t max) {
+  size_t n = 0;
+  while (n < max && name[n] && name[n] != '.') n++;
+  return n;
+}
+
+/* From the plugin's ELF file: the range of every function whose name, suffixes folded, is the name of a hook's
+ * function (found by the hook's address). Best effort: a file that cannot be read leaves no ranges. */
+static void prt_fh_read_symbols(prt_fh_plugin* p, uintptr_t bias) {
+  int fd = open(p->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(ElfW(Ehdr))) {
+    close(fd);
+    return;
+  }
+  size_t size = (size_t)st.st_size;
+  const unsigned char* m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return;
+  const ElfW(Ehdr)* eh = (const ElfW(Ehdr)*)m;
+  const ElfW(Shdr)* sym_sh = NULL;
+  const ElfW(Shdr)* sh = NULL;
+  int elf_class = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != elf_class ||
+      eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shoff == 0 || eh->e_shoff > size ||
+      (size - eh->e_shoff) / sizeof(ElfW(Shdr)) < eh->e_shnum)
+    goto done;
+  sh = (const ElfW(Shdr)*)(m + eh->e_shoff);
+  for (int pass = 0; pass < 2 && !sym_sh; pass++) /* .symtab (every function), else .dynsym (the exported ones) */
+    for (size_t i = 0; i < eh->e_shnum; i++)
+      if (sh[i].sh_type == (pass == 0 ? SHT_SYMTAB : SHT_DYNSYM) && sh[i].sh_link < eh->e_shnum) sym_sh = &sh[i];
+  if (!sym_sh || sym_sh->sh_entsize != sizeof(ElfW(Sym)) || sym_sh->sh_offset > size ||
+      sym_sh->sh_size > size - sym_sh->sh_offset)
+    goto done;
+  const ElfW(Shdr)* str_sh = &sh[sym_sh->sh_link];
+  if (str_sh->sh_offset > size || str_sh->sh_size > size - str_sh->sh_offset || str_sh->sh_size == 0) goto done;
+  const ElfW(Sym)* syms = (const ElfW(Sym)*)(m + sym_sh->sh_offset);
+  size_t nsyms = sym_sh->sh_size / sizeof(ElfW(Sym));
+  const char* strs = (const char*)(m + str_sh->sh_offset);
+  size_t strsz = str_sh->sh_size;
+  /* the function of each hook: the symbol at its address */
+  const char* hook_sym[PRT_FH_MAX_HOOKS];
+  size_t hook_len[PRT_FH_MAX_HOOKS];
+  for (size_t h = 0; h < p->n_hooks; h++) {
+    hook_sym[h] = NULL;
+    hook_len[h] = 0;
+    for (size_t i = 0; i < nsyms; i++) {
+      if (PRT_FH_ST_TYPE(syms[i].st_info) != STT_FUNC || syms[i].st_name >= strsz || syms[i].st_value == 0) continue;
+      if (bias + syms[i].st_value != p->hook_addr[h]) continue;
+      hook_sym[h] = strs + syms[i].st_name;
+      hook_len[h] = prt_fh_base_len(hook_sym[h], strsz - syms[i].st_name);
+      break;
+    }
+  }
+  /* every function (outlined parts included) whose folded name is a hook's function */
+  for (size_t i = 0; i < nsyms && p->n_ranges < PRT_FH_MAX_RANGES; i++) {
+    if (PRT_FH_ST_TYPE(syms[i].st_info) != STT_FUNC || syms[i].st_name >= strsz || syms[i].st_size == 0) continue;
+    const char* name = strs + syms[i].st_name;
+    size_t len = prt_fh_base_len(name, strsz - syms[i].st_name);
+    for (size_t h = 0; h < p->n_hooks; h++) {
+      if (!hook_sym[h] || hook_len[h] != len || memcmp(hook_sym[h], name, len) != 0) continue;
+      p->range_lo[p->n_ranges] = bias + syms[i].st_value;
+      p->range_hi[p->n_ranges] = bias + syms[i].st_value + syms[i].st_size;
+      p->range_hook[p->n_ranges] = (uint16_t)h;
+      p->n_ranges++;
+      break;
+    }
+  }
+done:
+  munmap((void*)m, size);
+}
+
 /* Register a loaded plugin: its interface table (the hooks at `offsets`, named `names`), and swap its set_device
  * for this slot's trampoline. Returns the slot, or -1 when the table is full or the plugin's code cannot be found
  * (nothing is changed then). */
@@ -123,7 +211,7 @@ PRT_FH_EXPORT int paddle_rt_fault_register(const char* name, const char* path, C
                                            const char* const* names, const size_t* offsets, size_t n) {
   int slot = atomic_load(&g_n_plugins);
   if (slot >= PRT_FH_MAX_PLUGINS || iface == NULL || iface->set_device == NULL) return -1;
-  prt_fh_range_query q = {(uintptr_t)iface->set_device, 0, 0, 0};
+  prt_fh_range_query q = {(uintptr_t)iface->set_device, 0, 0, 0, 0};
   dl_iterate_phdr(prt_fh_find_range, &q);
   if (!q.found) return -1;
   prt_fh_plugin* p = &g_plugins[slot];
@@ -141,6 +229,7 @@ PRT_FH_EXPORT int paddle_rt_fault_register(const char* name, const char* path, C
     p->n_hooks++;
   }
   p->set_device = iface->set_device;
+  prt_fh_read_symbols(p, q.bias);
   atomic_store(&g_n_plugins, slot + 1); /* published before the trampoline can run */
   iface->set_device = k_trampolines[slot];
   return slot;
@@ -197,6 +286,9 @@ static int prt_fh_is_ours(uintptr_t pc) {
 }
 
 static const char* prt_fh_hook_at(const prt_fh_plugin* p, uintptr_t pc) {
+  for (size_t i = 0; i < p->n_ranges; i++) /* the function containing pc, by the plugin's symbols */
+    if (pc >= p->range_lo[i] && pc < p->range_hi[i]) return p->hook_name[p->range_hook[i]];
+  if (p->n_ranges) return NULL; /* symbols known, pc in none of the hooks' functions */
   const char* best = NULL;
   uintptr_t best_addr = 0;
   for (size_t i = 0; i < p->n_hooks; i++) {

@@ -17,13 +17,15 @@ from libc.string cimport memmove, memset as c_memset
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBUF_SIMPLE
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 
+from paddle_rt._core.checked cimport PRT_MAX_BYTES, prt_add_size
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
 from paddle_rt._core.includes.stream_support cimport (
-    PRT_OP_NEEDS_IDLE, PRT_OP_DROPPABLE, PRT_POS_DROPPED, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D, PRT_OPK_MEMSET,
+    PRT_OP_NEEDS_IDLE, PRT_OP_DROPPABLE, PRT_POS_DROPPED, prt_op_kind, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D,
+    PRT_OPK_MEMSET,
 )
 
 from paddle_rt._core import errors
@@ -312,11 +314,24 @@ cdef object _plan_copy(CopyOp* op, object dst, object src, object nbytes, object
         for x, what in ((d.size, "dst"), (s.size, "src")):
             if x is not None and n > x:
                 raise errors.InvalidArgument(f"{call}: nbytes={n} is larger than {what} ({x} bytes)")
+    _check_range(d, n, "dst", call)
+    _check_range(s, n, "src", call)
     op.kind = k
     op.dst = <void*>d.ptr
     op.src = <const void*>s.ptr
     op.n = n
     return dev if k != K_H2H else None
+
+
+cdef int _check_range(_End e, object n, str what, str call) except -1:
+    """[ptr, ptr + n) is an address range (checked arithmetic): n at most PRT_MAX_BYTES, no wrap past 2**64."""
+    cdef size_t end
+    if n > PRT_MAX_BYTES:
+        raise errors.InvalidArgument(f"{call}: nbytes = {n} is larger than any memory ({what} {_where(e)})")
+    if prt_add_size(<size_t>e.ptr, <size_t>n, &end):
+        raise errors.InvalidArgument(f"{call}: {what} address {e.ptr:#x} + nbytes {n} wraps around the address "
+                                     f"space")
+    return 0
 
 
 cdef str _where(_End e):
@@ -430,6 +445,7 @@ def memcpy_async(dst, src, nbytes=None, stream=None, kind=None):
 
 cdef int _submit(Stream s, CopyOp* op, object dst, object src, str call) except -1:
     """Enqueue a planned copy on s (on error the caller frees op; once enqueued, the worker does)."""
+    s._check_open()          # planning ran Python code (buffers): another thread may have closed s meanwhile
     # the plugin's async hook only when paddle_rt can also wait for the plugin stream afterwards
     op.use_async = s.ctx.has_pstream and _async_hook(op) and (
         s.ctx.iface.synchronize_stream != NULL or s.ctx.iface.synchronize_device != NULL)
@@ -510,6 +526,7 @@ cdef object _plan_set(CopyOp* op, object dst, object value, object nbytes, Devic
         if d.size is not None and nbytes > d.size:
             raise errors.InvalidArgument(f"{call}: nbytes={nbytes} is larger than dst ({d.size} bytes)")
         n = nbytes
+    _check_range(d, n, "dst", call)
     op.dst = <void*>d.ptr
     op.n = n
     op.value = value

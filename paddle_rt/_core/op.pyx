@@ -29,6 +29,7 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
     PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_COUNT, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX,
     PADDLE_RT_OP_SILU_AND_MUL, PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
+    PADDLE_RT_OP_BATCH_ATTENTION,
 )
 
 from paddle_rt._core.includes.host_parallel cimport (
@@ -52,6 +53,7 @@ OP_IDS = {
     "add_rms_norm": PADDLE_RT_OP_ADD_RMS_NORM, "softmax": PADDLE_RT_OP_SOFTMAX,
     "silu_and_mul": PADDLE_RT_OP_SILU_AND_MUL, "kv_caching": PADDLE_RT_OP_KV_CACHING,
     "attention": PADDLE_RT_OP_ATTENTION, "embedding": PADDLE_RT_OP_EMBEDDING,
+    "batch_attention": PADDLE_RT_OP_BATCH_ATTENTION,
 }
 OP_NAMES = {v: k for k, v in OP_IDS.items()}
 # The names as C strings for the records the worker makes (alive as long as the module: an operation may outlive its
@@ -66,6 +68,7 @@ _HOST_FAILURES = {
     PADDLE_RT_OP_GEMM: "no BLAS was loaded",
     PADDLE_RT_OP_EMBEDDING: "an id is outside [0, vocab) of the table",
     PADDLE_RT_OP_KV_CACHING: "a past length puts the new keys/values outside the cache",
+    PADDLE_RT_OP_BATCH_ATTENTION: "a position puts the queries outside the cache",
 }
 
 
@@ -81,6 +84,10 @@ cdef str _host_failure(const paddle_rt_op_call* c):
     if c.op == PADDLE_RT_OP_KV_CACHING:
         return (f"past_kv_lengths[{d[0]}] = {d[1]}: with {c.inputs[1].shape[2]} new positions it must be in "
                 f"[0, {c.out.shape[2] - c.inputs[1].shape[2]}] for max_seq {c.out.shape[2]}; nothing was written")
+    if c.op == PADDLE_RT_OP_BATCH_ATTENTION:
+        return (f"pos[{d[0]}] = {d[1]}: with {c.inputs[0].shape[2]} queries it must be in "
+                f"[0, {c.inputs[1].shape[2] - c.inputs[0].shape[2]}] for max_seq {c.inputs[1].shape[2]}; nothing was "
+                f"written")
     return msg
 
 # (device type, op, dtype) -> (kernel address, workspace function address, source)
@@ -541,7 +548,7 @@ cdef class OpDescriptor:
             self.workspace_size = ws(&self.call) if ws != NULL else 0
             self._generation = _generation         # picked (a failure leaves it stale: picked again next call)
             return 0
-        # float64 with scalars the hook would round: the host kernel where there is one, else the hook (README limit)
+        # float64 with scalars the hook would round: the host kernel where there is one, else the hook (docs/operators.md)
         if op == PADDLE_RT_OP_AXPBY and dev.iface.blas_axpby != NULL and (
                 _axpby_hook_serves(dtype, self.call.attrs) or (dtype == FLOAT64 and not host)):
             self.hook = HOOK_AXPBY

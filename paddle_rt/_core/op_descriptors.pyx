@@ -18,7 +18,7 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
     PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX, PADDLE_RT_OP_SILU_AND_MUL,
-    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
+    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING, PADDLE_RT_OP_BATCH_ATTENTION,
 )
 
 from paddle_rt._core import errors
@@ -100,12 +100,9 @@ cdef class _Rules:
         return new_desc(n, shape, strides, x.dtype_code)
 
     cdef int float_weight(self, TensorDesc w, TensorDesc x, str what) except -1:
-        """Weights and tables: any float dtype for float32/float16/bfloat16 x (InfiniCore's rms_norm takes e.g. a
-        float16 weight with bfloat16 x); x's dtype or float32 for float64 x."""
-        if x.dtype_code == FLOAT64:
-            if w.dtype_code not in (FLOAT64, FLOAT32):
-                self.fail(f"{what} has dtype {w.dtype}; for float64 x it must be float64 or float32")
-        elif w.dtype_code not in (FLOAT32, FLOAT16, BFLOAT16, FLOAT64):
+        """Weights and tables: any float dtype, whatever x's float dtype (InfiniCore's rms_norm takes e.g. a float16
+        weight with bfloat16 x)."""
+        if w.dtype_code not in (FLOAT32, FLOAT16, BFLOAT16, FLOAT64):
             self.fail(f"{what} has dtype {w.dtype}; it must be a float dtype (x {x.dtype})")
         return 0
 
@@ -115,8 +112,107 @@ cdef class _Rules:
         return 0
 
 
+# ---- the input rules and output layout of each operator -------------------------------------------------------------
+# One path: paddle_rt.ops (which allocates the output) and the descriptors (given one) run the same rules on the
+# inputs, here, before the output is looked at; a descriptor then checks that the given output has this layout. A
+# rule's error names only the inputs. Each returns (output shape, output dtype code); a descriptor class exposes its
+# rule as the static method ``output(handle, *inputs, ...)``, so a new operator (and paddle_rt.ops) reuses it.
+
+cdef tuple _binary_rule(_Rules r, TensorDesc a, TensorDesc b):
+    """numpy's broadcast of a's and b's shapes; one dtype."""
+    cdef int n = a.ndim_ if a.ndim_ > b.ndim_ else b.ndim_, i
+    cdef int64_t x, y
+    if b.dtype_code != a.dtype_code:
+        r.fail(f"b has dtype {b.dtype}, a {a.dtype}: they must match")
+    shape = [0] * n
+    for i in range(n):
+        x = a.shape_[a.ndim_ - n + i] if i >= n - a.ndim_ else 1
+        y = b.shape_[b.ndim_ - n + i] if i >= n - b.ndim_ else 1
+        if x != y and x != 1 and y != 1:
+            r.fail(f"a {a.shape} and b {b.shape} do not broadcast (dimension {i}: {x} and {y})")
+        shape[i] = y if x == 1 else x
+    return tuple(shape), a.dtype_code
+
+
+cdef tuple _gemm_rule(_Rules r, TensorDesc ad, TensorDesc bd):
+    """(m, n) or (batch, m, n) of a (m, k) / (batch, m, k) @ b (k, n) / (batch, k, n)."""
+    for d, what in ((ad, "a"), (bd, "b")):
+        if d.ndim_ not in (2, 3):
+            r.fail(f"{what} has shape {d.shape}: gemm takes 2 or 3 dimensions")
+    if bd.dtype_code != ad.dtype_code:
+        r.fail(f"b has dtype {bd.dtype}, a {ad.dtype}: they must match")
+    if ad.shape[-1] != bd.shape[-2]:
+        r.fail(f"a {ad.shape} @ b {bd.shape}: a's {ad.shape[-1]} columns do not match b's {bd.shape[-2]} rows")
+    ba = ad.shape_[0] if ad.ndim_ == 3 else 1
+    bb = bd.shape_[0] if bd.ndim_ == 3 else 1
+    if ba != bb and ba != 1 and bb != 1:
+        r.fail(f"a {ad.shape} and b {bd.shape}: batches {ba} and {bb} differ (a batch of 1 broadcasts)")
+    shape = (ad.shape[-2], bd.shape[-1])
+    if ad.ndim_ == 3 or bd.ndim_ == 3:
+        shape = (max(ba, bb),) + shape
+    if max(ad.shape[-2], bd.shape[-1], ad.shape[-1]) > INT_MAX:
+        r.fail(f"a dimension of a {ad.shape} @ b {bd.shape} exceeds BLAS's 32-bit int")
+    return shape, ad.dtype_code
+
+
+cdef tuple _embedding_rule(_Rules r, TensorDesc idd, TensorDesc wd):
+    if idd.dtype_code not in (INT32, INT64):
+        r.fail(f"ids has dtype {idd.dtype}; it must be int32 or int64")
+    if wd.ndim_ != 2:
+        r.fail(f"weight has shape {wd.shape}; it must be (vocab, dim)")
+    r.float_dtype(wd, "weight")
+    if idd.ndim_ >= 8:
+        r.fail(f"ids has {idd.ndim_} dimensions (shape {idd.shape}): the output (*ids.shape, dim) would have "
+               f"{idd.ndim_ + 1}, more than 8")
+    return idd.shape + (wd.shape[1],), wd.dtype_code
+
+
+cdef tuple _silu_and_mul_rule(_Rules r, TensorDesc xd):
+    r.float_dtype(xd, "x")
+    if xd.ndim_ < 1 or xd.shape[-1] % 2:
+        r.fail(f"x has shape {xd.shape}: it must be (..., 2d) with an even last dimension")
+    return xd.shape[:-1] + (xd.shape[-1] // 2,), xd.dtype_code
+
+
+cdef tuple _attention_rule(_Rules r, TensorDesc qd):
+    r.float_dtype(qd, "q")
+    if qd.ndim_ != 3:
+        r.fail(f"q has shape {qd.shape}; it must be (q_heads, seq, dim)")
+    return (qd.shape[1], qd.shape[0], qd.shape[2]), qd.dtype_code
+
+
+cdef _Rules _rules_of(handle, str op):
+    return _Rules(handle, op)
+
+
+def output_layout(handle, str op, *inputs):
+    """``output_layout(handle, op, *inputs) -> (shape, dtype)``: the output an operator makes of ``inputs`` (the
+    inputs' rules checked first, InvalidArgument naming them); the rule paddle_rt.ops allocates by."""
+    cdef _Rules r = _rules_of(handle, op)
+    ds = [r.desc(x, w) for x, w in zip(inputs, _INPUT_NAMES.get(op, ("x",)))]
+    if op in ("add", "sub", "mul", "swiglu"):
+        shape, code = _binary_rule(r, ds[0], ds[1])
+    elif op == "gemm":
+        shape, code = _gemm_rule(r, ds[0], ds[1])
+    elif op == "embedding":
+        shape, code = _embedding_rule(r, ds[0], ds[1])
+    elif op == "silu_and_mul":
+        shape, code = _silu_and_mul_rule(r, ds[0])
+    elif op == "attention":
+        shape, code = _attention_rule(r, ds[0])
+    else:                       # unary and normalising operators: x's layout
+        shape, code = ds[0].shape, (<TensorDesc>ds[0]).dtype_code
+    return shape, dtype_name(code)
+
+
+_INPUT_NAMES = {"add": ("a", "b"), "sub": ("a", "b"), "mul": ("a", "b"), "swiglu": ("a", "b"), "gemm": ("a", "b"),
+                "embedding": ("ids", "weight"), "attention": ("q",), "add_rms_norm": ("a",)}
+
+
 cdef int _elementwise(OpDescriptor self, Handle handle, int op, tuple operands, str name) except -1:
     cdef _Rules r = _Rules(handle, name)
+    if len(operands) == 3:
+        _binary_rule(r, r.desc(operands[1], "a"), r.desc(operands[2], "b"))
     cdef TensorDesc out = r.desc(operands[0], "out")
     r.writable(out)
     ins = []
@@ -206,7 +302,9 @@ cdef class GemmDescriptor(OpDescriptor):
     strides (transposed views go to BLAS as they are, other layouts through the workspace)."""
     def __init__(self, Handle handle, out, a, b, alpha=1.0, beta=0.0):
         cdef _Rules r = _Rules(handle, "gemm")
-        cdef TensorDesc od = r.desc(out, "out"), ad = r.desc(a, "a"), bd = r.desc(b, "b")
+        cdef TensorDesc ad = r.desc(a, "a"), bd = r.desc(b, "b")
+        _gemm_rule(r, ad, bd)
+        cdef TensorDesc od = r.desc(out, "out")
         r.writable(od)
         r.same_dtype(ad, od, "a")
         r.same_dtype(bd, od, "b")
@@ -215,8 +313,8 @@ cdef class GemmDescriptor(OpDescriptor):
                 r.fail(f"{what} has shape {d.shape}: gemm takes 2 or 3 dimensions")
         m, n = od.shape[-2], od.shape[-1]
         batch = od.shape[0] if od.ndim_ == 3 else 1
-        if ad.shape[-2] != m or bd.shape[-1] != n or ad.shape[-1] != bd.shape[-2]:
-            r.fail(f"a {ad.shape} @ b {bd.shape} does not give out {od.shape}")
+        if ad.shape[-2] != m or bd.shape[-1] != n:
+            r.fail(f"out has shape {od.shape}; a {ad.shape} @ b {bd.shape} gives ({ad.shape[-2]}, {bd.shape[-1]})")
         for d, what in ((ad, "a"), (bd, "b")):
             if d.ndim_ == 3 and d.shape_[0] not in (1, batch):
                 r.fail(f"{what} has batch {d.shape_[0]} (shape {d.shape}), out {batch} (shape {od.shape})")
@@ -451,7 +549,9 @@ cdef class SiluAndMulDescriptor(OpDescriptor):
     out = silu(x[..., :d]) * x[..., d:]; one float dtype."""
     def __init__(self, Handle handle, out, x):
         cdef _Rules r = _Rules(handle, "silu_and_mul")
-        cdef TensorDesc od = r.desc(out, "out"), xd = r.desc(x, "x")
+        cdef TensorDesc xd = r.desc(x, "x")
+        _silu_and_mul_rule(r, xd)
+        cdef TensorDesc od = r.desc(out, "out")
         r.writable(od)
         r.same_dtype(xd, od, "x")
         r.float_dtype(xd, "x")
@@ -493,6 +593,16 @@ cdef class KVCachingDescriptor(OpDescriptor):
         self.setup(handle, PADDLE_RT_OP_KV_CACHING, kc.dtype_code, kc, (vc, kd, vd, pd), (vc, kd, vd, pd))
 
 
+cdef int64_t _window(_Rules r, window) except -1:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0 or window > INT64_MAX_EXACT:
+        r.fail(f"window must be an int >= 0 (0: no window), not {window!r}")
+    return window
+
+
+# The largest int a double attribute holds exactly (attrs are doubles).
+INT64_MAX_EXACT = 2 ** 53
+
+
 cdef class AttentionDescriptor(OpDescriptor):
     """``AttentionDescriptor(handle, out, q, k, v, k_cache, v_cache, pos)``, called
     ``desc(out, q, k, v, k_cache, v_cache)`` (InfiniCore's Attention): k and v are stored in the caches at
@@ -500,9 +610,11 @@ cdef class AttentionDescriptor(OpDescriptor):
     query head h uses kv head h // (q_heads // kv_heads), scores q.k / sqrt(dim), query i sees positions
     j <= i + pos, softmax, weighted sum of the cached values. q (q_heads, seq, dim); k, v (kv_heads, seq, dim);
     caches (kv_heads, >= pos + seq, dim); out (seq, q_heads, dim); one float dtype; q_heads a multiple of kv_heads.
-    Outputs (out and the caches) may not share memory with any operand."""
-    def __init__(self, Handle handle, out, q, k, v, k_cache, v_cache, pos):
+    ``window`` > 0 keeps for each query only the last ``window`` positions up to its own (a sliding window, as
+    Mistral's; 0: all). Outputs (out and the caches) may not share memory with any operand."""
+    def __init__(self, Handle handle, out, q, k, v, k_cache, v_cache, pos, window=0):
         cdef _Rules r = _Rules(handle, "attention")
+        _attention_rule(r, r.desc(q, "q"))
         cdef TensorDesc od = r.desc(out, "out"), qd = r.desc(q, "q"), kd = r.desc(k, "k"), vd = r.desc(v, "v")
         cdef TensorDesc kc = r.desc(k_cache, "k_cache"), vc = r.desc(v_cache, "v_cache")
         r.writable(od)
@@ -529,6 +641,7 @@ cdef class AttentionDescriptor(OpDescriptor):
             if d.shape[0] != nkv or d.shape[2] != dim or d.shape[1] < pos + seq:
                 r.fail(f"{what} has shape {d.shape}; it must be ({nkv}, >= pos + seq = {pos + seq}, {dim})")
         self.call.attrs[0] = pos
+        self.call.attrs[1] = _window(r, window)
         self.written = (1 << 3) | (1 << 4)
         self.exclusive = True
         self.setup(handle, PADDLE_RT_OP_ATTENTION, od.dtype_code, od, (qd, kd, vd, kc, vc), (qd, kd, vd, kc, vc))
@@ -537,18 +650,51 @@ cdef class AttentionDescriptor(OpDescriptor):
 cdef class EmbeddingDescriptor(OpDescriptor):
     """``EmbeddingDescriptor(handle, out, ids, weight)`` (InfiniCore's Embedding, torch's embedding):
     out[i...] = weight[ids[i...]]; ids of any shape (int32/int64), weight (vocab, dim) of a float dtype, out
-    (*ids.shape, dim) in weight's dtype. An id outside [0, vocab) makes the call fail on the stream
+    ``(*ids.shape, dim)`` in weight's dtype. An id outside [0, vocab) makes the call fail on the stream
     (InvalidArgument naming the id at the next synchronize), and nothing is written."""
     def __init__(self, Handle handle, out, ids, weight):
         cdef _Rules r = _Rules(handle, "embedding")
-        cdef TensorDesc od = r.desc(out, "out"), idd = r.desc(ids, "ids"), wd = r.desc(weight, "weight")
+        cdef TensorDesc idd = r.desc(ids, "ids"), wd = r.desc(weight, "weight")
+        _embedding_rule(r, idd, wd)
+        cdef TensorDesc od = r.desc(out, "out")
         r.writable(od)
-        if idd.dtype_code not in (INT32, INT64):
-            r.fail(f"ids has dtype {idd.dtype}; it must be int32 or int64")
-        if wd.ndim_ != 2:
-            r.fail(f"weight has shape {wd.shape}; it must be (vocab, dim)")
-        r.float_dtype(wd, "weight")
         r.same_dtype(od, wd, "out")
-        if idd.ndim_ >= 8 or od.shape != idd.shape + (wd.shape[1],):
+        if od.shape != idd.shape + (wd.shape[1],):
             r.fail(f"out has shape {od.shape}; it must be ids' shape + (dim,) = {idd.shape + (wd.shape[1],)}")
         self.setup(handle, PADDLE_RT_OP_EMBEDDING, od.dtype_code, od, (idd, wd), (idd, wd))
+
+
+cdef class BatchAttentionDescriptor(OpDescriptor):
+    """``BatchAttentionDescriptor(handle, out, q, k_cache, v_cache, pos, window=0)``, called
+    ``desc(out, q, k_cache, v_cache, pos)``: attention of a batch of sequences, each at its own position. q (batch,
+    q_heads, seq, dim); caches (batch, kv_heads, max_seq, dim) already holding every sequence's keys and values up to
+    pos[b] + seq (kv_caching writes them); pos (batch,) int32/int64 on the device; out (batch, seq, q_heads, dim).
+    Sequence b's query i is at position pos[b] + i and attends causally to its own cache's positions up to it (the
+    last ``window`` of them when window > 0), query head h to kv head h // (q_heads // kv_heads), scale
+    1/sqrt(dim). A position with pos < 0 or pos + seq > max_seq makes the call fail on the stream (InvalidArgument
+    naming the sequence at the next synchronize), and nothing is written."""
+    def __init__(self, Handle handle, out, q, k_cache, v_cache, pos, window=0):
+        cdef _Rules r = _Rules(handle, "batch_attention")
+        cdef TensorDesc od = r.desc(out, "out"), qd = r.desc(q, "q"), kc = r.desc(k_cache, "k_cache")
+        cdef TensorDesc vc = r.desc(v_cache, "v_cache"), pd = r.desc(pos, "pos")
+        r.writable(od)
+        r.float_dtype(qd, "q")
+        for d, what in ((od, "out"), (qd, "q"), (kc, "k_cache"), (vc, "v_cache")):
+            if d.ndim_ != 4:
+                r.fail(f"{what} has shape {d.shape}: batch_attention takes 4-dimensional operands")
+            r.same_dtype(d, qd, what)
+        b, nq, seq, dim = qd.shape
+        nkv = kc.shape[1]
+        if nkv < 1 or nq % nkv:
+            r.fail(f"q has {nq} heads, k_cache {nkv}: q_heads must be a multiple of kv_heads (q {qd.shape}, "
+                   f"k_cache {kc.shape})")
+        if kc.shape[0] != b or kc.shape[3] != dim or kc.shape[2] < seq:
+            r.fail(f"k_cache has shape {kc.shape}; it must be ({b}, kv_heads, >= {seq}, {dim}) for q {qd.shape}")
+        r.same_shape(vc, kc, "v_cache")
+        if od.shape != (b, seq, nq, dim):
+            r.fail(f"out has shape {od.shape}; it must be ({b}, {seq}, {nq}, {dim}) for q {qd.shape}")
+        if pd.shape != (b,) or pd.dtype_code not in (INT32, INT64):
+            r.fail(f"pos has shape {pd.shape}, dtype {pd.dtype}; it must be ({b},) of int32/int64")
+        self.call.attrs[0] = _window(r, window)
+        self.exclusive = True
+        self.setup(handle, PADDLE_RT_OP_BATCH_ATTENTION, od.dtype_code, od, (qd, kc, vc, pd), (qd, kc, vc, pd))

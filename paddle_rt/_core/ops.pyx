@@ -16,7 +16,7 @@ from paddle_rt._core.includes.op_support cimport (
     PADDLE_RT_OP_LAYER_NORM, PADDLE_RT_OP_CAUSAL_SOFTMAX, PADDLE_RT_OP_SWIGLU, PADDLE_RT_OP_ROPE,
     PADDLE_RT_OP_REARRANGE, PADDLE_RT_OP_RELU, PADDLE_RT_OP_GELU, PADDLE_RT_OP_SILU, PADDLE_RT_OP_RANDOM_SAMPLE,
     PADDLE_RT_OP_AXPBY, PADDLE_RT_OP_ADD_RMS_NORM, PADDLE_RT_OP_SOFTMAX, PADDLE_RT_OP_SILU_AND_MUL,
-    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING,
+    PADDLE_RT_OP_KV_CACHING, PADDLE_RT_OP_ATTENTION, PADDLE_RT_OP_EMBEDDING, PADDLE_RT_OP_BATCH_ATTENTION,
 )
 
 import numpy as np
@@ -27,7 +27,8 @@ from paddle_rt._core.op_descriptors import (
     AddDescriptor, SubDescriptor, MulDescriptor, SwiGLUDescriptor, ReluDescriptor, SiluDescriptor, GeluDescriptor,
     RearrangeDescriptor, AxpbyDescriptor, GemmDescriptor, RMSNormDescriptor, LayerNormDescriptor,
     CausalSoftmaxDescriptor, RoPEDescriptor, RandomSampleDescriptor, AddRMSNormDescriptor, SoftmaxDescriptor,
-    SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor, EmbeddingDescriptor,
+    SiluAndMulDescriptor, KVCachingDescriptor, AttentionDescriptor, EmbeddingDescriptor, BatchAttentionDescriptor,
+    output_layout,
 )
 
 # Descriptors by (device, op, attributes, operand layouts); cleared when it reaches CACHE_LIMIT entries (dynamic
@@ -105,23 +106,21 @@ cdef Tensor _out(object out, Device dev, Stream s, tuple shape, int32_t dtype, s
     cdef int64_t sh[8]
     if out is not None:
         return _tensor(out, op, "out")
+    if len(shape) > MAX_NDIM:
+        raise errors.InvalidArgument(f"{dev}: operator {op}: the output would have {len(shape)} dimensions "
+                                     f"{shape}, more than {MAX_NDIM}")
     for i in range(len(shape)):
         sh[i] = shape[i]
-    return new_tensor(dev, s, len(shape), sh, dtype)
+    return new_tensor(dev, s, len(shape), sh, dtype, f"{dev}: operator {op}: the output")
 
 
-cdef tuple _broadcast_shape(str op, Tensor a, Tensor b):
-    """numpy's broadcast of a's and b's shapes."""
-    cdef int n = a.ndim_ if a.ndim_ > b.ndim_ else b.ndim_, i
-    cdef int64_t x, y
-    out = [0] * n
-    for i in range(n):
-        x = a.shape_[a.ndim_ - n + i] if i >= n - a.ndim_ else 1
-        y = b.shape_[b.ndim_ - n + i] if i >= n - b.ndim_ else 1
-        if x != y and x != 1 and y != 1:
-            raise errors.InvalidArgument(f"ops.{op}: shapes {a.shape} and {b.shape} do not broadcast")
-        out[i] = y if x == 1 else x
-    return tuple(out)
+cdef Tensor _new_out(object out, Device dev, Stream s, str op, tuple inputs):
+    """`out`, or a new tensor with the layout the operator's descriptor derives from `inputs` after checking their
+    rules (op_descriptors.output_layout: the one path both share)."""
+    if out is not None:
+        return _tensor(out, op, "out")
+    shape, dt = output_layout(_handle(dev), op, *inputs)
+    return _out(None, dev, s, tuple(shape), dtype_code_of(dt), op)
 
 
 cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
@@ -134,7 +133,7 @@ cdef Tensor _binary(int op, str name, factory, a, b, out, stream):
     elif ta.ndim_ == tb.ndim_ and memcmp(ta.shape_, tb.shape_, ta.ndim_ * sizeof(int64_t)) == 0:
         to = new_tensor(dev, s, ta.ndim_, ta.shape_, ta.dtype_code)      # the common case: no broadcast
     else:
-        to = _out(None, dev, s, _broadcast_shape(name, ta, tb), ta.dtype_code, name)
+        to = _new_out(None, dev, s, name, (ta, tb))
     cdef bytes k = _key(dev, op, (to, ta, tb), NULL, 0)
     d = _cache.get(k) or _create(k, factory, (_handle(dev), to, ta, tb))
     (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
@@ -205,17 +204,9 @@ def gemm(a, b, out=None, alpha=1.0, beta=0.0, stream=None):
     cdef double attrs[2]
     attrs[0] = alpha
     attrs[1] = beta
-    if out is None:
-        if ta.ndim_ not in (2, 3) or tb.ndim_ not in (2, 3):
-            raise errors.InvalidArgument(f"{dev}: operator gemm: a {ta.shape} and b {tb.shape} must have 2 or 3 "
-                                         f"dimensions")
-        batch = max(ta.shape[0] if ta.ndim_ == 3 else 1, tb.shape[0] if tb.ndim_ == 3 else 1)
-        shape = (ta.shape[-2], tb.shape[-1])
-        if ta.ndim_ == 3 or tb.ndim_ == 3:
-            shape = (batch,) + shape
-        if beta != 0:
-            raise errors.InvalidArgument(f"{dev}: operator gemm: beta = {beta} reads out, so out must be given")
-    cdef Tensor to = _out(out, dev, s, shape if out is None else (), ta.dtype_code, "gemm")
+    if out is None and beta != 0:
+        raise errors.InvalidArgument(f"{dev}: operator gemm: beta = {beta} reads out, so out must be given")
+    cdef Tensor to = _new_out(out, dev, s, "gemm", (ta, tb))
     cdef bytes k = _key(dev, PADDLE_RT_OP_GEMM, (to, ta, tb), attrs, 2)
     d = _cache.get(k) or _create(k, GemmDescriptor, (_handle(dev), to, ta, tb, alpha, beta))
     (<OpDescriptor>d).launch(to, (ta, tb), None, s, NULL)
@@ -238,8 +229,7 @@ cdef Tensor _norm(int op, str name, factory, tuple ins, double eps, out, stream)
 
 
 def rms_norm(x, weight, eps=1e-6, out=None, stream=None):
-    """out = x / sqrt(mean(x**2, -1) + eps) * weight; weight (d,) of any float dtype (float64 or float32 for float64
-    x)."""
+    """out = x / sqrt(mean(x**2, -1) + eps) * weight; weight (d,) of any float dtype (whatever x's float dtype)."""
     return _norm(PADDLE_RT_OP_RMS_NORM, "rms_norm", RMSNormDescriptor, (x, weight), eps, out, stream)
 
 
@@ -295,8 +285,8 @@ def random_sample(logits, *, random_val=None, seed=None, topp=1.0, topk=0, tempe
 def axpby(x, y, alpha=1.0, beta=1.0, stream=None):
     """y = alpha * x + beta * y in place; returns y. Runs the plugin's blas_axpby in float32, and in float64 when
     alpha and beta are float32 values (the hook takes them as C floats); otherwise the host kernel on host-addressable
-    devices. On other devices a float64 call keeps the hook, with alpha and beta rounded to float32 (README,
-    Operators), and float16/bfloat16 need a registered or plugin kernel (NotSupportedError otherwise)."""
+    devices. On other devices a float64 call keeps the hook, with alpha and beta rounded to float32
+    (docs/operators.md), and float16/bfloat16 need a registered or plugin kernel (NotSupportedError otherwise)."""
     cdef Tensor tx = _tensor(x, "axpby", "x"), ty = _tensor(y, "axpby", "y")
     cdef Device dev = _device("axpby", (tx, ty))
     cdef Stream s = op_stream(dev, stream)
@@ -363,8 +353,7 @@ def silu_and_mul(x, out=None, stream=None):
     cdef Tensor tx = _tensor(x, "silu_and_mul", "x")
     cdef Device dev = tx.storage.device
     cdef Stream s = op_stream(dev, stream)
-    cdef Tensor y = _out(out, dev, s, (tx.shape[:-1] + (tx.shape[-1] // 2,)) if (out is None and tx.ndim_) else (),
-                         tx.dtype_code, "silu_and_mul")
+    cdef Tensor y = _new_out(out, dev, s, "silu_and_mul", (tx,))
     _cached(PADDLE_RT_OP_SILU_AND_MUL, SiluAndMulDescriptor, dev, (y, tx), (), NULL, 0).launch(y, (tx,), None, s,
                                                                                              NULL)
     return y
@@ -383,39 +372,96 @@ def kv_caching(k_cache, v_cache, k, v, past_kv_lengths, stream=None):
     return ts[0], ts[1]
 
 
-def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None):
-    """``attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None) -> out`` (InfiniCore's Attention): stores k,
-    v (kv_heads, seq, dim) in the caches (kv_heads, max_seq, dim) at [pos, pos + seq), then causal grouped-query
-    attention of q (q_heads, seq, dim) over the first pos + seq cached positions (scale 1/sqrt(dim)); out
-    (seq, q_heads, dim)."""
+def attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None, window=0):
+    """``attention(q, k, v, k_cache, v_cache, pos, out=None, stream=None, window=0) -> out`` (InfiniCore's
+    Attention): stores k, v (kv_heads, seq, dim) in the caches (kv_heads, max_seq, dim) at [pos, pos + seq), then
+    causal grouped-query attention of q (q_heads, seq, dim) over the first pos + seq cached positions (scale
+    1/sqrt(dim)); out (seq, q_heads, dim). ``window`` > 0: each query keeps only the last ``window`` positions up to
+    its own (Mistral's sliding window)."""
     cdef tuple ts = _tensors("attention", (q, k, v, k_cache, v_cache), ("q", "k", "v", "k_cache", "v_cache"))
     cdef Tensor tq = ts[0]
     cdef Device dev = _device("attention", ts)
     cdef Stream s = op_stream(dev, stream)
-    if tq.ndim_ != 3:
-        raise errors.InvalidArgument(f"{dev}: operator attention: q has shape {tq.shape}; it must be (q_heads, seq, "
-                                     f"dim)")
-    cdef Tensor y = _out(out, dev, s, (tq.shape[1], tq.shape[0], tq.shape[2]) if out is None else (), tq.dtype_code,
-                         "attention")
+    cdef Tensor y = _new_out(out, dev, s, "attention", (tq,))
     if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) or pos < 0:
         raise errors.InvalidArgument(f"{dev}: operator attention: pos must be an int >= 0, not {pos!r}")
     pos = int(pos)
-    cdef double attrs[1]
+    window = _window_arg(dev, "attention", window)
+    cdef double attrs[2]
     attrs[0] = pos
-    _cached(PADDLE_RT_OP_ATTENTION, AttentionDescriptor, dev, (y,) + ts, (pos,), attrs, 1).launch(y, ts, None, s,
-                                                                                                NULL)
+    attrs[1] = window
+    _cached(PADDLE_RT_OP_ATTENTION, AttentionDescriptor, dev, (y,) + ts, (pos, window), attrs, 2).launch(
+        y, ts, None, s, NULL)
     return y
+
+
+cdef int64_t _window_arg(Device dev, str op, window) except -1:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise errors.InvalidArgument(f"{dev}: operator {op}: window must be an int >= 0 (0: no window), not "
+                                     f"{window!r}")
+    return int(window)
+
+
+def batch_attention(q, k_cache, v_cache, pos, window=0, out=None, stream=None):
+    """``batch_attention(q, k_cache, v_cache, pos, window=0, out=None, stream=None) -> out``: causal grouped-query
+    attention of a batch of sequences, each at its own position (the decode step of sequences of different
+    lengths). q (batch, q_heads, seq, dim); caches (batch, kv_heads, max_seq, dim) already holding each sequence's
+    keys and values up to pos[b] + seq (:func:`kv_caching` writes them); pos (batch,) int32/int64 on the device;
+    out (batch, seq, q_heads, dim). Query i of sequence b sits at position pos[b] + i and reads its own cache up to
+    there (the last ``window`` positions when window > 0). A position that does not fit fails at the next
+    synchronize (InvalidArgument naming the sequence) and writes nothing."""
+    cdef tuple ts = _tensors("batch_attention", (q, k_cache, v_cache, pos), ("q", "k_cache", "v_cache", "pos"))
+    cdef Tensor tq = ts[0]
+    cdef Device dev = _device("batch_attention", ts)
+    cdef Stream s = op_stream(dev, stream)
+    if tq.ndim_ != 4:
+        raise errors.InvalidArgument(f"{dev}: operator batch_attention: q has shape {tq.shape}; it must be (batch, "
+                                     f"q_heads, seq, dim)")
+    cdef Tensor y = _out(out, dev, s, (tq.shape[0], tq.shape[2], tq.shape[1], tq.shape[3]) if out is None else (),
+                         tq.dtype_code, "batch_attention")
+    window = _window_arg(dev, "batch_attention", window)
+    cdef double attrs[1]
+    attrs[0] = window
+    _cached(PADDLE_RT_OP_BATCH_ATTENTION, BatchAttentionDescriptor, dev, (y,) + ts, (window,), attrs, 1).launch(
+        y, ts, None, s, NULL)
+    return y
+
+
+def linear(x, weight, bias=None, out=None, stream=None):
+    """``linear(x, weight, bias=None, out=None, stream=None) -> out`` (torch's ``nn.functional.linear``): x (..., in)
+    @ weight (out_features, in)^T (+ bias (out_features,)) -> (..., out_features), for x of 1 to 3 dimensions.
+    The transposed view of weight goes to :func:`gemm` as it is (no copy); the bias is added to the product in place
+    by :func:`add` (broadcast over the rows), so a biased projection is two operators on the stream."""
+    cdef Tensor tx = _tensor(x, "linear", "x"), tw = _tensor(weight, "linear", "weight")
+    cdef Device dev = _device("linear", (tx, tw) + ((_tensor(bias, "linear", "bias"),) if bias is not None else ()))
+    if tw.ndim_ != 2:
+        raise errors.InvalidArgument(f"{dev}: operator linear: weight has shape {tw.shape}; it must be "
+                                     f"(out_features, in_features)")
+    if tx.ndim_ < 1 or tx.ndim_ > 3 or tx.shape[-1] != tw.shape[1]:
+        raise errors.InvalidArgument(f"{dev}: operator linear: x has shape {tx.shape}; it must be (..., "
+                                     f"{tw.shape[1]}) with 1 to 3 dimensions for weight {tw.shape}")
+    if bias is not None and (<Tensor>bias).shape != (tw.shape[0],):
+        raise errors.InvalidArgument(f"{dev}: operator linear: bias has shape {bias.shape}; it must be "
+                                     f"({tw.shape[0]},) for weight {tw.shape}")
+    x2 = tx.view(1, tx.shape[0]) if tx.ndim_ == 1 else tx
+    o2 = None
+    if out is not None:
+        o2 = _tensor(out, "linear", "out")
+        o2 = o2.view(1, o2.shape[0]) if o2.ndim == 1 else o2
+    y = gemm(x2, tw.T, out=o2, stream=stream)
+    if bias is not None:
+        add(y, bias, out=y, stream=stream)
+    return y.view(tw.shape[0]) if tx.ndim_ == 1 else y
 
 
 def embedding(ids, weight, out=None, stream=None):
     """``embedding(ids, weight, out=None, stream=None) -> out`` (torch's embedding, InfiniCore's Embedding): rows of
-    weight (vocab, dim) by ids (any shape, int32/int64); out (*ids.shape, dim). An id outside [0, vocab) fails at the
+    weight (vocab, dim) by ids (any shape, int32/int64); out ``(*ids.shape, dim)``. An id outside [0, vocab) fails at the
     next synchronize (InvalidArgument naming the id) and writes nothing."""
     cdef tuple ts = _tensors("embedding", (ids, weight), ("ids", "weight"))
     cdef Tensor ti = ts[0], tw = ts[1]
     cdef Device dev = _device("embedding", ts)
     cdef Stream s = op_stream(dev, stream)
-    cdef Tensor y = _out(out, dev, s, (ti.shape + (tw.shape[-1],)) if (out is None and tw.ndim_ == 2) else (),
-                         tw.dtype_code, "embedding")
+    cdef Tensor y = _new_out(out, dev, s, "embedding", (ti, tw))
     _cached(PADDLE_RT_OP_EMBEDDING, EmbeddingDescriptor, dev, (y,) + ts, (), NULL, 0).launch(y, ts, None, s, NULL)
     return y

@@ -39,7 +39,7 @@ from paddle_rt._core.allocator cimport (
     AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
     round_request, core_deferred_pending,
 )
-from paddle_rt._core.allocation cimport Allocation
+from paddle_rt._core.allocation cimport Allocation, check_nbytes
 from paddle_rt._core.deferred_free cimport core_wait_deferred
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
@@ -562,13 +562,12 @@ cdef class MemPool:
         return 0
 
     # -- public methods ------------------------------------------------------------------------------------------------
-    def malloc_async(self, Py_ssize_t nbytes, stream=None):
+    def malloc_async(self, nbytes, stream=None):
         """Allocate ``nbytes`` ordered on ``stream`` (default: the current stream of the pool's device)."""
         self._check()
-        if nbytes < 0:
-            raise errors.InvalidArgument(f"{self.device}: malloc_async: nbytes must be >= 0, not {nbytes}")
+        cdef size_t n = check_nbytes(nbytes, "malloc_async", self.device)
         cdef Stream s = current_stream(self.device) if stream is None else _as_stream(stream, self.device)
-        return self.malloc_on(nbytes, s)
+        return self.malloc_on(n, s)
 
     def free_async(self, a, stream=None):
         """Free ``a`` ordered on ``stream`` (default: the stream it was allocated on)."""
@@ -662,9 +661,7 @@ def malloc_async(nbytes, stream=None, pool=None):
         s = current_stream(None) if stream is None else _as_stream(stream, None)
         p = default_pool_of(s.device)
     p._check()
-    if nbytes < 0:
-        raise errors.InvalidArgument(f"{p.device}: malloc_async: nbytes must be >= 0, not {nbytes}")
-    return p.malloc_on(nbytes, s)
+    return p.malloc_on(check_nbytes(nbytes, "malloc_async", p.device), s)
 
 
 def free_async(a, stream=None):

@@ -288,6 +288,10 @@ cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos) noexc
         _wait_hook(<void*>waiter, <void*>recorded, pos)
 
 
+# (Device, handle) of plugin streams paddle_rt destroyed (Stream.close of a stream it created): Stream.from_handle
+# refuses them (the plugin may still hand the value out again: create_stream takes it off).
+cdef set _destroyed_handles = set()
+
 cdef class Stream:
     """An ordered queue of work on a device. ``Stream(device=None)`` creates one (with the plugin's
     ``create_stream`` when it has it); :meth:`from_handle` wraps a plugin stream created elsewhere."""
@@ -309,6 +313,7 @@ cdef class Stream:
             with nogil:
                 st = dev.iface.create_stream(dev.cdev(), &h)
             check_status(dev, "create_stream", st)
+            _destroyed_handles.discard((dev, <uintptr_t>h))     # the plugin may hand out a destroyed handle again
         self._setup(dev, <uintptr_t>h, has, True)
 
     @staticmethod
@@ -323,6 +328,9 @@ cdef class Stream:
                                          f"{type(handle).__name__}")
         if handle < 0 or handle >= (1 << 64):
             raise errors.InvalidArgument(f"{dev!r}: Stream.from_handle: handle {handle:#x} is out of range")
+        if (dev, handle) in _destroyed_handles:
+            raise errors.InvalidArgument(f"{dev!r}: Stream.from_handle: handle {handle:#x} is of a stream that was "
+                                         f"closed (its plugin stream destroyed); create a new Stream")
         dev.activate()
         s._setup(dev, <uintptr_t>handle, dev.iface.create_stream != NULL, False)
         return s
@@ -537,12 +545,13 @@ cdef class Stream:
         errs[:] = [e for e in errs if e[0] > upto]
         pos, exc, what = mine[0]
         more = f" (and {len(mine) - 1} more error(s): {[repr(e[1]) for e in mine[1:]]})" if len(mine) > 1 else ""
-        if isinstance(exc, errors.PluginError):
+        if isinstance(exc, errors.PaddleRTError) and not callable(what):
             msg = f"{self.name}: asynchronous work failed at operation {pos}: {exc}{more}"
         else:
             msg = (f"{self.name}: host callback {getattr(what, '__qualname__', what)!s} (operation {pos}) raised "
                    f"{type(exc).__name__}: {exc}{more}")
-        err = errors.StreamError(msg)
+        # an operator's typed error found on the stream stays catchable as that type (errors.stream_error_type)
+        err = errors.stream_error_type(exc)(msg) if not callable(what) else errors.StreamError(msg)
         err.position = pos
         err.errors = [e[1] for e in mine]
         raise err from exc
@@ -625,6 +634,7 @@ cdef class Stream:
                 if ctx.iface.synchronize_stream != NULL:
                     ctx.iface.synchronize_stream(ctx.cdev, ctx.pstream)
                 st = ctx.iface.destroy_stream(ctx.cdev, ctx.pstream)
+            _destroyed_handles.add((self.device, <uintptr_t>ctx.pstream))
         self._free_ctx()
         check_status(self.device, "destroy_stream", st)
         if pending:

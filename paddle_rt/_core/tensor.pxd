@@ -43,8 +43,10 @@ cdef class Tensor(TensorDesc):
 cdef int32_t dtype_code_of(object dtype) except -1
 cdef str dtype_name(int32_t code)
 # A new contiguous tensor allocated on stream `s` (its device).
-cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype)
-cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype)
+# Every layout passes check_layout (its byte size and span fit 64-bit arithmetic; InvalidArgument naming `what`).
+cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype, str what=*)
+cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype, str what=*)
+cdef int check_layout(str what, int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype) except -1
 # A tensor with `layout`'s shape, strides and dtype at address `ptr` on `dev`, owning no memory (InfiniOP's calling
 # shape: raw device pointers laid out as a descriptor's TensorDesc).
 cdef Tensor tensor_at(Device dev, TensorDesc layout, uintptr_t ptr)

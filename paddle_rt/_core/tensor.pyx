@@ -19,6 +19,9 @@ from paddle_rt._core.device_ext cimport (
 )
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor, kDLCPU
 from paddle_rt._core.includes.op_support cimport paddle_rt_tensor, prt_dtype_size
+from paddle_rt._core.checked cimport (
+    PRT_MAX_BYTES, prt_numel, prt_nbytes, prt_extent, prt_span_bytes, checked_mul, checked_offset,
+)
 
 import numpy as np
 
@@ -105,18 +108,54 @@ cdef int _check_shape(object shape, int64_t* out) except -1:
         raise errors.InvalidArgument(f"a tensor has at most {MAX_NDIM} dimensions, not {n} (shape {shape})")
     for i in range(n):
         d = shape[i]
-        if not isinstance(d, int) or d < 0:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
             raise errors.InvalidArgument(f"shape {shape}: dimension {i} must be an int >= 0, not {d!r}")
+        if d > INT64_MAX_PY:
+            raise errors.InvalidArgument(f"shape {shape}: dimension {i} ({d}) does not fit a 64-bit size")
         out[i] = d
     return n
 
 
+INT64_MAX_PY = (1 << 63) - 1
+
+
+cdef int check_layout(str what, int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype) except -1:
+    """The rule every tensor layout obeys (checked arithmetic, engine/checked_math.h): its element count times the
+    item size, and the bytes from its lowest to its highest element, are at most PRT_MAX_BYTES. Then every element
+    offset, byte size and bound computed from the layout is exact. InvalidArgument naming `what` otherwise."""
+    cdef int64_t nbytes = 0, span = 0
+    cdef int64_t es = prt_dtype_size(dtype)
+    cdef bint bad = prt_nbytes(ndim, shape, es, &nbytes) or nbytes > PRT_MAX_BYTES
+    if not bad and strides != NULL:
+        bad = prt_span_bytes(ndim, shape, strides, es, &span) or span > PRT_MAX_BYTES
+    if bad:
+        sh = tuple([shape[i] for i in range(ndim)])
+        n = 1
+        for v in sh:
+            n *= v
+        if strides == NULL or n * es > PRT_MAX_BYTES:
+            st = "" if strides == NULL else f", strides {tuple([strides[i] for i in range(ndim)])}"
+            raise errors.InvalidArgument(f"{what}: shape {sh}{st} of {_DTYPES[dtype][0]} has {n} elements of {es} "
+                                         f"bytes: {n * es} bytes overflow 64-bit sizes")
+        sts = tuple([strides[i] for i in range(ndim)])          # Python ints: exact
+        reach = 1
+        for extent, stride in zip(sh, sts):
+            reach += abs((extent - 1) * stride)
+        raise errors.InvalidArgument(
+            f"{what}: shape {sh} with strides {sts} spans {reach} elements of "
+            f"{_DTYPES[dtype][0]} ({reach * es} bytes): the offsets overflow 64-bit arithmetic")
+    return 0
+
+
 cdef void _contiguous_strides(int ndim, const int64_t* shape, int64_t* strides) noexcept:
+    # (only for layouts whose element count check_layout accepted, or where a wrapped product is never used: the
+    # caller checks the layout before it is used)
     cdef int64_t s = 1
     cdef int i
     for i in range(ndim - 1, -1, -1):
         strides[i] = s
-        s *= shape[i] if shape[i] > 0 else 1
+        if checked_mul(s, shape[i] if shape[i] > 0 else 1, &s):
+            s = 0
 
 
 cdef class TensorDesc:
@@ -136,7 +175,10 @@ cdef class TensorDesc:
             for i in range(self.ndim_):
                 if not isinstance(strides[i], int):
                     raise errors.InvalidArgument(f"TensorDesc: stride {i} must be an int, not {strides[i]!r}")
+                if strides[i] > INT64_MAX_PY or strides[i] < -INT64_MAX_PY:
+                    raise errors.InvalidArgument(f"TensorDesc: stride {i} ({strides[i]}) does not fit 64 bits")
                 self.strides_[i] = strides[i]
+        check_layout("TensorDesc", self.ndim_, self.shape_, self.strides_, self.dtype_code)
 
     @property
     def shape(self):
@@ -166,7 +208,7 @@ cdef class TensorDesc:
 
     @property
     def nbytes(self):
-        return self.numel() * prt_dtype_size(self.dtype_code)
+        return self.numel() * prt_dtype_size(self.dtype_code)     # exact: check_layout bounds it
 
     def is_contiguous(self):
         cdef int64_t s = 1
@@ -189,9 +231,8 @@ cdef class TensorDesc:
         memcpy(t.strides, self.strides_, sizeof(int64_t) * MAX_NDIM)
 
     cdef int64_t numel(self) noexcept:
-        cdef int64_t n = 1
-        for i in range(self.ndim_):
-            n *= self.shape_[i]
+        cdef int64_t n = 0
+        prt_numel(self.ndim_, self.shape_, &n)        # never overflows: check_layout accepted the layout
         return n
 
     cdef bint same_layout(self, TensorDesc o) noexcept:
@@ -206,8 +247,12 @@ cdef class TensorDesc:
         return f"TensorDesc(shape={self.shape}, dtype={self.dtype!r}, strides={self.strides})"
 
 
-cdef void _set_layout(TensorDesc d, int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype) noexcept:
-    """Fill d's layout (strides NULL: C-contiguous)."""
+cdef int _set_layout(TensorDesc d, int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype,
+                     str what) except -1:
+    """Fill d's layout (strides NULL: C-contiguous), after check_layout."""
+    if ndim < 0 or ndim > MAX_NDIM:
+        raise errors.InvalidArgument(f"{what}: a tensor has at most {MAX_NDIM} dimensions, not {ndim}")
+    check_layout(what, ndim, shape, strides, dtype)
     d.ndim_ = ndim
     d.dtype_code = dtype
     memset(d.shape_, 0, sizeof(d.shape_))
@@ -217,11 +262,12 @@ cdef void _set_layout(TensorDesc d, int ndim, const int64_t* shape, const int64_
         _contiguous_strides(ndim, shape, d.strides_)
     else:
         memcpy(d.strides_, strides, sizeof(int64_t) * ndim)
+    return 0
 
 
-cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype):
+cdef TensorDesc new_desc(int ndim, const int64_t* shape, const int64_t* strides, int32_t dtype, str what="layout"):
     cdef TensorDesc d = TensorDesc.__new__(TensorDesc)
-    _set_layout(d, ndim, shape, strides, dtype)
+    _set_layout(d, ndim, shape, strides, dtype, what)
     return d
 
 
@@ -265,13 +311,11 @@ cdef class _Storage:
         return 0
 
 
-cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype):
+cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype, str what="tensor"):
     cdef Tensor t = Tensor.__new__(Tensor)
-    cdef int64_t n = 1
-    cdef int i
-    _set_layout(t, ndim, shape, NULL, dtype)
-    for i in range(ndim):
-        n *= shape[i]
+    cdef int64_t n = 0
+    _set_layout(t, ndim, shape, NULL, dtype, what)       # checked: n * itemsize is exact below
+    prt_numel(ndim, shape, &n)
     cdef _Storage st = _Storage.__new__(_Storage)
     st.device = dev
     if n > 0:
@@ -286,15 +330,16 @@ cdef Tensor tensor_at(Device dev, TensorDesc layout, uintptr_t ptr):
     cdef Tensor t = Tensor.__new__(Tensor)
     cdef _Storage st = _Storage.__new__(_Storage)
     st.device = dev
-    _set_layout(t, layout.ndim_, layout.shape_, layout.strides_, layout.dtype_code)
+    _set_layout(t, layout.ndim_, layout.shape_, layout.strides_, layout.dtype_code, "tensor")
     t.storage = st
     t.data = ptr
     return t
 
 
-cdef Tensor _view(Tensor base, int ndim, const int64_t* shape, const int64_t* strides, uintptr_t data):
+cdef Tensor _view(Tensor base, int ndim, const int64_t* shape, const int64_t* strides, uintptr_t data,
+                  str what="view"):
     cdef Tensor t = Tensor.__new__(Tensor)
-    _set_layout(t, ndim, shape, strides, base.dtype_code)
+    _set_layout(t, ndim, shape, strides, base.dtype_code, what)
     t.storage = base.storage
     t.data = data
     return t
@@ -333,14 +378,22 @@ cdef class Tensor(TensorDesc):
         dt = numpy_dtype(self.dtype_code)
         cdef int64_t n = self.numel()
         if n == 0:
-            return np.empty(self.shape, dtype=dt)
-        if device_host_addressable(self.storage.device):
-            if self.dtype_code == BFLOAT16:       # numpy knows bfloat16 only as ml_dtypes' type: copy the bits
-                return np.array(_HostView(self, "<u2"), copy=True).view(dt)
-            return np.array(_HostView(self, _DTYPES[self.dtype_code][1]), copy=True)
+            try:
+                return np.empty(self.shape, dtype=dt)
+            except ValueError as exc:      # numpy refuses shapes whose other extents overflow its sizes
+                raise errors.InvalidArgument(f"numpy() of {self!r}: numpy cannot hold this shape ({exc})") from None
+        try:
+            if device_host_addressable(self.storage.device):
+                if self.dtype_code == BFLOAT16:       # numpy knows bfloat16 only as ml_dtypes' type: copy the bits
+                    return np.array(_HostView(self, "<u2"), copy=True).view(dt)
+                return np.array(_HostView(self, _DTYPES[self.dtype_code][1]), copy=True)
+            out = np.empty(self.shape, dtype=dt)
+        except MemoryError:
+            raise errors.OutOfMemoryError(f"host: numpy() of {self!r}: {n * prt_dtype_size(self.dtype_code)} bytes do "
+                                          f"not fit in host memory", device="host",
+                                          requested=n * prt_dtype_size(self.dtype_code), call="numpy") from None
         src = self if self.is_contiguous() else self.contiguous()
         (<Tensor>src).storage.wait_writers()
-        out = np.empty(self.shape, dtype=dt)
         from paddle_rt._core.memcpy import memcpy
         memcpy(out, (<Tensor>src).data, out.nbytes, kind="D2H", device=self.storage.device)
         return out
@@ -397,9 +450,10 @@ cdef class Tensor(TensorDesc):
                 start, stop, step = k.indices(self.shape_[d])
                 length = len(range(start, stop, step))
                 if length > 0:
-                    off += start * self.strides_[d]
+                    off += start * self.strides_[d]     # inside the checked extent of this layout
                 shape[nd] = length
-                strides[nd] = self.strides_[d] * step
+                # one element: the step is never taken (a huge step must not overflow the stride)
+                strides[nd] = self.strides_[d] * step if length > 1 else self.strides_[d]
                 nd += 1
             else:
                 try:
@@ -407,13 +461,15 @@ cdef class Tensor(TensorDesc):
                 except AttributeError:
                     raise IndexError(f"tensor index must be an int, a slice, None or ..., not {type(k).__name__}") \
                         from None
+                extent = <object>self.shape_[d]          # compared as Python ints: any index is exact
                 if i < 0:
-                    i += self.shape_[d]
-                if not 0 <= i < self.shape_[d]:
+                    i += extent
+                if not 0 <= i < extent:
                     raise IndexError(f"index {k} is out of bounds for dimension {d} of size {self.shape_[d]}")
                 off += i * self.strides_[d]
             d += 1
-        return _view(self, nd, shape, strides, self.data + off * prt_dtype_size(self.dtype_code))
+        return _view(self, nd, shape, strides, self.data + off * prt_dtype_size(self.dtype_code),
+                     f"tensor[{key!r}]")
 
     def permute(self, *dims):
         """A view with the dimensions in the order ``dims``."""
@@ -453,7 +509,7 @@ cdef class Tensor(TensorDesc):
         inside the storage (InvalidArgument otherwise). Operators refuse an output whose elements overlap."""
         cdef int64_t sh[8]
         cdef int64_t st[8]
-        cdef int64_t es = prt_dtype_size(self.dtype_code), last = 0, base_ptr = 0, size = 0, off
+        cdef int64_t es = prt_dtype_size(self.dtype_code), lo = 0, hi = 0, base_ptr = 0, size = 0, off, end, numel = 0
         cdef int nd = _check_shape(shape, sh), i
         strides = tuple(strides)
         where = f"as_strided(shape={tuple(shape)}, strides={strides}, offset={offset})"
@@ -463,6 +519,8 @@ cdef class Tensor(TensorDesc):
             v = strides[i]
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise errors.InvalidArgument(f"{where}: stride {v!r} of dimension {i} must be an int >= 0")
+            if v > INT64_MAX_PY:
+                raise errors.InvalidArgument(f"{where}: stride {v} of dimension {i} does not fit 64 bits")
             st[i] = v
         mem = self.storage.memory
         if mem is not None:
@@ -474,17 +532,22 @@ cdef class Tensor(TensorDesc):
             off = (<int64_t>self.data - base_ptr) // es
         elif isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
             raise errors.InvalidArgument(f"{where}: offset must be an int >= 0 (elements from the storage's start)")
+        elif offset > INT64_MAX_PY:
+            raise errors.InvalidArgument(f"{where}: offset {offset} is beyond the storage ({size // es} elements)")
         else:
             off = offset
-        numel = 1
-        for i in range(nd):
-            numel *= sh[i]
-            last += (sh[i] - 1) * st[i] if sh[i] > 0 else 0
-        if numel > 0 and (off + last + 1) * es > size:
-            raise errors.InvalidArgument(
-                f"{where}: the view reaches element {off + last} of the storage, which holds {size // es} elements "
-                f"of {self.dtype} ({size} bytes): out of bounds")
-        return _view(self, nd, sh, st, <uintptr_t>(base_ptr + off * es))
+        check_layout(where, nd, sh, st, self.dtype_code)
+        prt_numel(nd, sh, &numel)
+        if numel > 0:
+            prt_extent(nd, sh, st, &lo, &hi)         # exact: check_layout bounded the span
+            # the last element reached, off + hi, must lie inside the storage: (off + hi + 1) * es <= size
+            if checked_offset(off, 1, hi + 1, &end) or end > size // es:
+                raise errors.InvalidArgument(
+                    f"{where}: the view reaches element {off + hi} of the storage, which holds {size // es} "
+                    f"elements of {self.dtype} ({size} bytes): out of bounds")
+        elif off > size // es:
+            raise errors.InvalidArgument(f"{where}: offset {off} is beyond the storage ({size // es} elements)")
+        return _view(self, nd, sh, st, <uintptr_t>(base_ptr + off * es), where)
 
     def expand(self, *sizes):
         """A view broadcast to ``sizes`` (torch's ``expand``): dimensions of extent 1 (and new leading ones) get
@@ -501,18 +564,24 @@ cdef class Tensor(TensorDesc):
         for i in range(nd):
             want = sizes[i]
             j = i - lead
+            if isinstance(want, (int, np.integer)) and not -1 <= want <= INT64_MAX_PY:
+                raise errors.InvalidArgument(f"expand{tuple(sizes)}: extent {want} of dimension {i} does not fit "
+                                             f"64 bits" if want > 0 else f"expand{tuple(sizes)}: extent {want} of "
+                                             f"dimension {i} is negative")
             if j < 0:
                 if want < 0:
                     raise errors.InvalidArgument(f"expand{tuple(sizes)}: -1 is not allowed for a new dimension ({i})")
+                if want > INT64_MAX_PY:
+                    raise errors.InvalidArgument(f"expand{tuple(sizes)}: extent {want} does not fit 64 bits")
                 sh[i], st[i] = want, 0
             elif want == -1 or want == self.shape_[j]:
                 sh[i], st[i] = self.shape_[j], self.strides_[j]
-            elif self.shape_[j] == 1 and want >= 0:
+            elif self.shape_[j] == 1 and 0 <= want <= INT64_MAX_PY:
                 sh[i], st[i] = want, 0
             else:
                 raise errors.InvalidArgument(f"expand{tuple(sizes)}: dimension {j} of shape {self.shape} has extent "
                                              f"{self.shape_[j]}, which expands only from 1 (to {want})")
-        return _view(self, nd, sh, st, self.data)
+        return _view(self, nd, sh, st, self.data, f"expand{tuple(sizes)}")
 
     def view(self, *shape):
         """A view with another shape over the same memory; raises InvalidArgument when the strides do not allow
@@ -673,7 +742,7 @@ def empty(shape, dtype="float32", device=None, stream=None):
     cdef int nd = _check_shape(shape, sh)
     cdef int32_t code = dtype_code_of(dtype)
     cdef Stream s = _stream_for(device, stream)
-    return new_tensor(s.device, s, nd, sh, code)
+    return new_tensor(s.device, s, nd, sh, code, "empty")
 
 
 def zeros(shape, dtype="float32", device=None, stream=None):

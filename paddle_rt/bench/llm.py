@@ -7,6 +7,11 @@ For each model size (~15M parameters: llama2.c's stories15M shape, 6 layers, d28
 
 ``quick``: the 15M model only, 16 new tokens, 2 repetitions (else both, 48 new tokens, 5 repetitions).
 
+Then per family of FAMILIES (Llama, Llama with llama3 rope, Qwen2, Qwen3, Mistral with a 32-position window) at
+the first size, and per batch size (1, 4, 16; quick: 1, 4): decode tokens/s of examples/llama (``generate`` at batch
+1, ``generate_batch`` above it: prompts of 32 to 64 tokens) against transformers' batched greedy ``generate`` with
+left padding, alternating, medians (target >= 1.0x at each batch).
+
 1. decode tokens/s (the new tokens after the first, divided by the time from the first to the last) of both, in the
    same process with the same thread count (``threads``, default: the CPUs this process may use; set for torch,
    for the BLAS and OpenMP libraries through threadpoolctl, and for paddle_rt's host kernels when they have a
@@ -65,11 +70,32 @@ def _imports():
     return torch, transformers, importlib.import_module("llama_checkpoint"), importlib.import_module("llama_model")
 
 
-def build_checkpoint(transformers, torch, path, fields, seed=0):
+# family -> (transformers model class, config class, fields added to a size's): what examples/llama runs.
+FAMILIES = {
+    "llama": ("LlamaForCausalLM", "LlamaConfig", {}),
+    "llama3": ("LlamaForCausalLM", "LlamaConfig", {"rope_parameters": {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", {}),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", {"head_dim": None}),          # None: hidden / heads
+    "mistral": ("MistralForCausalLM", "MistralConfig", {"sliding_window": 32}),
+}
+
+
+def model_class(transformers, family):
+    return getattr(transformers, FAMILIES[family][0])
+
+
+def build_checkpoint(transformers, torch, path, fields, seed=0, family="llama"):
+    """A random checkpoint of ``family`` (FAMILIES) with the size's ``fields``, saved by transformers'
+    save_pretrained into ``path``."""
+    cls_name, config_name, extra = FAMILIES[family]
     fields = dict({"max_position_embeddings": 2048}, **fields)
-    config = transformers.LlamaConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields)
+    for k, v in extra.items():
+        fields[k] = fields["hidden_size"] // fields["num_attention_heads"] if (k == "head_dim" and v is None) else v
+    config = getattr(transformers, config_name)(bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields)
     torch.manual_seed(seed)
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    getattr(transformers, cls_name)(config).save_pretrained(path)
     return path
 
 
@@ -128,7 +154,10 @@ def _first_difference(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
-def measure(quick=False, reps=None, sizes=None, threads=None):
+BATCHES = (1, 4, 16)
+
+
+def measure(quick=False, reps=None, sizes=None, threads=None, families=None, batches=None):
     torch, transformers, llama_checkpoint, llama_model = _imports()
     try:
         from threadpoolctl import threadpool_limits
@@ -158,6 +187,13 @@ def measure(quick=False, reps=None, sizes=None, threads=None):
                 folder = build_checkpoint(transformers, torch, os.path.join(tmp, name), fields)
                 rows.extend(_measure_one(name, folder, n, reps, threads, device, torch, transformers,
                                          llama_checkpoint, llama_model))
+            size = sizes[0]
+            for family in (tuple(FAMILIES) if families is None else families):
+                folder = build_checkpoint(transformers, torch, os.path.join(tmp, f"{family}-{size}"), CONFIGS[size],
+                                          family=family)
+                rows.extend(_measure_family(family, size, folder, n, reps, threads, device, torch, transformers,
+                                            llama_checkpoint, llama_model,
+                                            batches or ((1, 4) if quick else BATCHES)))
     finally:
         limits.restore_original_limits()
         torch.set_num_threads(threads_before)
@@ -198,6 +234,63 @@ def _measure_one(name, folder, n, reps, threads, device, torch, transformers, ll
     r = peak_reserved / peak_live
     rows.append(result(AREA, f"peak reserved / peak live, {name} (load + generate)", r, "x", *at_most(r, 1.10, "x"),
                        note=f"{peak_reserved / 2**20:.1f} MiB reserved, {peak_live / 2**20:.1f} MiB live"))
+    return rows
+
+
+def _batch_prompts(vocab, batch):
+    """``batch`` prompts of different lengths (PROMPT_LEN / 2 to PROMPT_LEN tokens), seed 1."""
+    import numpy as np
+    rng = np.random.default_rng(1)
+    lengths = [PROMPT_LEN - (i * PROMPT_LEN // 2) // max(batch - 1, 1) for i in range(batch)]
+    return [[int(t) for t in rng.integers(0, vocab, n)] for n in lengths]
+
+
+def _hf_batch_run(torch, model, prompts, n):
+    """transformers' batched greedy generate with left padding: (tokens per prompt, seconds per decode step)."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    clock = _TokenClock()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             eos_token_id=None, pad_token_id=0, streamer=clock)
+    new = clock.times[1:]
+    return out[:, width:].tolist(), (new[-1] - new[0]) / (len(new) - 1)
+
+
+def _our_batch_run(llama_model, model, prompts, n):
+    if len(prompts) == 1:
+        tokens, t = llama_model.generate(model, prompts[0], n)
+        return [tokens], t["decode_s"] / t["decode_tokens"]
+    tokens, t = llama_model.generate_batch(model, prompts, n)
+    return tokens, t["decode_s"] / (n - 1)
+
+
+def _measure_family(family, size, folder, n, reps, threads, device, torch, transformers, llama_checkpoint,
+                    llama_model, batches):
+    """Decode tokens/s of one family at each batch size against transformers' batched generate, alternating."""
+    config = llama_checkpoint.read_config(folder)
+    ours_model = llama_model.LlamaModel(config, llama_checkpoint.read_weights(folder, config), device=device)
+    hf_model = model_class(transformers, family).from_pretrained(folder, dtype=torch.float32)
+    hf_model.eval()
+    rows = []
+    for batch in batches:
+        prompts = _batch_prompts(config.vocab_size, batch)
+        _our_batch_run(llama_model, ours_model, prompts, 4)           # warm-up
+        _hf_batch_run(torch, hf_model, prompts, 4)
+        ours, theirs = [], []
+        for _ in range(reps):
+            ours.append(_our_batch_run(llama_model, ours_model, prompts, n))
+            theirs.append(_hf_batch_run(torch, hf_model, prompts, n))
+        same = ("greedy tokens equal" if ours[0][0] == theirs[0][0] else
+                f"greedy tokens differ ({sum(a != b for a, b in zip(ours[0][0], theirs[0][0]))} of {batch} "
+                f"sequences)")
+        o_step, t_step = statistics.median(r[1] for r in ours), statistics.median(r[1] for r in theirs)
+        lengths = f"prompts {min(map(len, prompts))}-{max(map(len, prompts))}" if batch > 1 else f"prompt {PROMPT_LEN}"
+        rows.append(figure(AREA, f"decode vs transformers, {family} {size}, batch {batch}",
+                           [t[1] / o[1] for o, t in zip(ours, theirs)], "x", at_least=1.0,
+                           note=f"{batch / o_step:.1f} vs {batch / t_step:.1f} tok/s ({config.architecture}, "
+                                f"{lengths}, {n} new tokens, {threads} threads, medians of {reps}); {same}"))
     return rows
 
 

@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 import traceback
-from paddle_rt.tools.cli import command_parser
+from paddle_rt.tools.cli import EXIT_USAGE, command_parser, error
 
 __all__ = ["run_suite", "format_table", "main"]
 
@@ -161,8 +161,7 @@ def main(argv=None):
     try:
         results, errors, seconds = run_suite(args.quick, only, log)
     except ValueError as exc:
-        print(f"paddle_rt bench: {exc}", file=sys.stderr)
-        return 2
+        return error("bench", f"--only {args.only}: {exc}" if args.only else exc, EXIT_USAGE)
     total = time.perf_counter() - t0
     machine = _machine(load_start)
     if args.json:

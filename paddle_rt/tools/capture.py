@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 from paddle_rt._core import alloc_log
-from paddle_rt.tools.cli import command_parser
+from paddle_rt.tools.cli import EXIT_FAILED, EXIT_USAGE, command_parser, error, output_path_problem, program
 
 MiB = 1 << 20
 TORCH_HINT = 'pip install torch==2.13.0+cpu (the CPU wheel), or pip install "paddle_rt[capture]"'
@@ -28,6 +28,10 @@ class CaptureError(Exception):
     """A capture that produced no log (the message is the one line the command prints)."""
 
 
+class CaptureUsageError(CaptureError):
+    """The command line names no Python program to run (exit status 2: nothing was run)."""
+
+
 def _is_python(word):
     return os.path.basename(word).startswith("python")
 
@@ -35,7 +39,7 @@ def _is_python(word):
 def runner_command(command, raw_out):
     """The child's argv: the user's interpreter (and its own options) running capture_runner.py on the program."""
     if not command:
-        raise CaptureError("nothing to run: give the program after --, e.g. -- python script.py ARGS")
+        raise CaptureUsageError("nothing to run: give the program after --, e.g. -- python script.py ARGS")
     if _is_python(command[0]):
         interp, rest = [command[0]], command[1:]
         while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
@@ -43,14 +47,14 @@ def runner_command(command, raw_out):
             if interp[-1] in ("-X", "-W") and rest:
                 interp.append(rest.pop(0))
         if not rest or rest[0] == "-" or (rest[0] in ("-m", "-c") and len(rest) < 2):
-            raise CaptureError(f"{' '.join(command)}: give a script, -m MODULE or -c CODE to run")
+            raise CaptureUsageError(f"{' '.join(command)}: give a script, -m MODULE or -c CODE to run")
     elif command[0].endswith(".py"):
         interp, rest = [sys.executable], command
     else:
-        raise CaptureError(f"{command[0]!r} is not a Python program: capture runs `python SCRIPT.py ARGS` (torch's "
+        raise CaptureUsageError(f"{command[0]!r} is not a Python program: capture runs `python SCRIPT.py ARGS` (torch's "
                            f"profiler records the allocations of a Python process)")
     if rest[0] not in ("-m", "-c") and not os.path.isfile(rest[0]):
-        raise CaptureError(f"{rest[0]}: no such script")
+        raise CaptureUsageError(f"{rest[0]}: no such script")
     return interp + [RUNNER, raw_out] + rest
 
 
@@ -107,14 +111,16 @@ def main(argv=None):
         own, command = argv, []
     ap = command_parser("capture", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                         usage="%(prog)s -o TRACE.csv.gz -- python SCRIPT.py [ARGS...]",
-                        epilog="The log replays with: python -m paddle_rt replay TRACE.csv.gz --baselines")
+                        epilog=f"The log replays with: {program()} replay TRACE.csv.gz --baselines")
     ap.add_argument("-o", "--output", required=True, help="the log to write (.csv, or .csv.gz for gzip)")
     args = ap.parse_args(own)
+    problem = output_path_problem(args.output, "--output")
+    if problem:                             # before the program runs, not after it
+        return error("capture", problem)
     try:
         allocs, peak, n = capture(command, args.output)
     except CaptureError as exc:
-        print(f"{ap.prog}: {exc}", file=sys.stderr)
-        return 1
+        return error("capture", exc, EXIT_USAGE if isinstance(exc, CaptureUsageError) else EXIT_FAILED)
     print(f"{args.output}: {allocs} allocations, {n - allocs} frees, peak live {peak / MiB:.1f} MiB")
     return 0
 

@@ -33,7 +33,7 @@ import sys
 import time
 
 from paddle_rt.tools.check_base import Check, Ctx, Fail, Skip
-from paddle_rt.tools.cli import command_parser
+from paddle_rt.tools.cli import EXIT_USAGE, command_parser, error
 
 __all__ = ["CHECKS", "FAMILIES", "run_checks", "format_table", "main"]
 
@@ -303,6 +303,22 @@ def not_a_library(path):
     return None
 
 
+def library_hint(path):
+    """What to give instead of ``path``: the shared libraries beside it when there are some, else how to get one (never
+    ``path`` itself, which was just reported unusable)."""
+    folder = os.path.dirname(path) or "."
+    try:
+        found = sorted(f for f in os.listdir(folder) if f.endswith(".so") or ".so." in f)
+    except OSError:
+        found = []
+    found = [os.path.join(os.path.dirname(path), f) for f in found if os.path.join(folder, f) != os.path.join(
+        folder, os.path.basename(path))]
+    if found:
+        return "shared libraries beside it: " + ", ".join(found[:5]) + (" ..." if len(found) > 5 else "")
+    return ("give the plugin's shared library (the .so its build produced; build the plugin first if it has no .so "
+            "yet)")
+
+
 def main(argv=None):
     ap = command_parser("check",
                         description="Conformance checks for a custom-device plugin (each in a child process).")
@@ -319,8 +335,7 @@ def main(argv=None):
         return int(exc.code or 0)
     if args.child:
         if args.child not in _BY_NAME:
-            print(f"unknown check {args.child!r}", file=sys.stderr)
-            return 2
+            return error("check", f"--child {args.child}: no such check (see --list)")
         return _child(args.child, args.plugin, args.timeout)
     if args.list:
         w = max(len(c.name) for c in CHECKS)
@@ -329,23 +344,18 @@ def main(argv=None):
             print(f"{'':{w}}  {'':11}  rule: {c.rule}")
         return 0
     if args.plugin is None:
-        print("python -m paddle_rt check: the plugin's path is required (or --list)", file=sys.stderr)
-        return 2
-    if args.timeout <= 0:
-        print("--timeout must be positive", file=sys.stderr)
-        return 2
+        return error("check", "the plugin's path is required (or --list)")
+    if not args.timeout > 0:
+        return error("check", f"--timeout {args.timeout:g}: must be a positive number of seconds")
     only = None
     if args.only:
         only = {n.strip() for n in args.only.split(",") if n.strip()}
         unknown = only - set(_BY_NAME)
         if unknown:
-            print(f"unknown check(s): {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
-            return 2
+            return error("check", f"--only {args.only}: no check named {', '.join(sorted(unknown))} (see --list)")
     problem = not_a_library(args.plugin)
     if problem:
-        print(f"{ap.prog}: {problem}; give the plugin's shared library (the .so its build produced), e.g. "
-              f"`{ap.prog} build/libmy_device.so`", file=sys.stderr)
-        return 2
+        return error("check", f"{problem}; {library_hint(args.plugin)}", EXIT_USAGE)
     progress = None
     if not args.json and sys.stderr.isatty():
         def progress(res):

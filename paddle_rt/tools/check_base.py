@@ -173,6 +173,19 @@ class Ctx:
         self.status(raw.synchronize_stream(s), "synchronize_stream")
 
 
+def churn(ctx, create, destroy, n, what):
+    """Create ``n`` objects with ``create()`` (-> status, handle), then destroy them all with ``destroy(handle)``,
+    each status checked (``what``: "stream", "event"); returns the detail part."""
+    made = []
+    for _ in range(n):
+        st, h = create()
+        ctx.status(st, f"create_{what} ({n} {what}s)")
+        made.append(h)
+    for h in made:
+        ctx.status(destroy(h), f"destroy_{what} ({n} {what}s)")
+    return f"{n} created and destroyed"
+
+
 def pattern(size, seed):
     """Deterministic bytes that differ for different seeds and offsets."""
     base = bytes(((i * 131 + seed * 17 + (i >> 8)) & 0xFF) for i in range(min(size, 4096)))

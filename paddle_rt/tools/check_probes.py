@@ -11,17 +11,22 @@ def _unguarded(ctx, what):
     ctx.warn(f"not guarded: {what}")
 
 
+def _refused(ctx, st, call):
+    """The detail of a misuse ``call`` that answered ``st``: an error status is the guard (``call -> status``); a
+    success status is not guarded (a warning, empty detail)."""
+    if _ok(st):
+        _unguarded(ctx, f"{call} returned {_sname(st)}")
+        return ""
+    return f"{call} -> {_sname(st)}"
+
+
 def probe_double_free(ctx):
     r = ctx.raw
     st, p = r.allocate(4096)
     ctx.status(st, "device_memory_allocate(4096)")
     ctx.expect(p != 0, f"device_memory_allocate(4096) {_NULL_SUCCESS}")
     ctx.status(r.deallocate(p, 4096), "device_memory_deallocate(4096)")
-    st = r.deallocate(p, 4096)
-    if _ok(st):
-        _unguarded(ctx, f"double free returned {_sname(st)}")
-        return ""
-    return f"double free -> {_sname(st)}"
+    return _refused(ctx, r.deallocate(p, 4096), "double free")
 
 
 def probe_host_double_free(ctx):
@@ -37,12 +42,8 @@ def probe_host_double_free(ctx):
         ctx.status(st, alloc_name)
         ctx.expect(h != 0, f"{alloc_name} gave C_SUCCESS with a NULL pointer")
         ctx.status(free(h, 4096), free_name)
-        st = free(h, 4096)
-        if _ok(st):
-            _unguarded(ctx, f"double {free_name} returned {_sname(st)}")
-        else:
-            parts.append(f"double {free_name} -> {_sname(st)}")
-    return "; ".join(parts)
+        parts.append(_refused(ctx, free(h, 4096), f"double {free_name}"))
+    return "; ".join(p for p in parts if p)
 
 
 def probe_bad_device_id(ctx):
@@ -52,10 +53,7 @@ def probe_bad_device_id(ctx):
     bogus = max(ids) + 1000
     st = r.set_device(bogus)
     ctx.status(r.set_device(ids[0]), f"set_device({ids[0]})")
-    if _ok(st):
-        _unguarded(ctx, f"set_device({bogus}) (no such device) returned {_sname(st)}")
-        return ""
-    return f"set_device({bogus}) -> {_sname(st)}"
+    return _refused(ctx, st, f"set_device({bogus}) (no such device)")
 
 
 def probe_beyond_capacity(ctx):

@@ -1,7 +1,7 @@
 """``paddle-rt check``'s conformance checks of streams, events, callbacks and collectives (see
 paddle_rt.tools.check)."""
 
-from paddle_rt.tools.check_base import C_SUCCESS, FLOAT32, SUM, Check, MiB, Skip, _same, _sname, pattern
+from paddle_rt.tools.check_base import C_SUCCESS, churn, FLOAT32, SUM, Check, MiB, Skip, _same, _sname, pattern
 
 
 def _async_hooks(ctx):
@@ -23,14 +23,7 @@ def check_stream_lifecycle(ctx):
         ctx.status(r.synchronize_stream(s), "synchronize_stream (idle)")
         parts.append("synchronize")
     ctx.status(r.destroy_stream(s), "destroy_stream")
-    streams = []
-    for _ in range(8):
-        st, s2 = r.create_stream()
-        ctx.status(st, "create_stream (8 streams)")
-        streams.append(s2)
-    for s2 in streams:
-        ctx.status(r.destroy_stream(s2), "destroy_stream (8 streams)")
-    parts.append("8 more created and destroyed")
+    parts.append(churn(ctx, r.create_stream, r.destroy_stream, 8, "stream").replace("created", "more created", 1))
     return "; ".join(parts)
 
 
@@ -133,14 +126,7 @@ def check_events(ctx):
         _same(ctx, ctx.read(d, n), pattern(n, 31), "work before a synchronised event")
         parts.append("work before the event is done after synchronize_event")
     ctx.status(r.destroy_event(e), "destroy_event")
-    events = []
-    for _ in range(16):
-        st, e2 = r.create_event()
-        ctx.status(st, "create_event (16 events)")
-        events.append(e2)
-    for e2 in events:
-        ctx.status(r.destroy_event(e2), "destroy_event (16 events)")
-    parts.append("16 created and destroyed")
+    parts.append(churn(ctx, r.create_event, r.destroy_event, 16, "event"))
     return "; ".join(parts)
 
 

@@ -17,18 +17,31 @@ LIMIT = 1.15         # peak reserved / Paddle's: the bound on every trace
 GOAL_SHARE = 0.80    # the share of traces that meet the full goal
 
 
-def corpus_files(folders):
-    """Every .csv / .csv.gz log of ``folders`` (sorted by name within each folder); raises InvalidArgument for a
-    folder that does not exist or holds no log."""
+def folder_problem(folder):
+    """Why ``folder`` gives the corpus no log (no such folder, not a folder, no .csv/.csv.gz in it), or None."""
+    if not os.path.exists(folder):
+        return f"--corpus {folder}: no such folder"
+    if not os.path.isdir(folder):
+        return f"--corpus {folder}: not a folder"
+    if not any(f.endswith((".csv", ".csv.gz")) for f in os.listdir(folder)):
+        return f"--corpus {folder} holds no allocation log (.csv or .csv.gz)"
+    return None
+
+
+def corpus_files(folders, problems=None):
+    """Every .csv / .csv.gz log of ``folders`` (sorted by name within each folder). A folder that gives no log (see
+    :func:`folder_problem`) raises InvalidArgument, or, when ``problems`` is a list, is skipped with its reason
+    appended there."""
     from paddle_rt._core.errors import InvalidArgument
     out = []
     for d in folders:
-        if not os.path.isdir(d):
-            raise InvalidArgument(f"replay --corpus: {d}: no such folder")
-        logs = sorted(f for f in os.listdir(d) if f.endswith((".csv", ".csv.gz")))
-        if not logs:
-            raise InvalidArgument(f"replay --corpus: {d} holds no allocation log (.csv or .csv.gz)")
-        out += [os.path.join(d, f) for f in logs]
+        problem = folder_problem(d)
+        if problem:
+            if problems is None:
+                raise InvalidArgument(f"replay {problem}")
+            problems.append(problem)
+            continue
+        out += [os.path.join(d, f) for f in sorted(f for f in os.listdir(d) if f.endswith((".csv", ".csv.gz")))]
     return out
 
 
@@ -111,8 +124,15 @@ def summary_text(s):
 
 
 def main(folders, conf_text="", device=None, as_json=False, progress=None):
-    """Replay the corpus of ``folders`` and print its table (and whether the targets are met)."""
-    paths = corpus_files(folders)
+    """Replay the corpus of ``folders`` and print its table (and whether the targets are met). A folder that gives no
+    log is reported on stderr and the others still run; the status is then 2 (0 when every folder gave logs)."""
+    from paddle_rt.tools.cli import EXIT_OK, EXIT_USAGE, error
+    problems = []
+    paths = corpus_files(folders, problems)
+    for p in problems:
+        error("replay", p + " (skipped; the other folders run)" if len(problems) < len(folders) else p)
+    if not paths:
+        return EXIT_USAGE
     bar = progress("corpus", total=len(paths), unit="trace") if progress else None
     rows = []
     try:
@@ -130,4 +150,4 @@ def main(folders, conf_text="", device=None, as_json=False, progress=None):
         print(table(rows))
         print()
         print(summary_text(s))
-    return 0
+    return EXIT_USAGE if problems else EXIT_OK

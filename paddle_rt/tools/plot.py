@@ -24,7 +24,7 @@ import sys
 __all__ = ["MissingExtraError", "load_memory_data", "from_snapshot", "from_chrome_trace", "from_rmm_trace",
            "plot_memory", "require_matplotlib", "main"]
 
-from paddle_rt.tools.cli import command_parser
+from paddle_rt.tools.cli import command_parser, error, output_path_problem
 from paddle_rt.tools.figures import (  # noqa: F401  (re-exported: the plotting API of paddle_rt.tools.plot)
     MAX_SEGMENT_ROWS, MAX_TIMELINE_POINTS, MissingExtraError, PLOT_EXTRA, _error, _reduce, draw_memory,
     require_matplotlib, segment_summary,
@@ -302,18 +302,19 @@ def main(argv=None):
     bar.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     args = ap.parse_args(argv)
     from paddle_rt._core.errors import PaddleRTError
+    problem = output_path_problem(args.output, "--output")
+    if problem:                             # before a replay of a log, not after it
+        return error("plot", problem)
     try:
         require_matplotlib()
         from paddle_rt.tools.replay import progress_factory
         data = load_memory_data(args.input, device=args.device, conf=args.conf,
                                 progress=progress_factory(args.progress))
         plot_memory(data, args.output, title=args.title)
-    except MissingExtraError as exc:
-        print(f"paddle_rt plot: {exc}", file=sys.stderr)
-        return 2
-    except (PaddleRTError, OSError) as exc:
-        print(f"paddle_rt plot: {exc}", file=sys.stderr)
-        return 2
+    except (MissingExtraError, PaddleRTError) as exc:
+        return error("plot", exc)
+    except OSError as exc:
+        return error("plot", f"{exc.filename or args.output}: {exc.strerror or exc}")
     n = len(data["devices"])
     print(f"wrote {args.output} ({n} device{'s' if n != 1 else ''}, from a "
           f"{data['kind'].replace('_', ' ')})")

@@ -24,7 +24,7 @@ import sys
 import time
 
 from paddle_rt._core.errors import InvalidArgument
-from paddle_rt.tools.cli import command_parser
+from paddle_rt.tools.cli import EXIT_USAGE, command_parser, error, output_path_problem
 
 MiB = 1 << 20
 PROGRESS_EXTRA = 'pip install "paddle_rt[progress]"'
@@ -388,6 +388,17 @@ def main(argv=None):
     if (args.trace is None) == (args.corpus is None):
         ap.error("give one TRACE or --corpus DIR [DIR...]")
 
+    if args.plot:                           # checked before a long replay, not after it
+        problem = output_path_problem(args.plot, "--plot")
+        if problem:
+            return error("replay", problem)
+    if args.device:
+        from paddle_rt._core.errors import PaddleRTError
+        try:
+            import paddle_rt
+            paddle_rt.device(args.device)
+        except PaddleRTError as exc:
+            return error("replay", f"--device {args.device}: {exc}")
     try:
         if args.corpus is not None:
             from paddle_rt.tools import corpus
@@ -395,8 +406,7 @@ def main(argv=None):
                                progress_factory(args.progress))
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
-        print(f"paddle_rt {exc}" if str(exc).startswith("replay:") else f"paddle_rt replay: {exc}", file=sys.stderr)
-        return 2
+        return error("replay", exc)
 
 
 def plot_data(res, source):
@@ -450,8 +460,7 @@ def _main(args):
         try:
             figures.require_matplotlib()         # fail before a long replay, not after it
         except figures.MissingExtraError as exc:
-            print(f"paddle_rt replay: --plot: {exc}", file=sys.stderr)
-            return 2
+            return error("replay", f"--plot: {exc}", EXIT_USAGE)
     progress = None if args.probe else progress_factory(args.progress)
     trace = load_trace(args.trace, progress=progress)
     conf = _conf_dict(args.conf)

@@ -58,10 +58,7 @@ static C_Status sq_async_d2d(const C_Device device, C_Stream stream, void* dst, 
 #endif
 
 void InitPlugin(CustomRuntimeParams* params) {
-  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
-  params->device_type = (char*)DEVICE_TYPE;
-  params->sub_device_type = (char*)SUB_DEVICE_TYPE;
-  tp_fill_required(params->interface);
+  TP_INIT_PLUGIN(params);  /* version, type names, the ten required hooks (tp_common.h) */
   params->interface->memory_copy_h2d = sq_copy;
   params->interface->memory_copy_d2h = sq_copy;
   params->interface->memory_copy_d2d = sq_copy;

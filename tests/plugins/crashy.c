@@ -86,10 +86,7 @@ static C_Status crashy_add_callback(const C_Device device, C_Stream stream, C_Ca
 #endif
 
 void InitPlugin(CustomRuntimeParams* params) {
-  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
-  params->device_type = (char*)DEVICE_TYPE;
-  params->sub_device_type = (char*)SUB_DEVICE_TYPE;
-  tp_fill_required(params->interface);
+  TP_INIT_PLUGIN(params);  /* version, type names, the ten required hooks (tp_common.h) */
   params->interface->device_memory_allocate = crashy_device_memory_allocate;
 #ifdef HANG
   params->interface->synchronize_event = crashy_synchronize_event;

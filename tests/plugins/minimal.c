@@ -4,8 +4,5 @@
 #include "tp_common.h"
 
 void InitPlugin(CustomRuntimeParams* params) {
-  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
-  params->device_type = (char*)DEVICE_TYPE;
-  params->sub_device_type = (char*)SUB_DEVICE_TYPE;
-  tp_fill_required(params->interface);
+  TP_INIT_PLUGIN(params);  /* version, type names, the ten required hooks (tp_common.h) */
 }

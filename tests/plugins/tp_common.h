@@ -182,4 +182,12 @@ static void tp_fill_required(C_DeviceInterface* iface) {
   iface->get_device_list = tp_get_device_list;
 }
 
+/* The start of every test plugin's InitPlugin: the version handshake (which returns from InitPlugin on a mismatch,
+ * hence a macro), the type names, the ten required hooks. */
+#define TP_INIT_PLUGIN(params)                          \
+  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);          \
+  (params)->device_type = (char*)DEVICE_TYPE;           \
+  (params)->sub_device_type = (char*)SUB_DEVICE_TYPE;   \
+  tp_fill_required((params)->interface)
+
 #endif /* TP_COMMON_H_ */

@@ -157,10 +157,7 @@ TP_EXPORT int paddle_rt_ext_host_addressable(void) { return 1; }
 #endif
 
 void InitPlugin(CustomRuntimeParams* params) {
-  PADDLE_CUSTOM_RUNTIME_CHECK_VERSION(params);
-  params->device_type = (char*)DEVICE_TYPE;
-  params->sub_device_type = (char*)SUB_DEVICE_TYPE;
-  tp_fill_required(params->interface);
+  TP_INIT_PLUGIN(params);  /* version, type names, the ten required hooks (tp_common.h) */
   params->interface->set_device = vd_set_device;
   params->interface->device_memory_allocate = vd_allocate;
   params->interface->device_memory_deallocate = vd_deallocate;

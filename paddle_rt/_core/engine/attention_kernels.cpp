@@ -9,7 +9,9 @@
  * >= pos + seq, dim); out (seq, q_heads, dim); attrs[0] = pos. k and v are written to the caches at [pos, pos + seq);
  * query head h reads kv head h / (q_heads / kv_heads) (grouped-query); scores q.k / sqrt(dim) over the first
  * total = pos + seq cached positions, position j kept for query i iff j <= i + pos (causal); softmax; weighted sum
- * of the cached values. The work is split over the host thread pool by (kv head, block of 16 queries); each unit
+ * of the cached values; attrs[1] = window (0: every earlier position; w: query i keeps the last w positions up to
+ * i + pos, Mistral's sliding window). The work is split over the host thread pool by (kv head, block of 16
+ * queries); each unit
  * runs the group's query heads, so a kv head's cached rows are read from cache by all of them. */
 #include <math.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
+#include <vector>
 
 #include "engine/host_float.h"
 #include "engine/host_parallel.h"
@@ -252,31 +255,41 @@ inline C softmax_row(C* __restrict x, int64_t n) {
 /* Queries per unit of work of a prefill: a unit is (kv head, block of queries), all the group's query heads. */
 constexpr int64_t kQueryBlock = 16;
 
+/* The operands of one attention call as (batch, ...) views: the unbatched op is batch 1 (lead 0); batch_attention
+   has a leading batch axis (lead 1). pos[b]: the cache position of sequence b's first query; window: keys kept per
+   query (0: all). */
+struct AttnCall {
+    const paddle_rt_tensor *q, *kc, *vc, *out;
+    int lead;
+    int64_t batch, nq, seq, dim, nkv, window;
+    const int64_t* pos;
+};
+
+/* The first cached key query position qp (0-based) keeps: every key up to qp, or the last `window` of them. */
+inline int64_t first_key(int64_t qp, int64_t window) { return window > 0 && qp + 1 > window ? qp + 1 - window : 0; }
+
 template <typename C>
-C_Status attention(const paddle_rt_op_call* c) {
-    const paddle_rt_tensor &out = c->out, &q = c->inputs[0], &k = c->inputs[1], &v = c->inputs[2],
-                           &kc = c->inputs[3], &vc = c->inputs[4];
-    const int64_t nq = q.shape[0], seq = q.shape[1], dim = q.shape[2], nkv = k.shape[0];
-    const int64_t pos = (int64_t)c->attrs[0], total = pos + seq, group = nq / nkv;
+C_Status attend(const paddle_rt_op_call* c, const AttnCall& a) {
+    const paddle_rt_tensor &out = *a.out, &q = *a.q, &kc = *a.kc, &vc = *a.vc;
+    const int L = a.lead;
+    const int64_t seq = a.seq, dim = a.dim, nkv = a.nkv, group = a.nq / a.nkv, window = a.window;
     const int es = esize(out.dtype);
-    for (int64_t g = 0; g < nkv; g++) {
-        copy_slab(kc, static_cast<char*>(kc.data) + g * kc.strides[0] * es, pos, k,
-                  static_cast<const char*>(k.data) + g * k.strides[0] * es, 1, seq, dim);
-        copy_slab(vc, static_cast<char*>(vc.data) + g * vc.strides[0] * es, pos, v,
-                  static_cast<const char*>(v.data) + g * v.strides[0] * es, 1, seq, dim);
-    }
+    int64_t max_total = 0;
+    for (int64_t b = 0; b < a.batch; b++) max_total = std::max(max_total, a.pos[b] + seq);
     /* float32 caches with contiguous rows are read where they are; the rest is widened per unit into scratch */
     const bool f32 = std::is_same<C, float>::value;
-    const bool direct_kv = f32 && kc.dtype == FLOAT32 && kc.strides[2] == 1 && vc.strides[2] == 1;
-    const bool direct_q = f32 && q.dtype == FLOAT32 && q.strides[2] == 1;
+    const bool direct_kv = f32 && kc.dtype == FLOAT32 && kc.strides[L + 2] == 1 && vc.strides[L + 2] == 1;
+    const bool direct_q = f32 && q.dtype == FLOAT32 && q.strides[L + 2] == 1;
     const C scale = (C)1 / std::sqrt((C)dim);
     const int64_t blocks = (seq + kQueryBlock - 1) / kQueryBlock;
     std::atomic<int> failed{0};
-    const int64_t key_blocks = (total + kKeys - 1) / kKeys;
-    prt::parallel_for(nkv * blocks, 1, [&](int64_t u0, int64_t u1) {
-        const int64_t D = dim, P = pos;
+    const int64_t key_blocks = (max_total + kKeys - 1) / kKeys;
+    (void)c;
+    prt::parallel_for(a.batch * nkv * blocks, 1, [&](int64_t u0, int64_t u1) {
+        const int64_t D = dim;
         /* this thread's rows: the transposed keys, the values when widened, the scores, a query, a key, the output */
-        const size_t kt_elems = direct_kv && seq == 1 ? 0 : (size_t)(key_blocks * kKeys * D), v_elems = direct_kv ? 0 : (size_t)(total * D);
+        const size_t kt_elems = direct_kv && seq == 1 ? 0 : (size_t)(key_blocks * kKeys * D),
+                     v_elems = direct_kv ? 0 : (size_t)(max_total * D);
         C* scratch = static_cast<C*>(prt_parallel_scratch(
             (kt_elems + v_elems + (size_t)(4 * key_blocks * kKeys + 9 * D)) * sizeof(C)));
         if (!scratch) {
@@ -290,29 +303,34 @@ C_Status attention(const paddle_rt_op_call* c) {
         C* kr = qr + 4 * D;
         C* acc = kr + D;
         int64_t nh = 4;
-        int64_t cur_g = -1, have = 0;                  /* the kv head whose first `have` keys are in kt (and Vw) */
+        int64_t cur_g = -1, have = 0;     /* the (sequence, kv head) whose first `have` keys are in kt (and Vw) */
         for (int64_t u = u0; u < u1; u++) {
-            const int64_t g = u / blocks, i0 = (u % blocks) * kQueryBlock, i1 = std::min(seq, i0 + kQueryBlock);
+            const int64_t bg = u / blocks, b = bg / nkv, g = bg % nkv;
+            const int64_t i0 = (u % blocks) * kQueryBlock, i1 = std::min(seq, i0 + kQueryBlock);
+            const int64_t P = a.pos[b];
             const int64_t need = i1 + P;                   /* the cached positions this block reads */
-            const char* kbase = static_cast<const char*>(kc.data) + g * kc.strides[0] * es;
-            const char* vbase = static_cast<const char*>(vc.data) + g * vc.strides[0] * es;
+            const int64_t qb = L ? b * q.strides[0] : 0, ob = L ? b * out.strides[0] : 0;
+            const char* kbase =
+                static_cast<const char*>(kc.data) + ((L ? b * kc.strides[0] : 0) + g * kc.strides[L]) * es;
+            const char* vbase =
+                static_cast<const char*>(vc.data) + ((L ? b * vc.strides[0] : 0) + g * vc.strides[L]) * es;
             const int64_t padded = (need + kKeys - 1) / kKeys * kKeys;
             /* one query (a decode step; a prefill's last block of one): scores from the key rows where they are */
             const bool rows = direct_kv && i1 - i0 == 1;
             if (rows) cur_g = -1;                          /* kt is not filled for this unit */
-            else if (g != cur_g) {                         /* a chunk's units ascend: (g, block 0), (g, block 1), ... */
-                cur_g = g;
+            else if (bg != cur_g) {                        /* a chunk's units ascend: (g, block 0), (g, block 1), ... */
+                cur_g = bg;
                 have = 0;
             }
             for (int64_t j = rows ? need : have; j < need; j++) {   /* keys earlier blocks of this kv head lacked */
-                const char* p = kbase + j * kc.strides[1] * es;
+                const char* p = kbase + j * kc.strides[L + 1] * es;
                 if (direct_kv && j % kKeys == 0 && j + kKeys <= need) {
-                    transpose_key_block<C>(reinterpret_cast<const C*>(p), kc.strides[1], D, kt + j * D);
+                    transpose_key_block<C>(reinterpret_cast<const C*>(p), kc.strides[L + 1], D, kt + j * D);
                     j += kKeys - 1;
                 } else if (direct_kv) {
                     transpose_keys<C>(reinterpret_cast<const C*>(p), j, D, kt);
                 } else {
-                    read_row<C>(p, kc.dtype, kc.strides[2], D, kr);
+                    read_row<C>(p, kc.dtype, kc.strides[L + 2], D, kr);
                     transpose_keys<C>(kr, j, D, kt);
                 }
             }
@@ -323,16 +341,16 @@ C_Status attention(const paddle_rt_op_call* c) {
                     for (int64_t l = r; l < kKeys; l++) blk[e * kKeys + l] = 0;
             }
             const C* V = reinterpret_cast<const C*>(vbase);
-            int64_t ldv = vc.strides[1];
+            int64_t ldv = vc.strides[L + 1];
             if (!direct_kv) {
                 for (int64_t j = have; j < need; j++)
-                    read_row<C>(vbase + j * vc.strides[1] * es, vc.dtype, vc.strides[2], D, Vw + j * D);
+                    read_row<C>(vbase + j * vc.strides[L + 1] * es, vc.dtype, vc.strides[L + 2], D, Vw + j * D);
                 V = Vw;
                 ldv = D;
             }
             if (!rows) have = need;
             for (int64_t i = i0; i < i1; i++) {
-                const int64_t kept = i + P + 1;
+                const int64_t kept = i + P + 1, first = first_key(i + P, window);
                 for (int64_t h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
                     nh = (g + 1) * group - h0 >= 4 ? 4 : 1;
                     const C* qs[4];
@@ -340,10 +358,10 @@ C_Status attention(const paddle_rt_op_call* c) {
                     C* accs[4];
                     for (int t = 0; t < nh; t++) {
                         const char* qp = static_cast<const char*>(q.data) +
-                                         ((h0 + t) * q.strides[0] + i * q.strides[1]) * es;
+                                         (qb + (h0 + t) * q.strides[L] + i * q.strides[L + 1]) * es;
                         qs[t] = reinterpret_cast<const C*>(qp);
                         if (!direct_q) {
-                            read_row<C>(qp, q.dtype, q.strides[2], D, qr + t * D);
+                            read_row<C>(qp, q.dtype, q.strides[L + 2], D, qr + t * D);
                             qs[t] = qr + t * D;
                         }
                         scs[t] = sc + t * key_blocks * kKeys;
@@ -351,23 +369,71 @@ C_Status attention(const paddle_rt_op_call* c) {
                     }
                     if (rows)
                         direct_scores((int)nh, reinterpret_cast<const float* const*>(qs),
-                                      reinterpret_cast<const float*>(kbase), kc.strides[1], D, kept, (float)scale,
+                                      reinterpret_cast<const float*>(kbase), kc.strides[L + 1], D, kept, (float)scale,
                                       reinterpret_cast<float* const*>(scs));
                     else
                         scores((int)nh, qs, kt, D, kept, scale, scs);
+                    /* keys before the window: weight exactly 0 (exp(-inf)), so the sums are those of the window */
+                    for (int t = 0; t < nh; t++)
+                        for (int64_t j = 0; j < first; j++) scs[t][j] = -INFINITY;
                     C inv[4];
                     for (int t = 0; t < nh; t++) inv[t] = softmax_row(scs[t], kept);
+                    for (int t = 0; t < nh; t++)
+                        for (int64_t j = 0; j < first; j++) scs[t][j] = 0;
                     weighted_sum((int)nh, const_cast<const C* const*>(scs), V, ldv, D, kept, accs);
                     for (int t = 0; t < nh; t++) {
                         for (int64_t e = 0; e < D; e++) accs[t][e] *= inv[t];
-                        char* o = static_cast<char*>(out.data) + (i * out.strides[0] + (h0 + t) * out.strides[1]) * es;
-                        write_row<C>(o, out.dtype, out.strides[2], D, accs[t]);
+                        char* o = static_cast<char*>(out.data) +
+                                  (ob + i * out.strides[L] + (h0 + t) * out.strides[L + 1]) * es;
+                        write_row<C>(o, out.dtype, out.strides[L + 2], D, accs[t]);
                     }
                 }
             }
         }
     });
     return failed.load() ? C_ERROR : C_SUCCESS;
+}
+
+template <typename C>
+C_Status attention(const paddle_rt_op_call* c) {
+    const paddle_rt_tensor &q = c->inputs[0], &k = c->inputs[1], &v = c->inputs[2], &kc = c->inputs[3],
+                           &vc = c->inputs[4];
+    const int64_t pos = (int64_t)c->attrs[0], seq = q.shape[1], dim = q.shape[2], nkv = k.shape[0];
+    const int es = esize(c->out.dtype);
+    for (int64_t g = 0; g < nkv; g++) {
+        copy_slab(kc, static_cast<char*>(kc.data) + g * kc.strides[0] * es, pos, k,
+                  static_cast<const char*>(k.data) + g * k.strides[0] * es, 1, seq, dim);
+        copy_slab(vc, static_cast<char*>(vc.data) + g * vc.strides[0] * es, pos, v,
+                  static_cast<const char*>(v.data) + g * v.strides[0] * es, 1, seq, dim);
+    }
+    const AttnCall a{&q, &kc, &vc, &c->out, 0, 1, q.shape[0], seq, dim, nkv, (int64_t)c->attrs[1], &pos};
+    return attend<C>(c, a);
+}
+
+/* batch_attention: q (batch, q_heads, seq, d); k_cache, v_cache (batch, kv_heads, max_seq, d), already holding the
+   new keys and values; pos (batch,) int32/int64; out (batch, seq, q_heads, d). Every position is checked first
+   (0 <= pos, pos + seq <= max_seq); a bad one leaves (b, pos) as the failure detail and nothing is written. */
+template <typename C>
+C_Status batch_attention(const paddle_rt_op_call* c) {
+    const paddle_rt_tensor &q = c->inputs[0], &kc = c->inputs[1], &vc = c->inputs[2], &pt = c->inputs[3];
+    const int64_t batch = q.shape[0], seq = q.shape[2], max_seq = kc.shape[2];
+    std::vector<int64_t> owned;
+    try {
+        owned.resize((size_t)batch);
+    } catch (...) {
+        return C_ERROR;
+    }
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t p = get_index(pt.data, pt.dtype, b * pt.strides[0]);
+        if (p < 0 || p > max_seq - seq) {
+            set_detail(c, b, p);
+            return C_ERROR;
+        }
+        owned[(size_t)b] = p;
+    }
+    const AttnCall a{&q, &kc, &vc, &c->out, 1, batch, q.shape[1], seq, q.shape[3], kc.shape[1],
+                     (int64_t)c->attrs[0], owned.data()};
+    return attend<C>(c, a);
 }
 
 }  // namespace
@@ -406,3 +472,11 @@ C_Status prt_attention_kernel(const paddle_rt_op_call* c) {
 }
 
 size_t prt_attention_workspace(const paddle_rt_op_call*) { return 0; }   /* per-thread scratch rows instead */
+
+C_Status prt_batch_attention_kernel(const paddle_rt_op_call* c) {
+    const paddle_rt_tensor& q = c->inputs[0];
+    if (q.shape[0] == 0 || q.shape[1] == 0 || q.shape[2] == 0 || q.shape[3] == 0) return C_SUCCESS;
+    return c->dtype == FLOAT64 ? batch_attention<double>(c) : batch_attention<float>(c);
+}
+
+size_t prt_batch_attention_workspace(const paddle_rt_op_call*) { return kDetailBytes; }

@@ -28,6 +28,8 @@ C_Status prt_kv_caching_kernel(const paddle_rt_op_call* call);
 size_t prt_kv_caching_workspace(const paddle_rt_op_call* call);
 C_Status prt_attention_kernel(const paddle_rt_op_call* call);
 size_t prt_attention_workspace(const paddle_rt_op_call* call);
+C_Status prt_batch_attention_kernel(const paddle_rt_op_call* call);
+size_t prt_batch_attention_workspace(const paddle_rt_op_call* call);
 /* sampling_kernels.cpp: random_sample with InfiniCore's threshold rule */
 C_Status prt_random_sample_kernel(const paddle_rt_op_call* call);
 size_t prt_random_sample_workspace(const paddle_rt_op_call* call);

@@ -12,6 +12,7 @@
 #include "engine/host_float.h"
 #include "engine/host_parallel.h"
 #include "engine/vector_math.h"
+#include "engine/checked_math.h"
 
 #include <limits.h>
 #include <math.h>
@@ -140,8 +141,7 @@ void load_row(const char* p, int dt, int64_t s, int64_t n, double* d) {
         const double* q = reinterpret_cast<const double*>(p);
         for (int64_t i = 0; i < n; i++) d[i] = q[i * s];
     } else {
-        const float* q = reinterpret_cast<const float*>(p);   /* float64 ops take float32 weights */
-        for (int64_t i = 0; i < n; i++) d[i] = q[i * s];
+        prt_host::read_row<double>(p, dt, s, n, d);   /* float64 ops take weights of any float dtype */
     }
 }
 
@@ -748,6 +748,7 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
     case PADDLE_RT_OP_KV_CACHING: return is_float(dtype) ? prt_kv_caching_kernel : nullptr;
     case PADDLE_RT_OP_ATTENTION: return is_float(dtype) ? prt_attention_kernel : nullptr;
     case PADDLE_RT_OP_EMBEDDING: return is_float(dtype) ? prt_embedding_kernel : nullptr;
+    case PADDLE_RT_OP_BATCH_ATTENTION: return is_float(dtype) ? prt_batch_attention_kernel : nullptr;
     case PADDLE_RT_OP_REARRANGE: return prt_dtype_size(dtype) > 0 && prt_dtype_size(dtype) <= 8 ? rearrange_kernel
                                                                                                 : nullptr;
     case PADDLE_RT_OP_RANDOM_SAMPLE: return is_float(dtype) ? prt_random_sample_kernel : nullptr;
@@ -755,7 +756,22 @@ paddle_rt_kernel_fn prt_host_kernel(int op, int dtype) {
     }
 }
 
+static size_t host_workspace(const paddle_rt_op_call* c);
+
+/* The host kernels' workspace, or PRT_MAX_BYTES (then out of memory at the descriptor's first call) when an operand is so
+ * large that a kernel's workspace arithmetic could overflow: every operand's elements fit PRT_MAX_BYTES (tensor.pyx
+ * check_layout), and a workspace is a few rows/copies of them in at most 8-byte elements, so operands of up to
+ * 2**56 elements keep every sum below 2**63. */
 size_t prt_host_workspace(const paddle_rt_op_call* c) {
+    const int64_t limit = (int64_t)1 << 56;
+    int64_t n;
+    if (prt_numel(c->out.ndim, c->out.shape, &n) || n > limit) return (size_t)PRT_MAX_BYTES;
+    for (int i = 0; i < c->n_inputs && i < PADDLE_RT_OP_MAX_INPUTS; i++)
+        if (prt_numel(c->inputs[i].ndim, c->inputs[i].shape, &n) || n > limit) return (size_t)PRT_MAX_BYTES;
+    return host_workspace(c);
+}
+
+static size_t host_workspace(const paddle_rt_op_call* c) {
     const size_t cs = c->dtype == FLOAT64 ? 8 : 4;
     const int64_t d = c->out.ndim > 0 ? c->out.shape[c->out.ndim - 1] : 1;
     switch (c->op) {
@@ -773,6 +789,7 @@ size_t prt_host_workspace(const paddle_rt_op_call* c) {
     case PADDLE_RT_OP_KV_CACHING: return prt_kv_caching_workspace(c);
     case PADDLE_RT_OP_ATTENTION: return prt_attention_workspace(c);
     case PADDLE_RT_OP_EMBEDDING: return prt_embedding_workspace(c);
+    case PADDLE_RT_OP_BATCH_ATTENTION: return prt_batch_attention_workspace(c);
     case PADDLE_RT_OP_RANDOM_SAMPLE: return prt_random_sample_workspace(c);
     default: return 0;
     }

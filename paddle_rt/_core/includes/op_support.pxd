@@ -31,6 +31,7 @@ cdef extern from "paddle_rt/extension.h" nogil:
         PADDLE_RT_OP_KV_CACHING
         PADDLE_RT_OP_ATTENTION
         PADDLE_RT_OP_EMBEDDING
+        PADDLE_RT_OP_BATCH_ATTENTION
         PADDLE_RT_OP_COUNT
     ctypedef struct paddle_rt_tensor:
         void* data

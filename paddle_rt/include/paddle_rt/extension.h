@@ -73,10 +73,15 @@ typedef enum {
   PADDLE_RT_OP_ATTENTION = 20,     /* out (seq, q_heads, d); inputs: q (q_heads, seq, d), k, v (kv_heads, seq, d),
                                       k_cache, v_cache (kv_heads, >= pos + seq, d; both written: k, v stored at
                                       [pos, pos + seq)); causal grouped-query attention over the first pos + seq
-                                      cached positions, scale 1/sqrt(d); attrs: pos */
+                                      cached positions, scale 1/sqrt(d); attrs: pos, window (0: all; w: each query
+                                      keeps the last w positions, itself included) */
   PADDLE_RT_OP_EMBEDDING = 21,     /* out (ids..., d) = weight[ids]; inputs: ids (any shape, int32/int64), weight
                                       (vocab, d) */
-  PADDLE_RT_OP_COUNT = 22
+  PADDLE_RT_OP_BATCH_ATTENTION = 22, /* out (b, seq, q_heads, d); inputs: q (b, q_heads, seq, d), k_cache, v_cache
+                                      (b, kv_heads, max_seq, d) already holding the new keys/values, pos (b)
+                                      int32/int64: sequence i's queries at [pos[i], pos[i] + seq), each attending
+                                      causally to its own cache; attrs: window (as attention's) */
+  PADDLE_RT_OP_COUNT = 23
 } paddle_rt_op;
 
 typedef struct {

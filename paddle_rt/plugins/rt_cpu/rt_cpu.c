@@ -284,7 +284,7 @@ static void read_config(void) {
   if (c.min_chunk > align && c.min_chunk <= 4096 && (c.min_chunk & (c.min_chunk - 1)) == 0) align = c.min_chunk;
   c.alignment = align;
   rt_cfg = c;
-  rt_fault_init();
+  rt_fault_init(&rt_cfg);
   if (c.verbose) {
     fprintf(stderr,
             "rt_cpu: devices=%zu memory_bytes=%zu min_chunk=%zu extra_padding=%zu fail_alloc_every=%zu "

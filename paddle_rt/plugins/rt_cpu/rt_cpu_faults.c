@@ -62,9 +62,9 @@ int rt_fault_hit(int kind) {
   return (every && seq % every == 0) || (after && seq > after);
 }
 
-void rt_fault_init(void) {
-  fault_store(RT_FAULT_ALLOC, rt_cfg.fail_alloc_every, rt_cfg.fail_alloc_after, 0);
-  fault_store(RT_FAULT_HOST_ALLOC, rt_cfg.fail_host_alloc_every, 0, 0);
+void rt_fault_init(const rt_config* cfg) {
+  fault_store(RT_FAULT_ALLOC, cfg->fail_alloc_every, cfg->fail_alloc_after, 0);
+  fault_store(RT_FAULT_HOST_ALLOC, cfg->fail_host_alloc_every, 0, 0);
   const char* spec = getenv("RT_CPU_FAULTS");
   while (spec && *spec) {
     const char* end = strchr(spec, ',');

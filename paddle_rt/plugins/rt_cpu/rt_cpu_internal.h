@@ -1,7 +1,8 @@
 /*
  * rt_cpu_internal.h -- internals shared by the files of the rt_cpu reference plugin (not installed, not an API).
  *
- * The files call in one direction: core (rt_cpu.c) <- collectives (rt_cpu_ccl.c) <- MPI transport (rt_cpu_mpi.c).
+ * The files call in one direction: fault injection (rt_cpu_faults.c) <- core (rt_cpu.c) <- collectives (rt_cpu_ccl.c)
+ * <- MPI transport (rt_cpu_mpi.c).
  * A file calls only the sections of this header above its own. A lower file reaches a higher one only through a
  * table the higher one registers from a constructor when the library loads: the core runs every registered
  * rt_layer's fill and teardown; the collectives run the registered rt_ccl_transport. tests/test_structure.py checks
@@ -39,13 +40,14 @@ typedef struct {
 
 extern rt_config rt_cfg;
 
-/* Fault injection (rt_cpu_faults.c): the kinds of calls that can be made to fail or wait. rt_fault_init applies the
- * environment (after rt_cfg is read); rt_fault_hit(kind) sleeps the kind's delay and returns 1 when this call fails. */
+/* Fault injection (rt_cpu_faults.c, below the core: it calls nothing of the core and reads no core state): the kinds
+ * of calls that can be made to fail or wait. rt_fault_init applies the configuration the core read (cfg) and the
+ * environment; rt_fault_hit(kind) sleeps the kind's delay and returns 1 when this call fails. */
 enum {
   RT_FAULT_ALLOC, RT_FAULT_HOST_ALLOC, RT_FAULT_MEMCPY, RT_FAULT_MEMSET, RT_FAULT_CREATE_STREAM, RT_FAULT_CREATE_EVENT,
   RT_FAULT_RECORD_EVENT, RT_FAULT_SYNCHRONIZE, RT_FAULT_N
 };
-void rt_fault_init(void);
+void rt_fault_init(const rt_config* cfg);
 int rt_fault_hit(int kind);
 
 /* A pointer -> size map (linear probing, backward-shift deletion). Not thread-safe: callers lock. */
