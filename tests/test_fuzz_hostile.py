@@ -395,7 +395,7 @@ def test_fuzz_copy_memset(size, n, raw, kind, value, do_set):
     other = paddle_rt.memory.malloc(max(size, 1))
     host = np.arange(max(size, 1), dtype=np.uint8)
     dst = dev_mem.ptr if raw else dev_mem
-    if raw and n is not None and 0 <= n <= 2**62 and n > max(size, 1):
+    if raw and n is not None and 0 <= n <= 2**63 - 2**16 and n > max(size, 1):
         n = max(size, 1)     # a raw address carries no size (cudaMemcpy's contract): only sizes that cannot be right
     try:
         if do_set:
