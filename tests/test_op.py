@@ -40,10 +40,12 @@ def test_handle_and_descriptor_lifecycle(handle):
 def test_descriptor_errors_name_op_operand_and_shapes(handle):
     f32 = lambda *s: op.TensorDesc(s, "float32")  # noqa: E731
     cases = [
-        (lambda: op.AddDescriptor(handle, f32(4, 8), f32(4, 8), f32(3, 8)), r"add: b has shape \(3, 8\), which does "
+        (lambda: op.AddDescriptor(handle, f32(4, 8), f32(4, 8), f32(3, 8)), r"add: a \(4, 8\) and b \(3, 8\) do "
+                                                                           r"not broadcast"),
+        (lambda: op.AddDescriptor(handle, f32(4, 8), f32(3, 8), f32(3, 8)), r"add: a has shape \(3, 8\), which does "
                                                                            r"not broadcast to out \(4, 8\)"),
         (lambda: op.AddDescriptor(handle, f32(4, 8), op.TensorDesc((4, 8), "float16"), f32(4, 8)),
-         "a has dtype float16, out float32"),
+         "b has dtype float32, a float16"),
         (lambda: op.AddDescriptor(handle, op.TensorDesc((4, 8), strides=(0, 1)), f32(4, 8), f32(4, 8)),
          "out has stride 0"),
         (lambda: op.GemmDescriptor(handle, f32(2, 2), f32(2, 3), f32(4, 2)), r"a \(2, 3\) @ b \(4, 2\)"),

@@ -36,8 +36,6 @@ T = paddle_rt.tensor
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("wdtype", [None, "float32", "float16", "bfloat16"])
 def test_add_rms_norm(dtype, wdtype, rng):
-    if dtype == "float64" and wdtype in ("float16", "bfloat16"):
-        pytest.skip("float64 x takes float64 or float32 weights")
     a, b = rand((3, 5, 24), dtype, rng), rand((3, 5, 24), dtype, rng)
     w = rand((24,), wdtype or dtype, rng)
     y, r = ops.add_rms_norm(T(a), T(b), T(w), eps=1e-6)
@@ -220,7 +218,7 @@ BAD = [
      r"add_rms_norm: residual_out has dtype float16"),
     ("add_rms_norm", lambda: op.AddRMSNormDescriptor(H(), _zeros((2, 4), "float64"), _zeros((2, 4), "float64"),
                                                       _zeros((2, 4), "float64"), _zeros((2, 4), "float64"),
-                                                      _zeros((4,), "float16")), r"add_rms_norm: weight has dtype"),
+                                                      _zeros((4,), "int32")), r"add_rms_norm: weight has dtype"),
     ("softmax", lambda: op.SoftmaxDescriptor(H(), _zeros((2, 4)), _zeros((2, 4)), 2), r"softmax: axis 2 is not"),
     ("softmax", lambda: op.SoftmaxDescriptor(H(), _zeros((2, 4), "int32"), _zeros((2, 4), "int32")),
      r"softmax: x has dtype int32"),
@@ -333,7 +331,7 @@ def _bad_calls():
         ("layer_norm", [y2], lambda: ops.layer_norm(x2, w4, T(np.ones(3, np.float32)), out=y2),
          r"layer_norm: bias has shape \(3,\); it must be \(4,\)"),
         ("silu_and_mul", [y2], lambda: ops.silu_and_mul(T(np.ones((2, 7), np.float32)), out=y2),
-         r"silu_and_mul: x has shape \(2, 7\), out \(2, 4\)"),
+         r"silu_and_mul: x has shape \(2, 7\)"),
         ("rope", [y2], lambda: ops.rope(T(np.ones((1, 2, 1, 4), np.float32)), T(np.zeros(2, np.float32)),
                                         T(np.ones((3, 2), np.float32)), T(np.ones((3, 2), np.float32))),
          r"rope: pos_ids has shape \(2,\), dtype float32"),

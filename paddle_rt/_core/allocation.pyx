@@ -76,11 +76,11 @@ cdef inline size_t _check_nbytes(object nbytes, str call="malloc", object device
 
 cdef size_t check_nbytes(object nbytes, str call, object device) except? 0:
     """A byte count from a user (malloc, malloc_async, malloc_host, the pools): an int in [0, PRT_MAX_BYTES]; a
-    larger one that fits 64 bits is out of memory (OutOfMemoryError), anything else InvalidArgument naming
-    `call`'s nbytes."""
+    larger one that fits 64 bits is out of memory (OutOfMemoryError); a negative or wider one InvalidArgument naming
+    `call`'s nbytes (a non-int: TypeError)."""
     where = f"{device}: {call}" if device is not None else call
     if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
-        raise errors.InvalidArgument(f"{where}: nbytes must be an int, not {type(nbytes).__name__}")
+        raise TypeError(f"{where}: nbytes must be an int, not {type(nbytes).__name__}")
     n = nbytes.__index__()
     if n < 0:
         raise errors.InvalidArgument(f"{where}: nbytes must not be negative, got {n}")
