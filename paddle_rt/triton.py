@@ -47,7 +47,8 @@ try:
 except ImportError as _exc:        # the optional extra is missing
     raise ImportError(
         f"paddle_rt.triton needs triton and torch ({_exc}). Install the CPU build of torch first, then the extra: "
-        f"pip install torch==2.13.0+cpu && pip install 'paddle_rt[triton]'") from _exc
+        "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+        "pip install 'paddle_rt[triton]'") from _exc
 
 try:      # imported lazily by Triton's argument mangling; its import must see triton.language's own @jit functions
     import triton.experimental.gluon  # noqa: F401

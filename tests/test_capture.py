@@ -107,7 +107,7 @@ def test_missing_torch_is_one_line_with_the_install_command(tmp_path):
     r = run(["-o", "out.csv", "--", sys.executable, "work.py"], tmp_path, pythonpath=[str(fake)])
     assert r.returncode == 1
     lines = our_lines(r.stderr)
-    assert len(lines) == 1 and "torch is not installed" in lines[0] and "torch==2.13.0+cpu" in lines[0]
+    assert len(lines) == 1 and "torch is not installed" in lines[0] and "--index-url" in lines[0]
     assert not (tmp_path / "out.csv").exists()
 
 

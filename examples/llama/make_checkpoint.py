@@ -6,8 +6,9 @@
 
 15M is llama2.c's stories15M shape (6 layers, d288, 6 heads, vocab 32000, tied embeddings), 100M a d768, 12-layer,
 12 query / 4 KV head model; the families are those of paddle_rt.bench.llm.FAMILIES (llama3: Llama 3.1's rope
-scaling; mistral: a 32-position sliding window). Needs torch and transformers (pip install torch==2.13.0+cpu from
-PyTorch's CPU wheel index, then pip install "paddle_rt[examples]"). A bad argument is one line and exit status 2.
+scaling; mistral: a 32-position sliding window). Needs torch and transformers (pip install torch==2.13.0 --index-url
+https://download.pytorch.org/whl/cpu, PyTorch's CPU wheel index, then pip install "paddle_rt[examples]"). A bad
+argument is one line and exit status 2.
 """
 import argparse
 import os
@@ -35,8 +36,9 @@ def main(argv=None):
         import torch
         import transformers
     except ImportError as exc:
-        print(f"{PROG}: error: needs torch and transformers: pip install torch==2.13.0+cpu (PyTorch's CPU wheel "
-              f"index), then pip install 'paddle_rt[examples]' ({exc})", file=sys.stderr)
+        print(f"{PROG}: error: needs torch and transformers: pip install torch==2.13.0 "
+              f"--index-url https://download.pytorch.org/whl/cpu (PyTorch's CPU wheel index), "
+              f"then pip install 'paddle_rt[examples]' ({exc})", file=sys.stderr)
         return 2
     llm.build_checkpoint(transformers, torch, a.folder, llm.CONFIGS[a.size], seed=a.seed, family=a.family)
     print(f"{a.folder}: a random {a.family} checkpoint of the {a.size} shape (seed {a.seed})")

@@ -23,7 +23,7 @@ left padding, alternating, medians (target >= 1.0x at each batch).
 
 The greedy tokens of both are compared as a check (notes say whether they were equal). transformers' per-token times
 come from a streamer (its ``put`` is called once per new token). The area needs the checkout's examples/ folder (or
-``PADDLE_RT_EXAMPLES``), torch and transformers (pip install "paddle_rt[examples]" after torch==2.13.0+cpu);
+``PADDLE_RT_EXAMPLES``), torch and transformers (pip install "paddle_rt[examples]" after torch's CPU wheel);
 without them it is skipped.
 """
 import importlib
@@ -62,8 +62,8 @@ def _imports():
         import transformers
         import safetensors  # noqa: F401
     except ImportError as exc:
-        raise AreaSkipped(f"needs torch and transformers: pip install torch==2.13.0+cpu, then "
-                          f"pip install 'paddle_rt[examples]' ({exc})")
+        raise AreaSkipped("needs torch and transformers: pip install torch==2.13.0 --index-url "
+                          f"https://download.pytorch.org/whl/cpu, then pip install 'paddle_rt[examples]' ({exc})")
     d = example_dir()
     if d not in sys.path:
         sys.path.insert(0, d)

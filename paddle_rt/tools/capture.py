@@ -7,7 +7,8 @@ replay`` reads: sizes are the bytes torch asked for; frees of memory allocated b
 out, and the log is checked before it is written (every free matches a live allocation). A program that fails, or
 records no allocation, is one line on stderr and a non-zero exit; nothing is written.
 
-torch is needed by the program's interpreter, not by paddle_rt: ``pip install torch==2.13.0+cpu`` (its CPU wheel), or
+torch is needed by the program's interpreter, not by paddle_rt:
+``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`` (its CPU wheel), or
 ``pip install "paddle_rt[capture]"``. The command after ``--`` is ``python SCRIPT.py ARGS``, ``python -m MODULE ARGS``,
 ``python -c CODE`` or just ``SCRIPT.py ARGS`` (run by this interpreter).
 """
@@ -20,7 +21,8 @@ from paddle_rt._core import alloc_log
 from paddle_rt.tools.cli import EXIT_FAILED, EXIT_USAGE, command_parser, error, output_path_problem, program
 
 MiB = 1 << 20
-TORCH_HINT = 'pip install torch==2.13.0+cpu (the CPU wheel), or pip install "paddle_rt[capture]"'
+TORCH_HINT = ('pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu (the CPU wheel), '
+              'or pip install "paddle_rt[capture]" after it')
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture_runner.py")
 
 

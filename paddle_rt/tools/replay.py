@@ -32,7 +32,7 @@ PROGRESS_EXTRA = 'pip install "paddle_rt[progress]"'
 
 # What a user gives replay when a file is not a log (appended to "is not an RMM allocation log").
 LOG_FORMAT = ("replay wants an RMM allocation log: a CSV file, gzip'd or not, with the header "
-              "Thread,Time,Action,Pointer,Size,Stream (README: Trace files)")
+              "Thread,Time,Action,Pointer,Size,Stream (docs: tools, Trace files)")
 
 
 class TraceFormatError(InvalidArgument):
