@@ -16,7 +16,8 @@ import paddle_rt
 from paddle_rt import memory, profiler
 from paddle_rt._core import alloc_log
 from paddle_rt.tools import anchor_models, replay, view_data
-from paddle_rt.tools.view_data import ViewInputError, detect_kind, minmax_levels
+from paddle_rt.tools.view_data import ViewInputError, detect_kind
+from paddle_rt.tools.view_levels import minmax_levels
 
 from test_cli import cli, run_cli
 

@@ -15,7 +15,7 @@ Inputs, recognised by content (gzip'd or not), :func:`detect_kind`:
 A run (:func:`build_run`) per device: the timeline of allocated and reserved bytes of the device, of each pool and of
 each stream; the marked events (oom, empty_cache, growth = a new segment); block and segment lifetimes for the
 segment map at any moment; the peak and the top allocation sites live at it. Long timelines are reduced to
-min/max per bucket (:func:`minmax_levels`), so that peaks survive any reduction.
+min/max per bucket (:func:`paddle_rt.tools.view_levels.minmax_levels`), so that peaks survive any reduction.
 """
 import bisect
 import gzip
@@ -27,7 +27,7 @@ import numpy as np
 from paddle_rt.tools.figures import _error
 
 __all__ = ["KINDS", "ViewInputError", "detect_kind", "load_source", "events_from_history", "build_run",
-           "minmax_levels", "live_at", "baseline_runs", "replay_in_child"]
+           "live_at", "baseline_runs", "replay_in_child"]
 
 KINDS = ("snapshot", "history", "alloc_log", "chrome_trace")
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
@@ -37,7 +37,6 @@ ALLOC, FREE, SEG_ALLOC, SEG_FREE, OOM, EMPTY_CACHE = range(6)
 ACTIONS = {"alloc": ALLOC, "free": FREE, "segment_alloc": SEG_ALLOC, "segment_free": SEG_FREE, "oom": OOM,
            "empty_cache": EMPTY_CACHE}
 
-LEVEL_BUCKETS = (4096, 65536)   # timeline levels: min/max per bucket; a series of at most 2x a level's buckets is kept
 BLOCK_BUDGET = 60_000           # blocks kept for the segment map; beyond, only those live at MOMENTS moments
 MOMENTS = 160
 MARKER_BUDGET = 2_000           # marked events per kind kept on the timeline (beyond: the largest)
@@ -321,35 +320,6 @@ def baseline_runs(trace, alignment=256, padding=0):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Runs
-
-def minmax_levels(t, series, levels=LEVEL_BUCKETS, fine=("allocated", "reserved")):
-    """The timeline's levels: for each bucket count B of ``levels`` (coarse to fine), the series cut into B buckets
-    of equal event counts, each bucket kept as two points at its first time: the minimum then the maximum of every
-    series (so a peak or a dip of one event survives any level). A series of at most 2B points is kept whole at that
-    level and the finer levels are dropped. Levels after the first hold only the series named in ``fine`` (the
-    others stay at the first level's resolution). Returns [{"buckets": B or 0 (whole), "t": array, name: array}]."""
-    t = np.asarray(t, dtype=np.float64)
-    n = len(t)
-    out = []
-    for k_level, b in enumerate(levels):
-        names = [k for k in series if k_level == 0 or k in fine]
-        if n <= 2 * b:
-            lvl = {"buckets": 0, "t": t}
-            for k in names:
-                lvl[k] = np.asarray(series[k], dtype=np.float64)
-            out.append(lvl)
-            return out
-        starts = np.unique(np.linspace(0, n, b, endpoint=False).astype(np.int64))
-        lvl = {"buckets": len(starts), "t": np.repeat(t[starts], 2)}
-        for k in names:
-            v = np.asarray(series[k], dtype=np.float64)
-            pair = np.empty(2 * len(starts), dtype=np.float64)
-            pair[0::2] = np.minimum.reduceat(v, starts)
-            pair[1::2] = np.maximum.reduceat(v, starts)
-            lvl[k] = pair
-        out.append(lvl)
-    return out
-
 
 def live_at(blocks, t):
     """Indices of the blocks live at time ``t`` (allocated at or before it, freed after it)."""

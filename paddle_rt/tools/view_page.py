@@ -353,7 +353,7 @@ document.body.dataset.ready='1';
 def build_page(runs, title=None):
     """The :class:`Page` of ``runs`` (from :func:`paddle_rt.tools.view_data.load_source`)."""
     plotly, go = require_plotly()
-    from paddle_rt.tools.view_data import minmax_levels
+    from paddle_rt.tools.view_levels import minmax_levels
     if not runs:
         raise ValueError("build_page: no runs")
     levels = [minmax_levels(r["t"], r["series"]) for r in runs]
