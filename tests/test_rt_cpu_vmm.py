@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import package_parent
 
 PRELUDE = textwrap.dedent("""
     import ctypes, os
@@ -54,8 +55,9 @@ def run(body, env=None, expect_rc=0):
     e = {k: v for k, v in os.environ.items() if not k.startswith("RT_CPU_")}
     e.update({k: str(v) for k, v in (env or {}).items()})
     e.setdefault("PADDLE_RT_ALLOC_CONF", "expandable_segments:0")
+    # cwd: the folder of the paddle_rt under test (`-c` puts the cwd first on sys.path: never the unbuilt checkout)
     p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], env=e, capture_output=True, text=True,
-                       timeout=120)
+                       cwd=package_parent(), timeout=120)
     if expect_rc is not None:
         assert p.returncode == expect_rc, p.stdout + p.stderr
     return p

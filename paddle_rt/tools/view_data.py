@@ -284,7 +284,8 @@ def replay_in_child(path, conf_text="", device=None):
         parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        # cwd: the folder holding this paddle_rt (`-m` puts the cwd first on sys.path, before PYTHONPATH)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=parent)
         if r.returncode != 0:
             lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
             msg = lines[-1].replace(os.path.abspath(path), path) if lines else None
@@ -384,7 +385,9 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
             if b.get("state") == "active_allocated" and b["address"] not in seen_alloc:
                 new_block(b["address"], b["size"], b.get("requested_size", -1), str(s.get("stream", 0)), -1,
                           t_start, segment_of(b["address"]))
+                blocks[-1]["before"] = True
                 pre_alloc += b["size"]
+    freed_before = []                      # events freeing a block allocated before the history started
     markers = []
     for i in range(n):
         k = ev.kind[i]
@@ -411,6 +414,7 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
                 d_alloc[i] = -ev.size[i]
                 pre_alloc += ev.size[i]
                 ev_pool[i] = segment_of(addr)
+                freed_before.append(i)
         elif k == SEG_ALLOC:
             sid = new_segment(addr, ev.size[i], t)
             ev_pool[i] = sid
@@ -448,11 +452,14 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
         if s.get("before"):
             seg_pre[s["pool"]] = seg_pre.get(s["pool"], 0) + s["size"]
     blk_pre_pool, blk_pre_stream = {}, {}
-    for b in blocks:
-        if b["t_alloc"] == t_start and (b["seg"] is None or segs[b["seg"]].get("before")) and b["req"] == -1:
-            p = segs[b["seg"]]["pool"] if b["seg"] is not None else "large"
-            blk_pre_pool[p] = blk_pre_pool.get(p, 0) + b["size"]
-            blk_pre_stream[b["stream"]] = blk_pre_stream.get(b["stream"], 0) + b["size"]
+    # the pools' and streams' levels at the start: blocks live before the history started, in the final snapshot
+    # or freed during the history
+    pre_blocks = [(segs[b["seg"]]["pool"] if b["seg"] is not None else "large", b["stream"], b["size"])
+                  for b in blocks if b.get("before")]
+    pre_blocks += [(pools[i], ev_stream[i], ev.size[i]) for i in freed_before]
+    for p, st, size in pre_blocks:
+        blk_pre_pool[p] = blk_pre_pool.get(p, 0) + size
+        blk_pre_stream[st] = blk_pre_stream.get(st, 0) + size
     names = sorted(set(pools.tolist()) | set(seg_pre))
     if len(names) > 1:
         for p in names:
