@@ -19,7 +19,8 @@ int prt_ccl_defer(void* obj) {
     n->obj = obj;
     std::lock_guard<std::mutex> lk(g_mu);
     n->next = g_head;
-    g_head = n;
+    // stored atomically: prt_ccl_pending reads g_head without the lock
+    __atomic_store_n(&g_head, n, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -27,7 +28,7 @@ void* prt_ccl_pop(void) {
     std::lock_guard<std::mutex> lk(g_mu);
     prt_ccl_node* n = g_head;
     if (!n) return nullptr;
-    g_head = n->next;
+    __atomic_store_n(&g_head, n->next, __ATOMIC_RELEASE);
     void* o = n->obj;
     delete n;
     return o;
