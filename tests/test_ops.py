@@ -157,6 +157,16 @@ def test_gemm(dtype, rng):
     check(out.numpy(), a.astype(np.float64) @ b.astype(np.float64), dtype, 10)
 
 
+@pytest.mark.parametrize("a_shape, b_shape", [((0, 0), (0, 0, 0)), ((1, 2, 3), (0, 3, 4)), ((0, 2, 3), (3, 4)),
+                                              ((0, 2, 3), (1, 3, 4))])
+def test_gemm_batch_of_one_broadcasts_to_an_empty_batch(a_shape, b_shape):
+    """A batch of 1 (or none) broadcasts to a batch of 0 as numpy's matmul does (found by the fuzzer: the output's
+    batch was max(1, 0) = 1 and the call was refused naming an out the user never passed)."""
+    a, b = np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)
+    out = ops.gemm(paddle_rt.tensor(a), paddle_rt.tensor(b))
+    assert out.shape == (a @ b).shape
+
+
 def test_gemm_transposes_batches_alpha_beta(rng):
     a, b, c = rand((3, 4, 6), "float64", rng), rand((6, 5), "float64", rng), rand((3, 4, 5), "float64", rng)
     ta, tc = paddle_rt.tensor(a), paddle_rt.tensor(c)

@@ -149,7 +149,7 @@ cdef tuple _gemm_rule(_Rules r, TensorDesc ad, TensorDesc bd):
         r.fail(f"a {ad.shape} and b {bd.shape}: batches {ba} and {bb} differ (a batch of 1 broadcasts)")
     shape = (ad.shape[-2], bd.shape[-1])
     if ad.ndim_ == 3 or bd.ndim_ == 3:
-        shape = (max(ba, bb),) + shape
+        shape = (bb if ba == 1 else ba,) + shape      # a batch of 1 broadcasts, to 0 as well (numpy's rule)
     if max(ad.shape[-2], bd.shape[-1], ad.shape[-1]) > INT_MAX:
         r.fail(f"a dimension of a {ad.shape} @ b {bd.shape} exceeds BLAS's 32-bit int")
     return shape, ad.dtype_code
