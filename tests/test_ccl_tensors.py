@@ -120,6 +120,23 @@ def test_tensor_dtype_conflicts_and_wrong_device_are_refused(comms):
         ccl.all_reduce(b, b, comm=comms[0])
 
 
+class _LooksLikeAllocation:
+    def __init__(self, ptr, size, device):
+        self.ptr, self.size, self.device = ptr, size, device
+
+
+def test_allocation_lookalike_is_bounded_by_the_allocation_it_points_into(comms):
+    """Only a real Allocation is trusted for its size: an object with ptr/size/device whose size overstates the
+    memory, or whose ptr is in no live allocation, is refused before any rank runs (issue 35)."""
+    a = paddle_rt.malloc(64, device=comms[0].device)
+    fake = _LooksLikeAllocation(a.ptr, 1 << 30, a.device)
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"ccl.all_reduce: .*send"):
+        ccl.all_reduce(fake, fake, count=1 << 20, dtype="float32", comm=comms[0])
+    nowhere = _LooksLikeAllocation(0x1000, 64, a.device)
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"send at 0x1000 is not inside a live allocation on rt_cpu:0"):
+        ccl.all_reduce(nowhere, a, count=16, dtype="float32", comm=comms[0])
+
+
 # -- the end of a communicator after a failure (issue 27, item 5) -------------------------------------------------------
 def test_destroy_after_a_timed_out_wait_aborts_instead_of_waiting_for_the_plugin():
     cs = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])

@@ -52,6 +52,73 @@ def test_raw_pointers_need_kind_and_use_device(host):
     assert (out == host).all()
 
 
+@pytest.mark.smoke
+def test_raw_addresses_bounded_by_their_allocation(host):
+    """A raw address is trusted no further than the live allocation holding it (issue 35: a raw address with an
+    oversized nbytes wrote past its allocation, or segfaulted in the plugin). Nothing is copied or set when refused."""
+    a = paddle_rt.malloc(64)
+    paddle_rt.memset(a, 7)
+    big = np.zeros(1 << 20, np.uint8)
+    with pytest.raises(InvalidArgument, match=r"memcpy: nbytes=1048576 is larger than dst: \d+ bytes lie between "
+                                              r"address 0x[0-9a-f]+ and the end of the allocation holding it "
+                                              r"\(on rt_cpu:0\)"):
+        paddle_rt.memcpy(a.ptr + 8, big, kind="H2D")
+    with pytest.raises(InvalidArgument, match=r"larger than src"):
+        paddle_rt.memcpy(big, a.ptr, nbytes=big.nbytes, kind="D2H")
+    with pytest.raises(InvalidArgument, match=r"memset: nbytes=268435456 is larger than dst"):
+        paddle_rt.memset(a.ptr, 0, 1 << 28)
+    s = Stream()
+    with pytest.raises(InvalidArgument, match=r"memset_async: nbytes=268435456 is larger than dst"):
+        paddle_rt.memset_async(a.ptr, 0, 1 << 28, stream=s)
+    with pytest.raises(InvalidArgument, match=r"rt_cpu:0: memcpy: dst address 0x1000 is not inside a live "
+                                              r"allocation \(memory on rt_cpu:0\)"):
+        paddle_rt.memcpy(0x1000, host, kind="H2D")
+    with pytest.raises(InvalidArgument, match=r"memcpy: src address 0x1000 is not inside a live allocation "
+                                              r"\(pinned host memory\)"):
+        paddle_rt.memcpy(np.zeros(8, np.uint8), 0x1000, nbytes=8, kind="H2H")
+    freed = paddle_rt.malloc(64)
+    ptr = freed.ptr
+    freed.free()
+    with pytest.raises(InvalidArgument, match=r"memset: dst address 0x[0-9a-f]+ is not inside a live allocation"):
+        paddle_rt.memset(ptr, 0, 8)
+    if paddle_rt.device_count("rt_cpu") > 1:
+        other = paddle_rt.malloc(64, device="rt_cpu:1")
+        with pytest.raises(InvalidArgument, match=r"rt_cpu:0: memset: .* it lies in memory of rt_cpu:1"):
+            paddle_rt.memset(other.ptr + 8, 0, 8, device="rt_cpu:0")
+    out = np.zeros(64, np.uint8)
+    paddle_rt.memcpy(out, a)
+    assert (out == 7).all()                       # nothing was written by the refused calls
+    # inside the allocation, up to its end: accepted (a tensor view's data_ptr is such an address)
+    paddle_rt.memcpy(a.ptr + 8, host[:56], kind="H2D")
+    paddle_rt.memcpy(out[:56], a.ptr + 8, nbytes=56, kind="D2H")
+    assert (out[:56] == host[:56]).all()
+    # pinned host memory may be given as a raw address too
+    p = paddle_rt.malloc_host(32)
+    paddle_rt.memcpy(p.ptr, host[:32], kind="H2H")
+    assert bytes(memoryview(p)) == host[:32].tobytes()
+
+
+class _LooksLikeAllocation:
+    def __init__(self, ptr, size, device):
+        self.ptr, self.size, self.device = ptr, size, device
+
+
+def test_allocation_lookalike_is_bounded_too(host):
+    """Any object with ptr, size and a paddle_rt device is accepted as memory, but only a real Allocation is trusted
+    for its size: a look-alike is bounded by the allocation its ptr points into."""
+    a = paddle_rt.malloc(64)
+    fake = _LooksLikeAllocation(a.ptr, 1 << 30, a.device)
+    with pytest.raises(InvalidArgument, match="larger than dst"):
+        paddle_rt.memcpy(fake, np.zeros(1 << 20, np.uint8), nbytes=1 << 20)
+    nowhere = _LooksLikeAllocation(0x1000, 64, a.device)
+    with pytest.raises(InvalidArgument, match="not inside a live allocation"):
+        paddle_rt.memcpy(nowhere, host[:64])
+    paddle_rt.memcpy(_LooksLikeAllocation(a.ptr, 64, a.device), host[:64])
+    out = np.zeros(64, np.uint8)
+    paddle_rt.memcpy(out, a)
+    assert (out == host[:64]).all()
+
+
 def test_kind_contradicting_arguments_is_rejected(host):
     a = paddle_rt.malloc(N)
     with pytest.raises(InvalidArgument, match="contradicts"):

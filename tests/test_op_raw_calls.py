@@ -1,6 +1,6 @@
 """InfiniOP's calling shape on descriptors: ``desc(y_ptr, x_ptr, ..., workspace=, stream=)`` with Allocations
-(bounds-checked against the descriptor's TensorDescs, record_stream'd) or raw device addresses (ints: unchecked, as
-a raw pointer carries no bounds)."""
+(bounds-checked against the descriptor's TensorDescs, record_stream'd) or raw device addresses (ints: bounded by the
+live allocation they point into, untracked)."""
 import numpy as np
 import pytest
 
@@ -91,3 +91,33 @@ def test_wrong_operand_count():
     d = op.ReluDescriptor(h, op.TensorDesc((4,)), op.TensorDesc((4,)))
     with pytest.raises(paddle_rt.InvalidArgument, match="operator relu takes 1 inputs after out, not 2"):
         d(paddle_rt.malloc(16), 1234, 5678)
+
+
+def test_raw_operand_bounded_by_its_allocation():
+    """A raw address is trusted no further than the live allocation holding it: a layout that runs past that
+    allocation's end, an address in freed memory, in another device's memory or in no allocation at all is refused
+    before anything runs, and nothing is written."""
+    h = op.Handle("rt_cpu:0")
+    a = paddle_rt.tensor(np.ones(8, np.float32))
+    d = op.ReluDescriptor(h, op.TensorDesc((1 << 20,)), op.TensorDesc((1 << 20,)))
+    with pytest.raises(paddle_rt.InvalidArgument,
+                       match=r"rt_cpu:0: operator relu: out laid out as shape \(1048576,\).* spans 4194304 bytes.*"
+                             r"between address 0x[0-9a-f]+ and the end of its allocation"):
+        d(a.data_ptr, a.data_ptr)
+    small = op.ReluDescriptor(h, op.TensorDesc((2,)), op.TensorDesc((2,)))
+    freed = paddle_rt.malloc(64)
+    ptr = freed.ptr
+    freed.free()
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"out address 0x[0-9a-f]+ is not inside a live allocation"):
+        small(ptr, a.data_ptr)
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"input 0 address 0x1000 is not inside a live allocation"):
+        small(a.data_ptr, 0x1000)
+    if paddle_rt.device_count("rt_cpu") > 1:
+        other = paddle_rt.malloc(64, device="rt_cpu:1")
+        with pytest.raises(paddle_rt.InvalidArgument, match=r"not inside a live allocation on rt_cpu:0"):
+            small(other.ptr, a.data_ptr)
+    np.testing.assert_array_equal(a.numpy(), np.ones(8, np.float32))
+    # an address inside an allocation, with the layout fitting before its end, runs
+    small(a.data_ptr + 8, a.data_ptr)
+    paddle_rt.synchronize()
+    np.testing.assert_array_equal(a.numpy(), np.ones(8, np.float32))

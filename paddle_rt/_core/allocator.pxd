@@ -64,6 +64,10 @@ cdef int core_try_free(AllocatorCore* c, uintptr_t p) noexcept
 cdef void core_free_unchecked(AllocatorCore* c, uintptr_t ptr) noexcept nogil
 # Takes the lock: 0 not this allocator's, 1 the start of a live block, 2 inside one of its chunks otherwise.
 cdef int core_lookup(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# With the GIL: bytes from `ptr` to the end of the live block holding it in an allocator of `kind` (KIND_DEVICE or
+# KIND_HOST) of `device` (None: of any device), or -1 when no live block holds it. For raw addresses from users
+# (copies, memset, descriptors' operands): they are bounded by the allocation they point into.
+cdef int64_t raw_live_extent(object device, int kind, uintptr_t ptr) except -2
 # True when no stream that may use this allocator's memory has queued work (idle chunks may then go back).
 cdef bint core_streams_idle(AllocatorCore* c) noexcept nogil
 

@@ -266,6 +266,50 @@ cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     return 2
 
 
+cdef size_t _core_live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """Lock held: bytes from ptr to the end of the live block holding it, 0 when no live block holds it. A block's
+    start is one lookup; an address inside a block walks its chunk's blocks down from the top (parked blocks stay
+    linked, so nothing is flushed)."""
+    cdef Block* b = <Block*>c.cx.live.find(ptr)
+    cdef prt_chunk_map.iterator it
+    cdef Chunk* ch
+    if b != NULL:
+        return b.size
+    it = c.cx.chunks.upper_bound(ptr)
+    if it == c.cx.chunks.begin():
+        return 0
+    dec(it)
+    ch = <Chunk*>deref(it).second
+    if ptr >= ch.base + ch.size:
+        return 0
+    b = ch.tail
+    while b != NULL and b.addr > ptr:
+        b = b.prev
+    if b == NULL or b.allocated != 1 or ptr >= b.addr + b.size:
+        return 0
+    return b.addr + b.size - ptr
+
+
+cdef int64_t raw_live_extent(object device, int kind, uintptr_t ptr) except -2:
+    cdef DeviceAllocator a
+    cdef size_t n
+    for a in list(_allocators):
+        if a.core.torn_down or a.core.kind != kind or (device is not None and a.device is not device):
+            continue
+        with nogil:
+            a.core.cx.mu.lock()
+            n = _core_live_extent(a.core, ptr)
+            a.core.cx.mu.unlock()
+        if n:
+            return <int64_t>n
+    return -1
+
+
+def owner_of(ptr):
+    """Where ``ptr`` lies among paddle_rt's allocators ("rt_cpu:1", "rt_cpu:0 (pinned host memory)"), or None."""
+    return _owner_of(ptr, NULL)
+
+
 cdef object _owner_of(uintptr_t ptr, AllocatorCore* exclude):
     cdef DeviceAllocator a
     cdef int r

@@ -3,9 +3,11 @@
 all_to_all and InfiniCCL's variable-count forms): argument, buffer and dtype checks, each a Work made and submitted
 through ccl.pyx (``prepare_call``/``submit_call``), which owns communicators, ordering, groups and the run on the
 stream worker."""
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport int64_t, uintptr_t
 from libc.stdlib cimport malloc, calloc, free
 
+from paddle_rt._core.allocation cimport Allocation
+from paddle_rt._core.allocator cimport raw_live_extent, KIND_DEVICE
 from paddle_rt._core.device_ext cimport (
     C_DataType, C_CCLReduceOp, BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32,
     FLOAT64, BFLOAT16, COMPLEX64, COMPLEX128,
@@ -104,7 +106,14 @@ def _buffer(obj, what, Communicator comm, where):
                                      f"{comm.rank}) is on {comm.device!r}")
     if getattr(obj, "pinned", False) or getattr(obj, "memory_kind", None) == "host":
         raise errors.InvalidArgument(f"{where}: {what} is pinned host memory; collectives need device memory")
-    return int(obj.ptr), int(obj.size)
+    ptr, size = int(obj.ptr), int(obj.size)
+    if not isinstance(obj, Allocation):
+        # only a real Allocation is trusted for its size; a look-alike is bounded by the allocation it points into
+        extent = raw_live_extent(dev, KIND_DEVICE, <uintptr_t>ptr) if 0 < ptr < (1 << 64) else -1
+        if extent < 0:
+            raise errors.InvalidArgument(f"{where}: {what} at {ptr:#x} is not inside a live allocation on {dev!r}")
+        size = min(size, extent)
+    return ptr, size
 
 
 def _need(size, count, itemsize, what, dtype_name, where, times=1):

@@ -11,7 +11,7 @@ A small host-to-device copy from a Python buffer (at most ``STAGE_MAX_BYTES``) i
 for pageable memory: the bytes are copied into a buffer the queued copy owns and the Python buffer is released at
 once, on the submitting thread. The stream's worker then never needs the GIL for it (a GIL hand-off between the two
 threads cost ~80 us per copy), and the caller may reuse its array as soon as ``memcpy_async`` returns."""
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memmove, memset as c_memset
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBUF_SIMPLE
@@ -20,6 +20,8 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from paddle_rt._core.checked cimport PRT_MAX_BYTES, prt_add_size
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.device cimport Device, resolve_device, check_status
+from paddle_rt._core.allocation cimport Allocation
+from paddle_rt._core.allocator cimport raw_live_extent, KIND_DEVICE, KIND_HOST
 from paddle_rt._core.stream cimport (
     Stream, StreamCtx, current_stream, record_plugin_error, stream_ctx_plugin_sync,
 )
@@ -180,8 +182,12 @@ cdef void _release_op(CopyOp* op) noexcept:
 # -- endpoints ---------------------------------------------------------------------------------------------------------
 cdef class _End:
     cdef int kind            # 0 raw, 1 device memory, 2 host memory
+    cdef bint unchecked      # a raw address or an Allocation-like object that is not an Allocation: bounded by
+                             # the live allocation it points into (_bound_unchecked)
     cdef uintptr_t ptr
     cdef object size         # None when unknown
+    cdef object limit        # unchecked ends: bytes from ptr to the end of the live allocation holding it
+    cdef str limit_where     # ... and where that allocation is
     cdef Device device
     cdef object obj
 
@@ -196,6 +202,7 @@ cdef _End _endpoint(object obj, bint writable, CopyOp* op, str what, str call):
         if obj <= 0 or obj >= (1 << 64):
             raise errors.InvalidArgument(f"{call}: {what} address {obj:#x} is not a valid pointer")
         e.kind = 0
+        e.unchecked = True
         e.ptr = obj
         e.size = None
         return e
@@ -207,6 +214,7 @@ cdef _End _endpoint(object obj, bint writable, CopyOp* op, str what, str call):
         e.size = int(obj.size)
         e.device = dev
         e.kind = 2 if (getattr(obj, "pinned", False) or getattr(obj, "memory_kind", None) == "host") else 1
+        e.unchecked = not isinstance(obj, Allocation)
         return e
     buf = &op.bufs[op.nbufs]
     try:
@@ -299,6 +307,9 @@ cdef object _plan_copy(CopyOp* op, object dst, object src, object nbytes, object
                                              f"{_KIND_NAMES[k]} copy of {dev!r}")
         op.iface = (<Device>dev).iface
         op.dev = (<Device>dev).cdev()
+    for e, what, host in ((d, "dst", k in (K_H2H, K_D2H)), (s, "src", k in (K_H2H, K_H2D))):
+        if (<_End>e).unchecked:
+            _bound_unchecked(<_End>e, host, (<_End>e).device if (<_End>e).device is not None else dev, what, call)
     # size
     sizes = [x for x in (d.size, s.size) if x is not None]
     if nbytes is None:
@@ -314,6 +325,8 @@ cdef object _plan_copy(CopyOp* op, object dst, object src, object nbytes, object
         for x, what in ((d.size, "dst"), (s.size, "src")):
             if x is not None and n > x:
                 raise errors.InvalidArgument(f"{call}: nbytes={n} is larger than {what} ({x} bytes)")
+    _check_limit(d, n, "dst", call)
+    _check_limit(s, n, "src", call)
     _check_range(d, n, "dst", call)
     _check_range(s, n, "src", call)
     op.kind = k
@@ -331,6 +344,33 @@ cdef int _check_range(_End e, object n, str what, str call) except -1:
     if prt_add_size(<size_t>e.ptr, <size_t>n, &end):
         raise errors.InvalidArgument(f"{call}: {what} address {e.ptr:#x} + nbytes {n} wraps around the address "
                                      f"space")
+    return 0
+
+
+cdef int _bound_unchecked(_End e, bint host, object dev, str what, str call) except -1:
+    """A raw address (or an object that only looks like an Allocation) is trusted no further than the live allocation
+    it points into: e.size becomes the bytes from it to that allocation's end, so a size beyond it is refused like
+    any other. An address inside no live allocation of paddle_rt's (on `dev`; for host memory, pinned host memory of
+    any device) is refused: the copy would read or write memory nobody owns."""
+    cdef int64_t n = raw_live_extent(None if host else dev, KIND_HOST if host else KIND_DEVICE, e.ptr)
+    if n >= 0:
+        e.limit = n
+        e.limit_where = "pinned host memory" if host else f"on {dev!r}"
+        return 0
+    from paddle_rt._core.allocator import owner_of
+    owner = owner_of(e.ptr)
+    where = "pinned host memory" if host else f"memory on {dev!r}"
+    found = f"; it lies in memory of {owner}" if owner else ""
+    raise errors.InvalidArgument(
+        f"{'' if host else repr(dev) + ': '}{call}: {what} address {e.ptr:#x} is not inside a live allocation "
+        f"({where}){found} (raw addresses must point into memory paddle_rt allocated; pass host memory as a buffer "
+        f"such as a numpy array)")
+
+
+cdef int _check_limit(_End e, object n, str what, str call) except -1:
+    if e.limit is not None and n > e.limit:
+        raise errors.InvalidArgument(f"{call}: nbytes={n} is larger than {what}: {e.limit} bytes lie between address "
+                                     f"{e.ptr:#x} and the end of the allocation holding it ({e.limit_where})")
     return 0
 
 
@@ -516,6 +556,8 @@ cdef object _plan_set(CopyOp* op, object dst, object value, object nbytes, Devic
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 255:
         raise errors.InvalidArgument(f"{call}: value must be a byte (0..255), not {value!r}")
     d = _endpoint(dst, True, op, "dst", call)
+    if d.unchecked:
+        _bound_unchecked(d, d.kind == 2, d.device if d.device is not None else default_dev, "dst", call)
     if nbytes is None:
         if d.size is None:
             raise errors.InvalidArgument(f"{call}: nbytes is needed with a raw address")
@@ -526,6 +568,7 @@ cdef object _plan_set(CopyOp* op, object dst, object value, object nbytes, Devic
         if d.size is not None and nbytes > d.size:
             raise errors.InvalidArgument(f"{call}: nbytes={nbytes} is larger than dst ({d.size} bytes)")
         n = nbytes
+    _check_limit(d, n, "dst", call)
     _check_range(d, n, "dst", call)
     op.dst = <void*>d.ptr
     op.n = n

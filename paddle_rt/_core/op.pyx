@@ -14,6 +14,7 @@ from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.stream cimport Stream, StreamCtx, stream_of_device
 from paddle_rt._core.pool cimport pool_malloc, pool_free, default_pool_of, AsyncAllocation
 from paddle_rt._core.allocation cimport Allocation
+from paddle_rt._core.allocator cimport raw_live_extent, KIND_DEVICE
 from paddle_rt._core.tensor cimport TensorDesc, Tensor, dtype_name, dtype_code_of, tensor_at
 from paddle_rt._core.trace cimport trace_mask, trace_label_op
 from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
@@ -123,6 +124,27 @@ def _op_id(op):
 
 
 # ---- handles -------------------------------------------------------------------------------------------------------
+
+cdef int _check_span(Device dev, str op, str what, TensorDesc want, object avail, str has) except -1:
+    """An operand given as memory (an Allocation, a raw address) holds `want`'s layout from its start: no negative
+    reach, and the highest element's end within `avail` bytes."""
+    cdef int64_t es = prt_dtype_size(want.dtype_code)
+    cdef int64_t lo = 0, hi = 0
+    cdef int j
+    for j in range(want.ndim_):
+        if want.shape_[j] == 0:
+            return 0
+        if want.strides_[j] < 0:
+            lo += (want.shape_[j] - 1) * want.strides_[j]
+        else:
+            hi += (want.shape_[j] - 1) * want.strides_[j]
+    if lo < 0 or (hi + 1) * es > avail:
+        raise errors.InvalidArgument(
+            f"{dev}: operator {op}: {what} laid out as shape {want.shape}, strides {want.strides}, {want.dtype} "
+            f"spans {(hi + 1) * es} bytes from its start{' and reaches before it' if lo < 0 else ''}; {has} "
+            f"{avail}")
+    return 0
+
 cdef class Handle:
     """``Handle(device=None)``: the operator layer on a device (InfiniOP's ``infiniopHandle_t``). Descriptors are
     created against a handle; ``close()`` (or leaving a ``with`` block) ends it."""
@@ -705,8 +727,8 @@ cdef class OpDescriptor:
     cdef tuple _operands(self, object out, tuple ins, Stream s):
         cdef Device dev = self.handle.device
         cdef TensorDesc want
-        cdef int64_t lo, hi, es
-        cdef int i, j
+        cdef int64_t extent
+        cdef int i
         if len(ins) != self.call.n_inputs:
             raise errors.InvalidArgument(f"{dev}: operator {self.name} takes {self.call.n_inputs} inputs after out, "
                                          f"not {len(ins)}")
@@ -721,28 +743,22 @@ cdef class OpDescriptor:
                 if (<Allocation>x).device is not dev:
                     raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} is an allocation on "
                                                  f"{(<Allocation>x).device}")
-                es = prt_dtype_size(want.dtype_code)
-                lo = hi = 0
-                for j in range(want.ndim_):
-                    if want.shape_[j] == 0:
-                        lo = hi = -1
-                        break
-                    if want.strides_[j] < 0:
-                        lo += (want.shape_[j] - 1) * want.strides_[j]
-                    else:
-                        hi += (want.shape_[j] - 1) * want.strides_[j]
-                if lo < 0 or (hi >= 0 and (hi + 1) * es > <int64_t>(<Allocation>x).size):
-                    raise errors.InvalidArgument(
-                        f"{dev}: operator {self.name}: {what} laid out as shape {want.shape}, strides {want.strides}, "
-                        f"{want.dtype} spans {(hi + 1) * es} bytes from its start; the allocation has "
-                        f"{(<Allocation>x).size}")
+                _check_span(dev, self.name, what, want, (<Allocation>x).size, "the allocation has")
                 if not (<Allocation>x)._own_stream(s):
                     x.record_stream(s)
                 res.append(tensor_at(dev, want, (<Allocation>x).ptr))
             elif isinstance(x, int) and not isinstance(x, bool):
-                if x <= 0:
+                # a raw address is trusted no further than the live allocation of dev it points into
+                if x <= 0 or x >= (1 << 64):
                     raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} is the address {x}")
-                res.append(tensor_at(dev, want, <uintptr_t>x))   # unchecked: a raw pointer carries no bounds
+                extent = raw_live_extent(dev, KIND_DEVICE, <uintptr_t>x)
+                if extent < 0:
+                    raise errors.InvalidArgument(
+                        f"{dev}: operator {self.name}: {what} address {x:#x} is not inside a live allocation on "
+                        f"{dev} (raw addresses must point into memory paddle_rt allocated)")
+                _check_span(dev, self.name, what, want, extent,
+                            f"{extent} bytes lie between address {x:#x} and the end of its allocation; it has")
+                res.append(tensor_at(dev, want, <uintptr_t>x))
             else:
                 raise errors.InvalidArgument(f"{dev}: operator {self.name}: {what} must be a paddle_rt Tensor, an "
                                              f"Allocation or a device address (int), not {type(x).__name__}")
@@ -751,8 +767,9 @@ cdef class OpDescriptor:
     def __call__(self, out, *inputs, workspace=None, stream=None):
         """``desc(out, *inputs, workspace=None, stream=None)``: operands are Tensors, or (InfiniOP's calling shape)
         Allocations or raw device addresses (ints) laid out as the descriptor's TensorDescs. An Allocation is checked
-        to hold the layout; a raw address cannot be checked (the caller vouches for it), and its memory is not
-        tracked: synchronize the stream before reading it."""
+        to hold the layout; a raw address must point into a live allocation paddle_rt made on the device, and the
+        layout must fit between it and that allocation's end. A raw address's memory is not tracked: synchronize the
+        stream before reading it."""
         cdef Stream s = op_stream(self.handle.device, stream)
         cdef Py_ssize_t i
         cdef tuple ins = inputs
