@@ -2,7 +2,8 @@
 
 Endpoints are Allocations (any object with ``ptr``, ``size`` and a paddle_rt ``device``; ``pinned``/host ones count
 as host memory), host buffers (the buffer protocol, C-contiguous; writable for a destination) or raw integer
-addresses (they need ``kind``; their device is ``device`` or the stream's). The kind is inferred when the endpoints
+addresses (they need ``kind``; their device is ``device`` or the stream's; each must lie inside a live allocation
+paddle_rt made, and is trusted no further than that allocation's end). The kind is inferred when the endpoints
 tell it; an explicit kind that contradicts them is an error. Fallbacks follow Paddle: a missing async hook becomes the
 synchronous hook run in order on the stream's worker; a missing p2p hook stages through host memory; a missing
 ``device_memory_set`` fills a host buffer and copies it h2d.
@@ -349,8 +350,8 @@ cdef int _check_range(_End e, object n, str what, str call) except -1:
 
 cdef int _bound_unchecked(_End e, bint host, object dev, str what, str call) except -1:
     """A raw address (or an object that only looks like an Allocation) is trusted no further than the live allocation
-    it points into: e.size becomes the bytes from it to that allocation's end, so a size beyond it is refused like
-    any other. An address inside no live allocation of paddle_rt's (on `dev`; for host memory, pinned host memory of
+    it points into: e.limit becomes the bytes from it to that allocation's end, and a size beyond it is refused
+    (_check_limit). An address inside no live allocation of paddle_rt's (on `dev`; for host memory, pinned host memory of
     any device) is refused: the copy would read or write memory nobody owns."""
     cdef int64_t n = raw_live_extent(None if host else dev, KIND_HOST if host else KIND_DEVICE, e.ptr)
     if n >= 0:
