@@ -145,6 +145,8 @@ cdef struct AllocError:
     C_Status status
     size_t requested
     uintptr_t ptr
+    int64_t allocated      # the device's allocated and reserved bytes when the error was found (read under the lock:
+    int64_t reserved       # the message and the trace event must not read the counters without it)
 
 cdef struct AllocatorCore:
     prt_alloc_containers* cx

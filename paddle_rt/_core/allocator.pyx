@@ -190,14 +190,22 @@ def _fmt(n):
         n /= 1024
 
 
+cdef inline void _note_counts(AllocatorCore* c, AllocError* e) noexcept nogil:
+    """Lock held: the device's counters, as the error's message and trace event will show them."""
+    e.allocated = c.stats[0][ST_ALLOCATED_BYTES].current
+    e.reserved = c.stats[0][ST_RESERVED_BYTES].current
+
+
 cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     dev = <object>c.device
     what = "pinned host memory" if c.kind == KIND_HOST else "memory"
     if e.kind == ERR_OOM:
+        # the counters as they were under the lock when the request failed (_note_counts): read here, without the
+        # lock, they would race with other threads' allocations
         if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-            _trace_mem(c, PRT_EV_OOM, 0, e.requested, 0)
-        allocated = c.stats[0][ST_ALLOCATED_BYTES].current
-        reserved = c.stats[0][ST_RESERVED_BYTES].current
+            trace_memory_event(c.device, c.kind, PRT_EV_OOM, 0, e.requested, 0, 0, e.allocated, e.reserved)
+        allocated = e.allocated
+        reserved = e.reserved
         try:
             free_, total = dev.memory_info()
         except BaseException:
@@ -337,6 +345,7 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     err.status = C_SUCCESS
     err.requested = nbytes
     err.ptr = 0
+    err.allocated = err.reserved = 0
     if nbytes > SIZE_MAX // 2:
         err.kind = ERR_BAD_SIZE
         return _raise(c, &err)
@@ -376,6 +385,8 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
                 b.chunk.exact = 1
                 c.exact_bytes += b.size
             b = _take(c, b, size, nbytes, &err.kind)
+    if b == NULL:
+        _note_counts(c, &err)
     c.cx.mu.unlock()
     if b == NULL:
         return _raise(c, &err)
@@ -432,6 +443,7 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     c.cx.mu.unlock()
     err.ptr = <uintptr_t>ptr
     err.requested = 0
+    err.allocated = err.reserved = 0
     return _raise(c, &err)
 
 
@@ -934,6 +946,7 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     err.status = C_SUCCESS
     err.requested = nbytes
     err.ptr = 0
+    err.allocated = err.reserved = 0
     if c.torn_down:
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
@@ -946,6 +959,8 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     else:
         b = _new_chunk(c, POOL_LARGE, 0, size, &err)
     before = c.stats[0][ST_RESERVED_BYTES].current - before
+    if b == NULL:
+        _note_counts(c, &err)
     c.cx.mu.unlock()
     if b == NULL:
         return _raise(c, &err)
