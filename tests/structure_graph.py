@@ -60,7 +60,7 @@ def _python_imports(path, current):
     return out
 
 
-_FROM = re.compile(r"^\s*from\s+(\.*)([\w.]*)\s+c?import\s+\(?([^#]*)")
+_FROM = re.compile(r"^\s*from\s+(\.*)([\w.]*)\s+c?import\s+(\(?)([^#]*)")
 _IMPORT = re.compile(r"^\s*c?import\s+([^#]*)")
 
 
@@ -71,9 +71,10 @@ def _cython_imports(path, current):
     for i, line in enumerate(lines):
         m = _FROM.match(line)
         if m:
-            text = m.group(3)
+            text = m.group(4)
             j = i
-            while "(" in line and ")" not in text and j + 1 < len(lines):  # a parenthesised list over lines
+            # a parenthesised list over lines (only an opening parenthesis of the statement: not one in a comment)
+            while m.group(3) and ")" not in text and j + 1 < len(lines):
                 j += 1
                 text += " " + lines[j].split("#")[0]
             names = [n.split(" as ")[0].strip() for n in text.replace(")", "").split(",") if n.strip()]

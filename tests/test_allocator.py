@@ -1090,3 +1090,31 @@ def test_reset_allocator_refused_inside_a_stream_callback_changes_nothing(d1):
     paddle_rt.reset_allocator(d1)                  # outside the callback: the chunk goes back
     assert paddle_rt.memory_reserved(d1) == 0
     s.close()
+
+
+def test_device_allocator_malloc_through_the_registered_allocation_api(monkeypatch):
+    """DeviceAllocator.malloc/raw_malloc call what paddle_rt._core.allocation registers at its import (the allocator
+    imports nothing of it); without it they say what is missing, and raw_free, which needs nothing above the
+    allocator, still works."""
+    from paddle_rt._core import allocator as allocator_mod
+    a = paddle_rt.get_allocator()
+    m = a.malloc(1000)
+    assert isinstance(m, paddle_rt.Allocation) and m.size == 1000 and a.owns(m.ptr)
+    m.free()
+    p = a.raw_malloc(512)
+    assert a.owns(p)
+    a.raw_free(p)
+    assert not a.owns(p)
+    with pytest.raises(paddle_rt.InvalidArgument):
+        a.raw_free(p)                                       # freed twice
+    with pytest.raises(TypeError, match="pointer as int"):
+        a.raw_free("0x10")
+    with pytest.raises(paddle_rt.InvalidArgument, match="not a valid pointer"):
+        a.raw_free(0)
+    q = a.raw_malloc(256)
+    monkeypatch.setattr(allocator_mod, "_allocation_fns", None)
+    for call, run in (("malloc", lambda: a.malloc(64)), ("raw_malloc", lambda: a.raw_malloc(64))):
+        with pytest.raises(paddle_rt.NotSupportedError, match=rf"DeviceAllocator.{call}: .*paddle_rt._core.allocation"):
+            run()
+    a.raw_free(q)
+    assert not a.owns(q)

@@ -691,3 +691,33 @@ def test_create_stream_failure_is_a_plugin_error_and_changes_nothing(run_python)
     assert res.returncode == 0, res.stderr
     assert "ERR rt_cpu:0 create_stream C_FAILED" in res.stdout
     assert "OK [1]" in res.stdout
+
+
+def test_wait_stream_and_wait_event_check_their_arguments():
+    """wait_stream orders through stream.pyx's own mark (StreamMark: no Event, nothing of event.pyx); wait_event
+    takes an Event only; a closed stream on either side raises StreamError and queues nothing."""
+    a, b, c = Stream(), Stream(), Stream()
+    with pytest.raises(InvalidArgument, match="wait_event needs an Event, not object"):
+        b.wait_event(object())
+    b.wait_stream(b)                      # itself: nothing to wait for
+    a.wait_stream(b)                      # both idle: completes at once
+    c.close()
+    with pytest.raises(StreamError):
+        b.wait_stream(c)
+    with pytest.raises(StreamError):
+        c.wait_stream(b)
+    with pytest.raises(TypeError):
+        b.wait_stream(None)
+    out = []
+    gate = threading.Event()
+    a.add_callback(gate.wait, 30)
+    a.add_callback(out.append, "a")
+    for _ in range(3):                    # repeated waits on the same busy stream
+        b.wait_stream(a)
+    b.add_callback(out.append, "b")
+    assert not b.query()
+    gate.set()
+    b.synchronize()
+    assert out == ["a", "b"]
+    a.close()
+    b.close()

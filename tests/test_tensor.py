@@ -101,3 +101,21 @@ def test_torch_from_dlpack_shares_the_memory():
     assert v.data_ptr() == t.data_ptr
     b = torch.from_dlpack(paddle_rt.tensor(np.array([1.5, -2.0], np.float16)))
     assert b.dtype == torch.float16 and b.tolist() == [1.5, -2.0]
+
+
+def test_contiguous_copies_with_the_rearrange_ops_registered(monkeypatch):
+    """Tensor.contiguous copies through ops.rearrange, which paddle_rt._core.ops registers at its import (the
+    tensor module imports nothing of the operators); without it a strided tensor's contiguous() says what is
+    missing, and a contiguous one is still returned as it is."""
+    from paddle_rt._core import tensor as tensor_mod
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = paddle_rt.tensor(a)
+    v = t.T
+    c = v.contiguous()
+    assert c is not v and c.is_contiguous() and c.shape == (4, 3)
+    np.testing.assert_array_equal(c.numpy(), a.T)
+    assert t.contiguous() is t
+    monkeypatch.setattr(tensor_mod, "_contiguous_copy", None)
+    assert t.contiguous() is t
+    with pytest.raises(paddle_rt.NotSupportedError, match=r"Tensor.contiguous: .*paddle_rt._core.ops"):
+        v.contiguous()

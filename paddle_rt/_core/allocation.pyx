@@ -526,11 +526,8 @@ def _raw_allocate(DeviceAllocator a, nbytes, stream=0):
     return <uintptr_t>p
 
 
-def _raw_free_on(DeviceAllocator a, ptr):
-    """DeviceAllocator.raw_free."""
-    cdef uintptr_t p = _check_ptr(ptr)
-    with nogil:
-        core_free(a.core, <void*>p)
+# DeviceAllocator.malloc / raw_malloc (allocator.pyx, below this module) call these.
+_allocator_mod.register_allocation_api(_allocate, _raw_allocate)
 
 
 def _forget_last():

@@ -702,21 +702,26 @@ cdef class DeviceAllocator:
         """The block size a request of ``nbytes`` gets: round_up(nbytes + extra_padding, min_chunk)."""
         return round_request(self.core, nbytes)
 
-    # The Allocation API lives above the allocator (allocation.pyx); these delegate to it.
+    # The Allocation API lives above the allocator (allocation.pyx): malloc and raw_malloc (whose out-of-memory
+    # ladder ends in deferred_free.malloc_waiting, also above) call the functions it registers at its import
+    # (register_allocation_api); this module imports nothing of it.
     def malloc(self, nbytes, stream=None):
         """An :class:`Allocation` of ``nbytes`` from this allocator (as :func:`paddle_rt.malloc`)."""
-        from paddle_rt._core.allocation import _allocate
-        return _allocate(self, nbytes, stream)
+        return _allocation_api(self, "malloc")[0](self, nbytes, stream)
 
     def raw_malloc(self, nbytes, stream=0):
         """A raw pointer of ``nbytes`` from this allocator (as :func:`paddle_rt.raw_malloc`)."""
-        from paddle_rt._core.allocation import _raw_allocate
-        return _raw_allocate(self, nbytes, stream)
+        return _allocation_api(self, "raw_malloc")[1](self, nbytes, stream)
 
     def raw_free(self, ptr):
         """Free a pointer of this allocator."""
-        from paddle_rt._core.allocation import _raw_free_on
-        _raw_free_on(self, ptr)
+        if not isinstance(ptr, int) or isinstance(ptr, bool):
+            raise TypeError(f"expected a pointer as int, got {type(ptr).__name__}")
+        if ptr <= 0 or ptr > <object>SIZE_MAX:
+            raise errors.InvalidArgument(f"0x{ptr:x} is not a valid pointer" if ptr >= 0 else f"{ptr} is not a pointer")
+        cdef uintptr_t p = ptr
+        with nogil:
+            core_free(self.core, <void*>p)
 
     def owns(self, ptr):
         """True if ``ptr`` is the start of a live allocation of this allocator."""
@@ -991,6 +996,24 @@ cdef AllocatorCore* get_core(object device, int kind) except NULL:
     if kind != KIND_DEVICE and kind != KIND_HOST:
         raise errors.InvalidArgument(f"get_core: kind must be KIND_DEVICE or KIND_HOST, got {kind}")
     return allocator_of(dev, kind).core
+
+
+# The functions behind DeviceAllocator.malloc and raw_malloc, registered by allocation.pyx at its import:
+# (allocate(allocator, nbytes, stream) -> Allocation, raw_allocate(allocator, nbytes, stream) -> int).
+_allocation_fns = None
+
+
+def register_allocation_api(allocate, raw_allocate):
+    """Called once by paddle_rt._core.allocation at its import (it lives above this module)."""
+    global _allocation_fns
+    _allocation_fns = (allocate, raw_allocate)
+
+
+cdef tuple _allocation_api(DeviceAllocator a, str call):
+    if _allocation_fns is None:
+        raise errors.NotSupportedError(f"{a.device}: DeviceAllocator.{call}: the Allocation API "
+                                       f"(paddle_rt._core.allocation) is not loaded; import paddle_rt first")
+    return _allocation_fns
 
 
 def get_allocator(device=None, kind="device"):

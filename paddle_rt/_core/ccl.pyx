@@ -69,6 +69,7 @@ from paddle_rt._core.includes.dl cimport dlsym
 
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
+from paddle_rt._core import ccl_mpi      # from_mpi's MPI side (below ccl: it imports nothing of it)
 
 __all__ = ["Communicator", "UniqueId", "Work", "comm_init_all", "get_unique_id", "group", "REDUCE_OPS", "DTYPES"]
 
@@ -279,6 +280,11 @@ def mpi_comm_handle(comm):
     return h
 
 
+def _unique_id_bytes(device):
+    """Rank 0's step of the MPI bootstrap (ccl_mpi.bootstrap): the plugin's unique id, as bytes."""
+    return get_unique_id(device).data
+
+
 def comm_from_unique_id_mpi(nranks, unique_id, rank, device, mpi_comm):
     """Rank ``rank`` of the communicator of ``unique_id`` over the processes of ``mpi_comm`` (ccl_mpi's last step)."""
     cdef Communicator c = Communicator.__new__(Communicator)
@@ -311,8 +317,11 @@ cdef class Communicator:
         30); every rank calls ``xccl_comm_init_rank`` (InfiniCCL's ``infinicclCommInitRank``), or the plugin's
         ``paddle_rt_ext_ccl_comm_init_rank_mpi`` extension when it exports one (rt_cpu: MPI is then its transport).
         Collective over ``comm``: every process calls it. Needs ``pip install "paddle_rt[mpi]"``."""
-        from paddle_rt._core import ccl_mpi
-        return ccl_mpi.communicator_from_mpi(device, comm)
+        dev, comm, rank, size, data, peers = ccl_mpi.bootstrap(device, comm, _unique_id_bytes)
+        c = comm_from_unique_id_mpi(size, UniqueId(data), rank, dev, comm)
+        c._set_mpi_peers(peers)
+        ccl_mpi.watch_peers_at_exit({r: p for r, p in peers.items() if r != rank})
+        return c
 
     def __repr__(self):
         state = "destroyed" if self.destroyed else ("in error" if self._error is not None else "ready")
@@ -365,7 +374,6 @@ cdef class Communicator:
         """Collectives across processes: ranks named missing; when one is a dead process, leave MPI alone at exit
         (ccl_mpi.note_missing)."""
         if self.across_processes and missing and self._mpi_peers:
-            from paddle_rt._core import ccl_mpi
             ccl_mpi.note_missing(self._mpi_peers, missing)
 
     def abort(self):

@@ -1,4 +1,6 @@
-"""Bootstrap of a communicator whose ranks are MPI processes (``ccl.Communicator.from_mpi``).
+"""Bootstrap of a communicator whose ranks are MPI processes (``ccl.Communicator.from_mpi``): the MPI side (the
+meeting, the missing ranks, the exit of a job whose peers died). It imports nothing of ccl: from_mpi calls it and
+joins the communicator itself.
 
 Launch one process per device (``mpiexec -n 4 python train.py``); every process calls ``from_mpi()``. Rank 0 of the
 MPI communicator asks the plugin for a unique id; every rank tells rank 0 it arrived, rank 0 sends the id to each
@@ -218,9 +220,12 @@ def bootstrap_timeout():
     return t
 
 
-def communicator_from_mpi(device=None, comm=None):
-    from paddle_rt._core import ccl
-    where = "ccl.Communicator.from_mpi"
+def bootstrap(device, comm, unique_id_bytes, where="ccl.Communicator.from_mpi"):
+    """The MPI side of ``Communicator.from_mpi`` (ccl.pyx, which then joins the communicator): checks MPI and
+    ``comm`` (default ``MPI.COMM_WORLD``), picks the device, and runs the meeting. Rank 0 makes the id with
+    ``unique_id_bytes(device)`` (ccl's get_unique_id; passed in so that this module stays below ccl). Returns
+    ``(device, comm, rank, size, id bytes, peers)``; a failure of rank 0's plugin is raised on rank 0 and, as a
+    CollectiveError, on the others."""
     MPI = import_mpi(where)
     if not MPI.Is_initialized() or MPI.Is_finalized():
         raise errors.InvalidArgument(f"{where}: MPI is not initialized (or already finalized)")
@@ -239,7 +244,7 @@ def communicator_from_mpi(device=None, comm=None):
     data, err = None, None
     if rank == 0:
         try:
-            data = ccl.get_unique_id(dev).data
+            data = unique_id_bytes(dev)
         except errors.PaddleRTError as exc:
             err, data = exc, b""
     data, peers = meet(MPI, comm, data, timeout, where, dev)
@@ -248,7 +253,4 @@ def communicator_from_mpi(device=None, comm=None):
     if not data:
         raise errors.CollectiveError(f"{where}: rank 0 could not get a unique id from its plugin (see its error)",
                                      "from_mpi", repr(dev), rank, size)
-    c = ccl.comm_from_unique_id_mpi(size, ccl.UniqueId(data), rank, dev, comm)
-    c._set_mpi_peers(peers)
-    watch_peers_at_exit({r: p for r, p in peers.items() if r != rank})
-    return c
+    return dev, comm, rank, size, data, peers

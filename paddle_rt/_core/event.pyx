@@ -5,16 +5,11 @@ from libc.stdint cimport uint64_t, uintptr_t, int64_t
 from libc.stdlib cimport calloc, free
 from cpython.exc cimport PyErr_CheckSignals
 
-from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Event, C_Status, C_SUCCESS, C_WARNING
+from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Event, C_Status
 from paddle_rt._core.device cimport Device, check_status
-from paddle_rt._core.stream cimport Stream, StreamCtx, record_plugin_error, current_stream, fork_generation, \
-    stream_notify_host_sync, stream_notify_wait, stream_current_worker
-from paddle_rt._core.includes.stream_support cimport (
-    prt_event_core, prt_event_core_new, PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_EVENT_RECORD,
-    PRT_OPK_EVENT_WAIT, PRT_OP_DROPPABLE, PRT_POS_DROPPED,
-)
-from paddle_rt._core.includes.trace_support cimport PRT_TRACE_STREAMS
-from paddle_rt._core.trace cimport trace_mask
+from paddle_rt._core.stream cimport Stream, StreamMark, current_stream, stream_notify_host_sync, \
+    stream_current_worker
+from paddle_rt._core.includes.stream_support cimport prt_event_core
 
 from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
@@ -42,55 +37,18 @@ cdef void _free_plugin_event(prt_event_core* core) noexcept nogil:
     free(o)
 
 
-# Runs on the stream's worker when the stream reaches the record (everything before it has completed).
-cdef int _mark(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
-    cdef StreamCtx* ctx = <StreamCtx*>p
-    cdef prt_event_core* core = <prt_event_core*>arg
-    cdef C_Status st
-    core.complete(gen)     # stamp first: the plugin call below must not count in the timing
-    if pos & PRT_POS_DROPPED:
-        core.decref()      # dropped (close(wait=False), exit): complete, so that nothing waits for it forever
-        return 0
-    if core.plugin_event != NULL and gen == core.gen_now():
-        ctx.iface.set_device(ctx.cdev)
-        # everything before this point has completed (the worker synchronised the plugin stream), so the plugin
-        # event is recorded on the NULL stream: complete at once, without waking the plugin's stream
-        st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>core.plugin_event)
-        if st != C_SUCCESS and st != C_WARNING:
-            record_plugin_error(ctx, pos, "record_event", st)
-    core.decref()
-    return 0
-
-
-# Runs on the waiting stream's worker: blocks that stream until the record completes.
-cdef int _wait(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
-    cdef prt_event_core* core = <prt_event_core*>arg
-    if not (pos & PRT_POS_DROPPED):
-        core.wait_for(gen, -1)
-    core.decref()
-    return 0
-
-
-cdef class Event:
+cdef class Event(StreamMark):
     """``Event(enable_timing=False, blocking=False)``: like a CUDA event. ``record(stream)`` marks the point of the
     stream (default: the current stream); ``query()``, ``synchronize()``, ``wait(stream)``, ``elapsed_time(end)``
     (milliseconds between two timing events, from a nanosecond host clock stamped when the stream reached each
     record). Waits release the GIL and poll, so Ctrl-C works whether ``blocking`` is set or not."""
 
     def __cinit__(self, enable_timing=False, blocking=False):
-        self.core = prt_event_core_new()
-        if self.core == NULL:
-            raise MemoryError()
+        # StreamMark.__cinit__ made the event core
         self.enable_timing = bool(enable_timing)
         self.blocking = bool(blocking)
         self.core.timing = 1 if self.enable_timing else 0
-        self._gen = 0
         _live_events.add(self)
-
-    def __dealloc__(self):
-        if self.core != NULL:
-            self.core.decref()
-            self.core = NULL
 
     def __repr__(self):
         state = "unrecorded" if self._gen == 0 else ("complete" if self.core.is_done(self._gen) else "pending")
@@ -123,42 +81,11 @@ cdef class Event:
         return 0
 
     cdef int record_on(self, Stream s) except -1:
-        cdef uint64_t gen, pos
-        cdef StreamCtx* ctx
-        cdef C_Status st
         s._check_open()
-        # creating the plugin event releases the GIL: s may be closed meanwhile (docs/concurrency.md)
+        # creating the plugin event releases the GIL: s may be closed meanwhile (StreamMark.record_on re-checks it
+        # when it pins s: docs/concurrency.md)
         self._ensure_plugin_event(s)
-        ctx = s.pin()                 # re-checks s is open (StreamError, not a crash) and keeps ctx until unpin
-        try:
-            gen = self.core.gen_next(1) + 1
-            if not self.enable_timing and ctx.core.idle() and not (trace_mask & PRT_TRACE_STREAMS):
-                # Everything submitted to s has completed: the record completes now, without a queue round trip,
-                # and the plugin event is recorded on the NULL stream (= at once). Timing events always go through
-                # the queue so that the worker stamps them right where the stream is.
-                pos = ctx.core.submitted_now()
-                with nogil:
-                    ctx.iface.set_device(ctx.cdev)
-                    st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>self.core.plugin_event)
-                if st != C_SUCCESS and st != C_WARNING:
-                    self.core.complete(gen)
-                    check_status(s.device, "record_event", st)
-                self.core.complete(gen)
-            else:
-                self.core.incref()
-                try:
-                    pos = s.enqueue(_mark, <void*>self.core, gen,
-                                    PRT_OP_NEEDS_IDLE | PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_RECORD))
-                except BaseException:
-                    self.core.complete(gen)
-                    self.core.decref()
-                    raise
-        finally:
-            s.unpin()
-        self._gen = gen
-        self._stream = s
-        self._pos = pos
-        return 0
+        return StreamMark.record_on(self, s)
 
     def record(self, stream=None):
         """Record the event on ``stream`` (default: the current stream of the current device)."""
@@ -189,31 +116,6 @@ cdef class Event:
         stream_notify_host_sync(self._stream, self._pos)
         if self._stream is not None and not self._stream.closed:
             self._stream.raise_errors(self._pos)
-
-    cdef int _check_process(self) except -1:
-        if self._stream is not None and self._stream._fork_gen != fork_generation() and \
-                not self.core.is_done(self._gen):
-            raise errors.ForkError("this event was recorded in the parent process (fork()) and will never "
-                                   "complete here")
-        return 0
-
-    cdef int wait_on(self, Stream s) except -1:
-        cdef uint64_t gen = self._gen
-        s._check_open()
-        self._check_process()
-        if gen == 0:
-            return 0
-        if self.core.is_done(gen):
-            stream_notify_wait(s, self._stream, self._pos)
-            return 0
-        self.core.incref()
-        try:
-            s.enqueue(_wait, <void*>self.core, gen, PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_WAIT))
-        except BaseException:
-            self.core.decref()
-            raise
-        stream_notify_wait(s, self._stream, self._pos)
-        return 0
 
     def wait(self, stream=None):
         """Make later work on ``stream`` (default: the current stream) wait for this event's latest record."""

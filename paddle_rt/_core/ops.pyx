@@ -465,3 +465,8 @@ def embedding(ids, weight, out=None, stream=None):
     cdef Tensor y = _new_out(out, dev, s, "embedding", (ti, tw))
     _cached(PADDLE_RT_OP_EMBEDDING, EmbeddingDescriptor, dev, (y,) + ts, (), NULL, 0).launch(y, ts, None, s, NULL)
     return y
+
+
+# Tensor.contiguous (tensor.pyx, below the operator layer) copies through rearrange.
+from paddle_rt._core.tensor import register_contiguous_copy as _register_contiguous_copy
+_register_contiguous_copy(rearrange)

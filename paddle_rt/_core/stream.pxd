@@ -22,7 +22,7 @@ from libc.stdint cimport uint64_t, uintptr_t
 from cpython.ref cimport PyObject
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status
 from paddle_rt._core.device cimport Device
-from paddle_rt._core.includes.stream_support cimport prt_stream_core, prt_op_fn
+from paddle_rt._core.includes.stream_support cimport prt_stream_core, prt_op_fn, prt_event_core
 
 ctypedef void (*host_func_t)(void* arg) noexcept nogil
 
@@ -65,6 +65,20 @@ cdef class Stream:
     cdef int _wait_position(self, uint64_t pos) except -1
     cdef int raise_errors(self, uint64_t upto) except -1
     cdef uint64_t launch_host_func(self, host_func_t fn, void* arg) except 0 nogil
+
+# A point of a stream that other streams can be made to wait for: record_on(s) marks s's current end (the latest
+# record wins); wait_on(w) makes later work on w wait until it is reached. Stream.wait_stream uses a bare one;
+# event.Event derives from it (the plugin's event, timing, the host's waits), so Stream.wait_event needs nothing of
+# event.pyx.
+cdef class StreamMark:
+    cdef prt_event_core* core
+    cdef Stream _stream              # stream of the latest record (for its errors)
+    cdef uint64_t _pos               # that stream's position at the latest record
+    cdef uint64_t _gen               # the latest record's number (0: never recorded)
+
+    cdef int record_on(self, Stream s) except -1
+    cdef int wait_on(self, Stream s) except -1
+    cdef int _check_process(self) except -1
 
 cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) except 0 nogil
 cdef uint64_t stream_position(Stream s) noexcept nogil

@@ -43,13 +43,15 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_CheckSignals
 from posix.unistd cimport usleep
 
-from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status, C_SUCCESS, C_WARNING, C_FAILED
+from paddle_rt._core.device_ext cimport (
+    C_DeviceInterface, C_Device, C_Stream, C_Event, C_Status, C_SUCCESS, C_WARNING, C_FAILED,
+)
 from paddle_rt._core.device cimport Device, resolve_device, check_status, add_synchronize_hook
 from paddle_rt._core.includes.stream_support cimport (
     prt_stream_core, prt_stream_core_new, prt_stream_core_delete, prt_t_worker, prt_op_fn, PRT_OP_NEEDS_IDLE,
     prt_t_stream_tag, prt_t_stream_dev, prt_save_thread, prt_restore_thread, prt_gil_ensure, prt_gil_release,
     prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_P2P, PRT_OP_DROPPABLE,
-    PRT_POS_DROPPED,
+    PRT_POS_DROPPED, prt_event_core, prt_event_core_new, PRT_OPK_EVENT_RECORD, PRT_OPK_EVENT_WAIT,
     prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle, prt_streams_count,
 )
 from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
@@ -286,6 +288,117 @@ cdef void stream_notify_host_sync(Stream s, uint64_t pos) noexcept:
 cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos) noexcept:
     if _wait_hook != NULL and waiter is not None and recorded is not None:
         _wait_hook(<void*>waiter, <void*>recorded, pos)
+
+
+# -- marks: points of a stream that other streams wait for ----------------------------------------------------------
+# The queue side of event.Event (which derives from StreamMark and adds the plugin's event, timing and the host's
+# waits), here so that Stream.wait_event and wait_stream need nothing of event.pyx.
+
+# Runs on the stream's worker when the stream reaches the record (everything before it has completed).
+cdef int _mark(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
+    cdef StreamCtx* ctx = <StreamCtx*>p
+    cdef prt_event_core* core = <prt_event_core*>arg
+    cdef C_Status st
+    core.complete(gen)     # stamp first: the plugin call below must not count in the timing
+    if pos & PRT_POS_DROPPED:
+        core.decref()      # dropped (close(wait=False), exit): complete, so that nothing waits for it forever
+        return 0
+    if core.plugin_event != NULL and gen == core.gen_now():
+        ctx.iface.set_device(ctx.cdev)
+        # everything before this point has completed (the worker synchronised the plugin stream), so the plugin
+        # event is recorded on the NULL stream: complete at once, without waking the plugin's stream
+        st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>core.plugin_event)
+        if st != C_SUCCESS and st != C_WARNING:
+            record_plugin_error(ctx, pos, "record_event", st)
+    core.decref()
+    return 0
+
+
+# Runs on the waiting stream's worker: blocks that stream until the record completes.
+cdef int _wait_mark(void* p, void* arg, uint64_t gen, uint64_t pos) noexcept nogil:
+    cdef prt_event_core* core = <prt_event_core*>arg
+    if not (pos & PRT_POS_DROPPED):
+        core.wait_for(gen, -1)
+    core.decref()
+    return 0
+
+
+cdef class StreamMark:
+    """A point of a stream (its latest record) that other streams can be made to wait for (internal: the public
+    kind is :class:`paddle_rt.Event`)."""
+
+    def __cinit__(self, *args, **kwargs):
+        self.core = prt_event_core_new()
+        if self.core == NULL:
+            raise MemoryError()
+        self._gen = 0
+
+    def __dealloc__(self):
+        if self.core != NULL:
+            self.core.decref()
+            self.core = NULL
+
+    cdef int record_on(self, Stream s) except -1:
+        cdef uint64_t gen, pos
+        cdef StreamCtx* ctx
+        cdef C_Status st
+        s._check_open()
+        ctx = s.pin()                 # re-checks s is open (StreamError, not a crash) and keeps ctx until unpin
+        try:
+            gen = self.core.gen_next(1) + 1
+            if not self.core.timing and ctx.core.idle() and not (trace_mask & PRT_TRACE_STREAMS):
+                # Everything submitted to s has completed: the record completes now, without a queue round trip,
+                # and the plugin event (if any) is recorded on the NULL stream (= at once). Timing events always go
+                # through the queue so that the worker stamps them right where the stream is.
+                pos = ctx.core.submitted_now()
+                if self.core.plugin_event != NULL:
+                    with nogil:
+                        ctx.iface.set_device(ctx.cdev)
+                        st = ctx.iface.record_event(ctx.cdev, NULL, <C_Event>self.core.plugin_event)
+                    if st != C_SUCCESS and st != C_WARNING:
+                        self.core.complete(gen)
+                        check_status(s.device, "record_event", st)
+                self.core.complete(gen)
+            else:
+                self.core.incref()
+                try:
+                    pos = s.enqueue(_mark, <void*>self.core, gen,
+                                    PRT_OP_NEEDS_IDLE | PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_RECORD))
+                except BaseException:
+                    self.core.complete(gen)
+                    self.core.decref()
+                    raise
+        finally:
+            s.unpin()
+        self._gen = gen
+        self._stream = s
+        self._pos = pos
+        return 0
+
+    cdef int _check_process(self) except -1:
+        if self._stream is not None and self._stream._fork_gen != _fork_generation and \
+                not self.core.is_done(self._gen):
+            raise errors.ForkError("this event was recorded in the parent process (fork()) and will never "
+                                   "complete here")
+        return 0
+
+    cdef int wait_on(self, Stream s) except -1:
+        cdef uint64_t gen = self._gen
+        s._check_open()
+        self._check_process()
+        if gen == 0:
+            return 0
+        if self.core.is_done(gen):
+            stream_notify_wait(s, self._stream, self._pos)
+            return 0
+        self.core.incref()
+        try:
+            s.enqueue(_wait_mark, <void*>self.core, gen, PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_WAIT))
+        except BaseException:
+            self.core.decref()
+            raise
+        stream_notify_wait(s, self._stream, self._pos)
+        return 0
 
 
 # (Device, handle) of plugin streams paddle_rt destroyed (Stream.close of a stream it created): Stream.from_handle
@@ -568,19 +681,17 @@ cdef class Stream:
 
     def wait_event(self, event):
         """Make later work on this stream wait until ``event`` completes."""
-        from paddle_rt._core.event import Event
-        if not isinstance(event, Event):
+        if not isinstance(event, StreamMark):          # an Event (event.pyx derives from StreamMark)
             raise errors.InvalidArgument(f"{self.name}: wait_event needs an Event, not {type(event).__name__}")
-        event.wait(self)
+        (<StreamMark>event).wait_on(self)
 
     def wait_stream(self, Stream other not None):
         """Make later work on this stream wait until everything submitted so far to ``other`` completes."""
-        from paddle_rt._core.event import Event
         if other is self:
             return
-        e = Event()
-        e.record(other)
-        e.wait(self)
+        cdef StreamMark m = StreamMark.__new__(StreamMark)
+        m.record_on(other)
+        m.wait_on(self)
 
     def close(self, wait=True):
         """Close the stream: no new work is accepted from the call on (``StreamError``); then, with ``wait=True``

@@ -655,8 +655,10 @@ cdef class Tensor(TensorDesc):
         """This tensor when it is C-contiguous, else a contiguous copy (rearrange on the current stream)."""
         if self.is_contiguous():
             return self
-        from paddle_rt._core.ops import rearrange
-        return rearrange(self)
+        if _contiguous_copy is None:
+            raise errors.NotSupportedError(f"{self.storage.device}: Tensor.contiguous: the operators "
+                                           f"(paddle_rt._core.ops) are not loaded; import paddle_rt first")
+        return _contiguous_copy(self)
 
     def to(self, device):
         """The tensor on ``device`` (this one when it is there already)."""
@@ -672,6 +674,17 @@ cdef class Tensor(TensorDesc):
 
     def __repr__(self):
         return f"Tensor(shape={self.shape}, dtype={self.dtype!r}, device={self.storage.device})"
+
+
+# The copy behind Tensor.contiguous (ops.rearrange), registered by paddle_rt._core.ops at its import: the operator
+# layer lives above this module, which imports nothing of it.
+_contiguous_copy = None
+
+
+def register_contiguous_copy(fn):
+    """Called once by paddle_rt._core.ops at its import: ``fn(tensor)`` returns a C-contiguous copy."""
+    global _contiguous_copy
+    _contiguous_copy = fn
 
 
 @cython.final
