@@ -226,6 +226,20 @@ def operators(st, stop, rng, cap):
     s.close()
 
 
+def _drop_comms(comms, streams):
+    """Destroy the communicators and drain their streams, whatever state a failed collective left them in."""
+    for c in comms:
+        try:
+            c.destroy()
+        except E.PaddleRTError:
+            pass
+    for s in streams:
+        try:
+            s.synchronize()
+        except E.PaddleRTError:
+            pass
+
+
 def collectives(st, stop, rng, cap):
     try:
         comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
@@ -252,16 +266,7 @@ def collectives(st, stop, rng, cap):
         except (E.PaddleRTError, MemoryError) as exc:
             st.error(exc)
             if isinstance(exc, E.CollectiveError):       # the communicators are in error: start afresh
-                for c in comms:
-                    try:
-                        c.destroy()
-                    except E.PaddleRTError:
-                        pass
-                for s in streams:
-                    try:
-                        s.synchronize()
-                    except E.PaddleRTError:
-                        pass
+                _drop_comms(comms, streams)
                 try:
                     comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
                 except E.PaddleRTError as exc2:
@@ -269,16 +274,8 @@ def collectives(st, stop, rng, cap):
                     break
         finally:
             del bufs
-    for c in comms:
-        try:
-            c.destroy()
-        except E.PaddleRTError:
-            pass
+    _drop_comms(comms, streams)
     for s in streams:
-        try:
-            s.synchronize()
-        except E.PaddleRTError:
-            pass
         s.close()
 
 

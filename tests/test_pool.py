@@ -8,6 +8,8 @@ import pytest
 import paddle_rt
 from paddle_rt import MemPool, malloc_async, free_async, InvalidArgument, OutOfMemoryError
 
+from memory_helpers import run_workers
+
 N = 4096
 ORIG = 0x5A
 POISON = 0xEE
@@ -86,18 +88,24 @@ def _race(pool, a, b, prepare_b=None):
     return same
 
 
-def test_all_policies_off_no_cross_stream_reuse_until_host_sync(streams):
-    a, b = streams
-    pool = MemPool(**ALL_OFF)
-    assert not _race(pool, a, b)
-    # completed but not seen by the host: still not reusable by b
+def _free_after_work_then_malloc_on_other(pool, a, b):
+    """Free a block on a behind work that may use it; once a completed (not synchronized by the host), allocate the
+    same size on b. Returns the freed block's address and b's block."""
     x = pool.malloc_async(N, a)
     p = x.ptr
     a.add_callback(lambda: None)          # work on a that may use x
     pool.free_async(x, a)
     while not a.query():
         pass
-    y = pool.malloc_async(N, b)
+    return p, pool.malloc_async(N, b)
+
+
+def test_all_policies_off_no_cross_stream_reuse_until_host_sync(streams):
+    a, b = streams
+    pool = MemPool(**ALL_OFF)
+    assert not _race(pool, a, b)
+    # completed but not seen by the host: still not reusable by b
+    p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr != p
     a.synchronize()                       # the host saw the free: now b may take it
     z = pool.malloc_async(N, b)
@@ -165,13 +173,7 @@ def test_opportunistic_on(streams):
     a, b = streams
     pool = MemPool(**only(reuse_allow_opportunistic=True))
     assert not _race(pool, a, b)          # the free had not completed when b allocated
-    x = pool.malloc_async(N, a)
-    p = x.ptr
-    a.add_callback(lambda: None)          # work on a that may use x
-    pool.free_async(x, a)
-    while not a.query():                  # completed, not synchronized by the host
-        pass
-    y = pool.malloc_async(N, b)
+    p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr == p
     assert pool.stats()["reuse_opportunistic"] >= 1
     pool.free_async(y)
@@ -180,13 +182,7 @@ def test_opportunistic_on(streams):
 def test_opportunistic_off(streams):
     a, b = streams
     pool = MemPool(**only(reuse_follow_event_dependencies=True))
-    x = pool.malloc_async(N, a)
-    p = x.ptr
-    a.add_callback(lambda: None)          # work on a that may use x
-    pool.free_async(x, a)
-    while not a.query():
-        pass
-    y = pool.malloc_async(N, b)
+    p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr != p
     pool.free_async(y)
 
@@ -656,34 +652,26 @@ def test_pool_does_not_keep_dropped_streams_alive():
 
 def test_threads_share_a_pool():
     pool = MemPool()
-    errors = []
 
     def worker(k):
-        try:
-            s = paddle_rt.Stream()
-            other = []
-            for i in range(300):
-                a = pool.malloc_async(256 * (1 + (i + k) % 4), s)
-                fill(a, k)
-                other.append(a)
-                if len(other) > 3:
-                    b = other.pop(0)
-                    assert ctypes.string_at(b.ptr, b.size) == bytes([k]) * b.size
-                    pool.free_async(b, s)
-                if i % 50 == 0:
-                    s.synchronize()
-            for b in other:
+        s = paddle_rt.Stream()
+        other = []
+        for i in range(300):
+            a = pool.malloc_async(256 * (1 + (i + k) % 4), s)
+            fill(a, k)
+            other.append(a)
+            if len(other) > 3:
+                b = other.pop(0)
+                assert ctypes.string_at(b.ptr, b.size) == bytes([k]) * b.size
                 pool.free_async(b, s)
-            s.synchronize()
-            s.close()
-        except BaseException as e:   # noqa: BLE001
-            errors.append(e)
+            if i % 50 == 0:
+                s.synchronize()
+        for b in other:
+            pool.free_async(b, s)
+        s.synchronize()
+        s.close()
 
-    ts = [threading.Thread(target=worker, args=(k + 1,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    errors = run_workers(worker)
     assert not errors, errors
     assert pool.stats()["used_mem_current"] == 0
     assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0

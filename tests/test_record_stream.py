@@ -12,6 +12,7 @@ from paddle_rt import InvalidArgument
 from paddle_rt import plugins
 from paddle_rt._core.allocation import _deferred_frees_pending
 from conftest import run_python_code
+from memory_helpers import run_workers
 
 N = 1 << 16
 ORIG = 0x5A
@@ -258,9 +259,11 @@ def test_poison_race_under_stream_delay():
     assert out == {"record": "False", "after": "True", "plain": "True", "pending": "0"}
 
 
-OOM_CHILD = r"""
+# The start of the OOM children: a 40 MiB block freed after record_stream(b) while b is held by a gate, so that its
+# free stays deferred until the gate opens.
+DEFERRED_40MIB = r"""
 import threading, paddle_rt
-from paddle_rt import plugins, OutOfMemoryError
+from paddle_rt import plugins, MemPool, OutOfMemoryError
 from paddle_rt._core.allocation import _deferred_frees_pending
 MiB = 1 << 20
 b = paddle_rt.Stream()
@@ -269,6 +272,9 @@ gate = threading.Event()
 b.add_callback(lambda: gate.wait(20))
 x.record_stream(b)
 x.free()
+"""
+
+OOM_CHILD = DEFERRED_40MIB + r"""
 assert _deferred_frees_pending() == 1
 assert paddle_rt.memory_allocated() >= 40 * MiB
 threading.Timer(0.3, gate.set).start()
@@ -293,17 +299,7 @@ def test_oom_ladder_waits_for_deferred_frees():
     assert res.stdout.split("\n")[:3] == ["retries True", "OOM rt_cpu:0", "live 0"]
 
 
-POOL_OOM_CHILD = r"""
-import threading, paddle_rt
-from paddle_rt import MemPool
-from paddle_rt._core.allocation import _deferred_frees_pending
-MiB = 1 << 20
-b = paddle_rt.Stream()
-x = paddle_rt.malloc(40 * MiB)
-gate = threading.Event()
-b.add_callback(lambda: gate.wait(20))
-x.record_stream(b)
-x.free()
+POOL_OOM_CHILD = DEFERRED_40MIB + r"""
 threading.Timer(0.3, gate.set).start()
 pool = MemPool()
 y = pool.malloc_async(48 * MiB, b)  # the pool's ladder also waits for the allocator's deferred frees
@@ -492,36 +488,28 @@ def test_threads_free_recorded_blocks_concurrently():
     returns the deferred blocks under the allocator's lock: nothing is lost, no block is handed out twice."""
     shared = paddle_rt.Stream()
     allocated = paddle_rt.memory_allocated()
-    errors = []
 
     def worker(k):
-        try:
-            own = paddle_rt.Stream()
-            held = []
-            for i in range(300):
-                with paddle_rt.stream(own if i % 2 else None):
-                    x = paddle_rt.malloc(256 * (1 + (i + k) % 4))
-                ctypes.memset(x.ptr, k, x.size)
-                held.append(x)
-                if i % 7 == 0:
-                    shared.add_callback(lambda: None)
-                x.record_stream(shared)
-                if len(held) > 4:
-                    y = held.pop(0)
-                    assert ctypes.string_at(y.ptr, y.size) == bytes([k]) * y.size   # nobody else got it
-                    y.free()
-            for y in held:
+        own = paddle_rt.Stream()
+        held = []
+        for i in range(300):
+            with paddle_rt.stream(own if i % 2 else None):
+                x = paddle_rt.malloc(256 * (1 + (i + k) % 4))
+            ctypes.memset(x.ptr, k, x.size)
+            held.append(x)
+            if i % 7 == 0:
+                shared.add_callback(lambda: None)
+            x.record_stream(shared)
+            if len(held) > 4:
+                y = held.pop(0)
+                assert ctypes.string_at(y.ptr, y.size) == bytes([k]) * y.size   # nobody else got it
                 y.free()
-            own.synchronize()
-            own.close()
-        except BaseException as e:   # noqa: BLE001
-            errors.append(e)
+        for y in held:
+            y.free()
+        own.synchronize()
+        own.close()
 
-    ts = [threading.Thread(target=worker, args=(k + 1,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    errors = run_workers(worker)
     shared.synchronize()
     assert not errors, errors
     assert _deferred_frees_pending() == 0
