@@ -1,5 +1,6 @@
 """Shared set-up of the allocator tests: a device with a clean caching allocator, caches given back after a module,
 and worker threads whose failures reach the test."""
+import ctypes
 import gc
 import threading
 
@@ -28,6 +29,22 @@ def give_memory_back():
     gc.collect()
     for d in ("rt_cpu:0", "rt_cpu:1"):
         paddle_rt.empty_cache(d)
+
+
+class GatedReader:
+    """A host callback on a stream that blocks the stream until `gate` is set, then reads `nbytes` at `ptr` into
+    `seen` (the stream's pending work that uses a buffer); ptr 0 only blocks."""
+
+    def __init__(self, stream, ptr=0, nbytes=0):
+        self.gate = threading.Event()
+        self.seen = None
+        self.ptr, self.nbytes = ptr, nbytes
+        stream.add_callback(self._run)
+
+    def _run(self):
+        assert self.gate.wait(20)
+        if self.ptr:
+            self.seen = ctypes.string_at(self.ptr, self.nbytes)
 
 
 def run_workers(worker, n=4):

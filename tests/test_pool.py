@@ -8,7 +8,7 @@ import pytest
 import paddle_rt
 from paddle_rt import MemPool, malloc_async, free_async, InvalidArgument, OutOfMemoryError
 
-from memory_helpers import run_workers
+from memory_helpers import GatedReader, run_workers
 
 N = 4096
 ORIG = 0x5A
@@ -34,20 +34,6 @@ def streams():
     b.close()
 
 
-class Reader:
-    """A gated host callback on a stream: when released it reads the buffer (the stream's pending work)."""
-
-    def __init__(self, stream, ptr, nbytes=N):
-        self.gate = threading.Event()
-        self.seen = None
-        self.ptr, self.nbytes = ptr, nbytes
-        stream.add_callback(self._run)
-
-    def _run(self):
-        assert self.gate.wait(20)
-        self.seen = ctypes.string_at(self.ptr, self.nbytes)
-
-
 def fill(a, value):
     ctypes.memset(a.ptr, value, a.size)
 
@@ -56,7 +42,7 @@ def test_same_stream_reuse_is_immediate(streams):
     a, _ = streams
     pool = MemPool(**ALL_OFF)
     x = pool.malloc_async(N, a)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, a)
     y = pool.malloc_async(N, a)          # ordered after the reader on a: same memory at once
@@ -71,7 +57,7 @@ def _race(pool, a, b, prepare_b=None):
     Returns (same memory?, what a's pending work read)."""
     x = pool.malloc_async(N, a)
     fill(x, ORIG)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, a)
     if prepare_b is not None:
@@ -160,7 +146,7 @@ def test_follow_event_needs_an_event_after_the_free(streams):
     x = pool.malloc_async(N, a)
     e.record(a)                           # before the last use and the free
     b.wait_event(e)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, a)
     y = pool.malloc_async(N, b)
@@ -192,7 +178,7 @@ def test_record_stream_defers_reuse_even_on_the_same_stream(streams):
     pool = MemPool(**ALL_OFF)
     x = pool.malloc_async(N, a)
     fill(x, ORIG)
-    r = Reader(c, x.ptr)                  # c uses x
+    r = GatedReader(c, x.ptr, N)                  # c uses x
     x.record_stream(c)
     p = x.ptr
     pool.free_async(x, a)
@@ -212,7 +198,7 @@ def test_free_on_another_stream_waits_for_the_allocating_stream(streams):
     a, b = streams
     pool = MemPool(**only(reuse_allow_opportunistic=True))
     x = pool.malloc_async(N, a)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, b)                 # ordered on b, but a's pending work still uses it
     y = pool.malloc_async(N, b)
@@ -278,7 +264,7 @@ def test_stats_trim_and_threshold(streams):
     pool.reset_peak()
     assert pool.stats()["used_mem_high"] == 0
     y = pool.malloc_async(N, a)
-    r = Reader(a, y.ptr)
+    r = GatedReader(a, y.ptr, N)
     pool.free_async(y, a)                 # its free has not completed: trim_to never touches it
     left = pool.trim_to(0)
     assert left == y.ptr - y.ptr + pool.stats()["cached"] and left >= N

@@ -12,7 +12,7 @@ from paddle_rt import InvalidArgument
 from paddle_rt import plugins
 from paddle_rt._core.allocation import _deferred_frees_pending
 from conftest import run_python_code
-from memory_helpers import run_workers
+from memory_helpers import GatedReader, run_workers
 
 N = 1 << 16
 ORIG = 0x5A
@@ -27,21 +27,6 @@ def streams():
         if not s.closed:
             s.synchronize()
             s.close()
-
-
-class Gate:
-    """A host callback on a stream that blocks the stream until released, then reads `nbytes` at `ptr`."""
-
-    def __init__(self, stream, ptr=0, nbytes=0):
-        self.event = threading.Event()
-        self.seen = None
-        self.ptr, self.nbytes = ptr, nbytes
-        stream.add_callback(self._run)
-
-    def _run(self):
-        assert self.event.wait(20)
-        if self.ptr:
-            self.seen = ctypes.string_at(self.ptr, self.nbytes)
 
 
 def test_malloc_belongs_to_the_current_stream(streams):
@@ -71,7 +56,7 @@ def test_record_stream_defers_reuse_until_the_stream_passed_the_free(streams):
     a, b = streams
     x = paddle_rt.malloc(N)
     ctypes.memset(x.ptr, ORIG, N)
-    g = Gate(b, x.ptr, N)                      # b's pending work reads x
+    g = GatedReader(b, x.ptr, N)                      # b's pending work reads x
     x.record_stream(b)
     assert x.recorded == (b,)
     p = x.ptr
@@ -80,7 +65,7 @@ def test_record_stream_defers_reuse_until_the_stream_passed_the_free(streams):
     y = paddle_rt.malloc(N)                    # same stream, same size: must not get x's memory yet
     assert y.ptr != p
     ctypes.memset(y.ptr, POISON, N)
-    g.event.set()
+    g.gate.set()
     b.synchronize()                            # b ran the reader, then the deferred free
     assert g.seen == bytes([ORIG]) * N
     assert _deferred_frees_pending() == 0
@@ -94,12 +79,12 @@ def test_without_record_stream_the_block_is_reused_at_once(streams):
     """The control of the test above: the same sequence without record_stream hands out the same memory."""
     a, b = streams
     x = paddle_rt.malloc(N)
-    g = Gate(b)
+    g = GatedReader(b)
     p = x.ptr
     x.free()
     y = paddle_rt.malloc(N)
     assert y.ptr == p
-    g.event.set()
+    g.gate.set()
     y.free()
 
 
@@ -107,7 +92,7 @@ def test_without_record_stream_the_block_is_reused_at_once(streams):
 def test_deferred_free_through_garbage_collection(streams):
     a, b = streams
     x = paddle_rt.malloc(N)
-    g = Gate(b)
+    g = GatedReader(b)
     x.record_stream(b)
     p = x.ptr
     before = paddle_rt.memory_allocated()
@@ -115,7 +100,7 @@ def test_deferred_free_through_garbage_collection(streams):
     gc.collect()
     assert _deferred_frees_pending() == 1
     assert paddle_rt.memory_allocated() == before     # still held until b passes the free
-    g.event.set()
+    g.gate.set()
     b.synchronize()
     assert _deferred_frees_pending() == 0
     assert paddle_rt.memory_allocated() < before
@@ -129,19 +114,19 @@ def test_several_recorded_streams_and_closed_ones(streams):
     a, b = streams
     c = paddle_rt.Stream()
     x = paddle_rt.malloc(N)
-    ga, gc_ = Gate(a), Gate(c)
+    ga, gc_ = GatedReader(a), GatedReader(c)
     x.record_stream(a)
     x.record_stream(c)
     x.record_stream(a)                         # recorded once
     assert x.recorded == (a, c)
     p = x.ptr
     x.free()
-    ga.event.set()
+    ga.gate.set()
     a.synchronize()
     assert _deferred_frees_pending() == 1       # c has not passed it
     y = paddle_rt.malloc(N)
     assert y.ptr != p
-    gc_.event.set()
+    gc_.gate.set()
     c.synchronize()
     assert _deferred_frees_pending() == 0
     z = paddle_rt.malloc(N)
@@ -438,12 +423,12 @@ test_record_stream_state_machine = RecordStreamMachine.TestCase
 def test_closing_the_recorded_stream_runs_the_pending_free():
     b = paddle_rt.Stream()
     x = paddle_rt.malloc(N)
-    g = Gate(b)
+    g = GatedReader(b)
     x.record_stream(b)
     p = x.ptr
     x.free()
     assert _deferred_frees_pending() == 1
-    threading.Timer(0.1, g.event.set).start()
+    threading.Timer(0.1, g.gate.set).start()
     b.close()                                  # waits for b's work, the deferred free included
     assert _deferred_frees_pending() == 0
     y = paddle_rt.malloc(N)
