@@ -31,6 +31,16 @@ def give_memory_back():
         paddle_rt.empty_cache(d)
 
 
+def two_streams():
+    """A fixture body: two new streams (a, b), synchronized and closed after the test unless it closed them."""
+    a, b = paddle_rt.Stream(), paddle_rt.Stream()
+    yield a, b
+    for s in (a, b):
+        if not s.closed:
+            s.synchronize()
+            s.close()
+
+
 class GatedReader:
     """A host callback on a stream that blocks the stream until `gate` is set, then reads `nbytes` at `ptr` into
     `seen` (the stream's pending work that uses a buffer); ptr 0 only blocks."""

@@ -8,7 +8,7 @@ import pytest
 import paddle_rt
 from paddle_rt import MemPool, malloc_async, free_async, InvalidArgument, OutOfMemoryError
 
-from memory_helpers import GatedReader, run_workers
+from memory_helpers import GatedReader, run_workers, two_streams
 
 N = 4096
 ORIG = 0x5A
@@ -26,12 +26,7 @@ def only(**on):
 
 @pytest.fixture
 def streams():
-    a, b = paddle_rt.Stream(), paddle_rt.Stream()
-    yield a, b
-    a.synchronize()
-    b.synchronize()
-    a.close()
-    b.close()
+    yield from two_streams()
 
 
 def fill(a, value):

@@ -12,7 +12,7 @@ from paddle_rt import InvalidArgument
 from paddle_rt import plugins
 from paddle_rt._core.allocation import _deferred_frees_pending
 from conftest import run_python_code
-from memory_helpers import GatedReader, run_workers
+from memory_helpers import GatedReader, run_workers, two_streams
 
 N = 1 << 16
 ORIG = 0x5A
@@ -21,12 +21,7 @@ POISON = 0xEE
 
 @pytest.fixture
 def streams():
-    a, b = paddle_rt.Stream(), paddle_rt.Stream()
-    yield a, b
-    for s in (a, b):
-        if not s.closed:
-            s.synchronize()
-            s.close()
+    yield from two_streams()
 
 
 def test_malloc_belongs_to_the_current_stream(streams):

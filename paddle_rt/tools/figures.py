@@ -56,6 +56,18 @@ def snapshot_devices(obj, source, error):
     return list(devices.items()), (min(stamps) if stamps else None)
 
 
+def chrome_trace_events(obj, source, error):
+    """The event objects of a Chrome trace (a dict with ``traceEvents`` or a bare list) and {pid: process name} from
+    its ``process_name`` metadata; a trace whose events are not a list raises error(f"{source}: ...")."""
+    events = obj["traceEvents"] if isinstance(obj, dict) else obj
+    if not isinstance(events, list):
+        raise error(f"{source}: \"traceEvents\" is not a list")
+    events = [ev for ev in events if isinstance(ev, dict)]
+    names = {ev.get("pid"): str((ev.get("args") or {}).get("name", ev.get("pid"))) for ev in events
+             if ev.get("ph") == "M" and ev.get("name") == "process_name"}
+    return events, names
+
+
 def require_matplotlib():
     """Import matplotlib (the ``plot`` extra) or raise :class:`MissingExtraError` saying how to install it."""
     try:

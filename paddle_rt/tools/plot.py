@@ -26,7 +26,7 @@ __all__ = ["MissingExtraError", "load_memory_data", "from_snapshot", "from_chrom
 from paddle_rt.tools.cli import command_parser, error, output_path_problem
 from paddle_rt.tools.figures import (  # noqa: F401  (re-exported: the plotting API of paddle_rt.tools.plot)
     MAX_SEGMENT_ROWS, MAX_TIMELINE_POINTS, MissingExtraError, PLOT_EXTRA, _error, _reduce, draw_memory,
-    gunzip_if_gzip, require_matplotlib, segment_summary, snapshot_devices,
+    chrome_trace_events, gunzip_if_gzip, require_matplotlib, segment_summary, snapshot_devices,
 )
 
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
@@ -198,17 +198,11 @@ def from_chrome_trace(obj, source="<trace>"):
     host)``, drawn as a device of its own) with args ``allocated`` and ``reserved``, per ``pid`` (named by
     ``process_name`` metadata); ``ts`` in microseconds. Instant events ``oom`` and ``empty_cache`` (category
     ``memory``) become markers."""
-    events = obj["traceEvents"] if isinstance(obj, dict) else obj
-    if not isinstance(events, list):
-        raise _error(f"plot: {source}: \"traceEvents\" is not a list")
-    names, series, marks = {}, {}, {}
+    events, names = chrome_trace_events(obj, source, lambda msg: _error(f"plot: {msg}"))
+    series, marks = {}, {}
     for ev in events:
-        if not isinstance(ev, dict):
-            continue
         ph, name = ev.get("ph"), ev.get("name")
-        if ph == "M" and name == "process_name":
-            names[ev.get("pid")] = str((ev.get("args") or {}).get("name", ev.get("pid")))
-        elif ph == "C" and name in ("memory", "memory (pinned host)"):
+        if ph == "C" and name in ("memory", "memory (pinned host)"):
             args = ev.get("args") or {}
             ts = ev.get("ts")
             if not isinstance(ts, (int, float)):

@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from paddle_rt.tools.figures import _error, gunzip_if_gzip, snapshot_devices
+from paddle_rt.tools.figures import _error, chrome_trace_events, gunzip_if_gzip, snapshot_devices
 
 __all__ = ["KINDS", "ViewInputError", "detect_kind", "load_source", "events_from_history", "build_run",
            "live_at", "baseline_runs", "replay_in_child"]
@@ -185,17 +185,11 @@ def events_from_history(obj, path="<snapshot>"):
 def events_from_chrome_trace(obj, path="<trace>"):
     """({device: Events} or None, {device: counter series}) of a Chrome trace: its memory instant events (the
     profiler's alloc/free/segment events, args addr/size/stream) when it has them, else its ``memory`` counters."""
-    events = obj["traceEvents"] if isinstance(obj, dict) else obj
-    if not isinstance(events, list):
-        raise ViewInputError(f"{path}: \"traceEvents\" is not a list")
-    names, inst, counters = {}, [], {}
+    events, names = chrome_trace_events(obj, path, ViewInputError)
+    inst, counters = [], {}
     for ev in events:
-        if not isinstance(ev, dict):
-            continue
         ph, name = ev.get("ph"), ev.get("name")
-        if ph == "M" and name == "process_name":
-            names[ev.get("pid")] = str((ev.get("args") or {}).get("name", ev.get("pid")))
-        elif ph == "i" and ev.get("cat") == "memory" and name in ACTIONS and isinstance(ev.get("ts"), (int, float)):
+        if ph == "i" and ev.get("cat") == "memory" and name in ACTIONS and isinstance(ev.get("ts"), (int, float)):
             inst.append(ev)
         elif ph == "C" and name == "memory" and isinstance(ev.get("ts"), (int, float)):
             a = ev.get("args") or {}
