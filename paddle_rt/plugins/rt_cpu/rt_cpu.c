@@ -563,13 +563,24 @@ static C_Status stream_enqueue(rt_stream* s, rt_op* op) {
   return C_SUCCESS;
 }
 
+/* A heap copy of the op template tmpl (NULL when out of memory). */
+static rt_op* op_dup(const rt_op* tmpl) {
+  rt_op* op = malloc(sizeof(*op));
+  if (op) *op = *tmpl;
+  return op;
+}
+
+/* Enqueues a copy of tmpl on s, then drops the caller's reference to s. */
+static C_Status stream_enqueue_put(rt_stream* s, const rt_op* tmpl) {
+  rt_op* op = op_dup(tmpl);
+  C_Status st = op ? stream_enqueue(s, op) : C_FAILED;
+  rt_stream_put(s);
+  return st;
+}
+
 C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void*), void (*cleanup)(void*), void* arg) {
-  rt_op* op = calloc(1, sizeof(*op));
+  rt_op* op = op_dup(&(rt_op){.kind = OP_FN, .u.fn = {fn, cleanup, arg}});
   if (!op) return C_FAILED;
-  op->kind = OP_FN;
-  op->u.fn.fn = fn;
-  op->u.fn.cleanup = cleanup;
-  op->u.fn.arg = arg;
   return stream_enqueue(s, op);
 }
 
@@ -855,17 +866,7 @@ static C_Status h_stream_add_callback(const C_Device device, C_Stream stream, C_
     callback(&d, NULL, user_data, &st);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_CALLBACK;
-  op->u.callback.cb = callback;
-  op->u.callback.user_data = user_data;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_CALLBACK, .u.callback = {callback, user_data}});
 }
 
 static C_Status h_synchronize_device(const C_Device device) {
@@ -935,16 +936,13 @@ static C_Status h_record_event(const C_Device device, C_Stream stream, C_Event e
     event_put(e);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
+  rt_op* op = op_dup(&(rt_op){.kind = OP_RECORD, .u.event = {e, gen}}); /* the op owns our reference */
   if (!op) {
     event_complete(e, gen);
     event_put(e);
     rt_stream_put(s);
     return C_FAILED;
   }
-  op->kind = OP_RECORD;
-  op->u.event.ev = e; /* the op owns our reference */
-  op->u.event.gen = gen;
   atomic_fetch_add(&e->refs, 1); /* keep e alive for the failure path below */
   C_Status st = stream_enqueue(s, op);
   if (st != C_SUCCESS) event_complete(e, gen); /* never leave the event pending forever */
@@ -1002,15 +1000,12 @@ static C_Status h_stream_wait_event(const C_Device device, C_Stream stream, C_Ev
     event_put(e);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
+  rt_op* op = op_dup(&(rt_op){.kind = OP_WAIT, .u.event = {e, gen}}); /* the op owns our reference */
   if (!op) {
     event_put(e);
     rt_stream_put(s);
     return C_FAILED;
   }
-  op->kind = OP_WAIT;
-  op->u.event.ev = e; /* the op owns our reference */
-  op->u.event.gen = gen;
   C_Status st = stream_enqueue(s, op);
   rt_stream_put(s);
   return st;
@@ -1203,18 +1198,7 @@ static C_Status copy_async(int dev, int other_dev, C_Stream stream, void* dst, c
     rt_stream_put(s);
     return C_FAILED;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_COPY;
-  op->u.copy.dst = dst;
-  op->u.copy.src = src;
-  op->u.copy.size = size;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_COPY, .u.copy = {dst, src, size}});
 }
 
 static C_Status h_async_memory_copy(const C_Device device, C_Stream stream, void* dst, const void* src, size_t size) {
@@ -1245,18 +1229,7 @@ static C_Status memset_async(int dev, C_Stream stream, void* ptr, unsigned char 
     if (size) memset(ptr, value, size);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_SET;
-  op->u.set.ptr = ptr;
-  op->u.set.value = value;
-  op->u.set.size = size;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_SET, .u.set = {ptr, value, size}});
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -1351,21 +1324,7 @@ static C_Status h_blas_axpby(const C_Device device, C_Stream stream, C_DataType 
     axpby_run(dtype, numel, alpha, x, beta, y);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_AXPBY;
-  op->u.axpby.dtype = dtype;
-  op->u.axpby.numel = numel;
-  op->u.axpby.alpha = alpha;
-  op->u.axpby.x = x;
-  op->u.axpby.beta = beta;
-  op->u.axpby.y = y;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_AXPBY, .u.axpby = {dtype, numel, alpha, x, beta, y}});
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */

@@ -67,6 +67,19 @@ static size_t dtype_size(C_DataType t) {
 
 static int dtype_reducible(C_DataType t) { return t != BOOL && dtype_size(t) != 0; }
 
+/* The bits of a float and back (memcpy: no aliasing rule broken). */
+static uint32_t bits_of_float(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return x;
+}
+
+static float float_of_bits(uint32_t x) {
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
 static float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h >> 15) << 31;
   uint32_t exp = (h >> 10) & 0x1f;
@@ -88,14 +101,11 @@ static float half_to_float(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
+  return float_of_bits(bits);
 }
 
 static uint16_t float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
+  uint32_t x = bits_of_float(f);
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
   uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) return sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0); /* inf / nan */
@@ -119,16 +129,10 @@ static uint16_t float_to_half(float f) {
   return sign | r;
 }
 
-static float bf16_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
+static float bf16_to_float(uint16_t h) { return float_of_bits((uint32_t)h << 16); }
 
 static uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
+  uint32_t x = bits_of_float(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
   uint32_t lsb = (x >> 16) & 1;
   x += 0x7fff + lsb;
@@ -596,6 +600,19 @@ typedef struct {
   int failed;
 } rt_part;
 
+/* Fill a part (calloc'ed: the rest stays zero) of item x of a batch on clique q. */
+static void set_part(rt_part* p, rt_clique* q, size_t x, int p2p, part_args args, uint64_t seq, size_t src,
+                     size_t dst, int side) {
+  p->q = q;
+  p->item = x;
+  p->p2p = p2p;
+  p->args = args;
+  p->seq = seq;
+  p->src = src;
+  p->dst = dst;
+  p->side = side;
+}
+
 /* Arrive at every part's slot (clique by clique, each under its own lock), then wait, bounded by one deadline, until
  * all are done, then depart. Nothing is waited for before everything is posted, so a batch that spans several
  * communicators or pairs send and recv cannot deadlock against another rank's batch. */
@@ -858,15 +875,8 @@ static void batch_run(void* arg) {
     rt_clique* q = it->comm->clique;
     size_t me = it->comm->rank;
     if (it->kind == K_SEND || it->kind == K_RECV) {
-      rt_part* p = &parts[k++];
-      p->q = q;
-      p->item = x;
-      p->p2p = 1;
-      p->args = it->a;
-      p->seq = it->seq;
-      p->src = it->kind == K_SEND ? me : it->peer;
-      p->dst = it->kind == K_SEND ? it->peer : me;
-      p->side = it->kind == K_SEND ? 0 : 1;
+      int recv = it->kind == K_RECV;
+      set_part(&parts[k++], q, x, 1, it->a, it->seq, recv ? it->peer : me, recv ? me : it->peer, recv);
     } else if (it->kind == K_ALL_TO_ALL) {
       for (size_t peer = 0; peer < it->comm->nranks; peer++) {
         if (peer == me) { /* the local block */
@@ -876,39 +886,15 @@ static void batch_run(void* arg) {
           else if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
           continue;
         }
-        rt_part* ps = &parts[k++];
-        ps->q = q;
-        ps->item = x;
-        ps->p2p = 1;
-        ps->args.kind = K_SEND;
-        ps->args.send = it->a2a_send[peer];
-        ps->args.count = it->a2a_send_count[peer];
-        ps->args.dtype = it->a2a_send_dtype[peer];
-        ps->seq = it->a2a_send_seq[peer];
-        ps->src = me;
-        ps->dst = peer;
-        ps->side = 0;
-        rt_part* pr = &parts[k++];
-        pr->q = q;
-        pr->item = x;
-        pr->p2p = 1;
-        pr->args.kind = K_RECV;
-        pr->args.recv = it->a2a_recv[peer];
-        pr->args.count = it->a2a_recv_count[peer];
-        pr->args.dtype = it->a2a_recv_dtype[peer];
-        pr->seq = it->a2a_recv_seq[peer];
-        pr->src = peer;
-        pr->dst = me;
-        pr->side = 1;
+        part_args sa = {.kind = K_SEND, .send = it->a2a_send[peer], .count = it->a2a_send_count[peer],
+                        .dtype = it->a2a_send_dtype[peer]};
+        part_args ra = {.kind = K_RECV, .recv = it->a2a_recv[peer], .count = it->a2a_recv_count[peer],
+                        .dtype = it->a2a_recv_dtype[peer]};
+        set_part(&parts[k++], q, x, 1, sa, it->a2a_send_seq[peer], me, peer, 0);
+        set_part(&parts[k++], q, x, 1, ra, it->a2a_recv_seq[peer], peer, me, 1);
       }
     } else {
-      rt_part* p = &parts[k++];
-      p->q = q;
-      p->item = x;
-      p->p2p = 0;
-      p->args = it->a;
-      p->seq = it->seq;
-      p->side = (int)me;
+      set_part(&parts[k++], q, x, 0, it->a, it->seq, 0, 0, (int)me);
     }
   }
   for (size_t i = 0; i < k; i++) parts[i].comm = b->items[parts[i].item].comm;
