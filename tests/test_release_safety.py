@@ -28,6 +28,10 @@ def open_soon(gate, secs=0.2):
     threading.Timer(secs, gate.set).start()
 def deferred(dev=None):
     return paddle_rt.memory_stats(dev)["num_release_deferred"]
+def stream_block(n):
+    s = paddle_rt.Stream()
+    with paddle_rt.stream(s):
+        return s, paddle_rt.malloc(n)
 """
 
 
@@ -41,9 +45,7 @@ def run(code, timeout=60, **env):
 @pytest.mark.smoke
 def test_empty_cache_waits_for_pending_work_then_releases():
     run("""
-s = paddle_rt.Stream()
-with paddle_rt.stream(s):
-    a = paddle_rt.malloc(8 * MiB)
+s, a = stream_block(8 * MiB)             # a block that belongs to the new stream s
 h = np.zeros(8 * MiB, np.uint8)
 gate = busy(s)
 paddle_rt.memset_async(a, 7, stream=s)
@@ -179,9 +181,7 @@ print("OK")
 
 def test_pinned_host_memory_waits_for_pending_copy():
     run("""
-s = paddle_rt.Stream()
-with paddle_rt.stream(s):
-    d = paddle_rt.malloc(8 * MiB)
+s, d = stream_block(8 * MiB)             # a block that belongs to the new stream s
 hb = paddle_rt.malloc_host(8 * MiB)
 np.frombuffer(hb, np.uint8)[:] = 6
 out = np.zeros(8 * MiB, np.uint8)
@@ -214,9 +214,7 @@ print("OK")
 
 def test_free_inside_callback_with_release_on_free_does_not_deadlock():
     run("""
-s = paddle_rt.Stream()
-with paddle_rt.stream(s):
-    a = paddle_rt.malloc(8 * MiB)
+s, a = stream_block(8 * MiB)             # a block that belongs to the new stream s
 h = np.zeros(8 * MiB, np.uint8)
 gate = busy(s)
 paddle_rt.memset_async(a, 8, stream=s)
