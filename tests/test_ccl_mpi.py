@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -199,32 +200,28 @@ def test_single_process_communicator_and_bad_arguments(run_python):
     assert rc == 0 and "FINE" in out, out
 
 
-def test_mpi_without_thread_multiple_is_refused(run_python):
-    rc, out = _child(run_python, """
-        import mpi4py
-        mpi4py.rc.thread_level = "serialized"
+def _from_mpi_refused(run_python, error, text, thread_level=None, env=None):
+    """In a child (mpi4py at thread_level when given): Communicator.from_mpi() raises paddle_rt's error with text in
+    its message. Returns the child's output."""
+    setup = f"import mpi4py; mpi4py.rc.thread_level = {thread_level!r}\n" if thread_level else ""
+    rc, out = _child(run_python, setup + textwrap.dedent(f"""
         from mpi4py import MPI
-        from paddle_rt import ccl
-        from paddle_rt import NotSupportedError
+        from paddle_rt import ccl, {error}
         try:
             ccl.Communicator.from_mpi()
-        except NotSupportedError as e:
-            assert "MPI_THREAD_MULTIPLE" in str(e), e
+        except {error} as e:
+            assert {text!r} in str(e), e
             print("FINE")
-    """)
+    """), env=env)
     assert rc == 0 and "FINE" in out, out
+    return out
+
+
+def test_mpi_without_thread_multiple_is_refused(run_python):
+    _from_mpi_refused(run_python, "NotSupportedError", "MPI_THREAD_MULTIPLE", thread_level="serialized")
 
 
 def test_unloadable_mpi_library_is_a_clear_plugin_error(run_python):
-    rc, out = _child(run_python, """
-        from mpi4py import MPI
-        from paddle_rt import ccl
-        from paddle_rt import PluginError
-        try:
-            ccl.Communicator.from_mpi()
-        except PluginError as e:
-            assert "paddle_rt_ext_ccl_comm_init_rank_mpi" in str(e), e
-            print("FINE")
-    """, env={"PADDLE_RT_MPI_LIBRARY": "/nonexistent/libmpi.so.12"})
-    assert rc == 0 and "FINE" in out, out
+    out = _from_mpi_refused(run_python, "PluginError", "paddle_rt_ext_ccl_comm_init_rank_mpi",
+                            env={"PADDLE_RT_MPI_LIBRARY": "/nonexistent/libmpi.so.12"})
     assert "PADDLE_RT_MPI_LIBRARY=/nonexistent/libmpi.so.12 cannot be loaded" in out, out

@@ -168,6 +168,17 @@ def test_opportunistic_off(streams):
     pool.free_async(y)
 
 
+def _reused_once_ran(pool, r, ran, stream, p, y):
+    """Release the reader r and synchronize its stream `ran`: the block at p is handed out again on `stream`. Frees
+    that block and y."""
+    r.gate.set()
+    ran.synchronize()
+    z = pool.malloc_async(N, stream)
+    assert z.ptr == p
+    pool.free_async(y)
+    pool.free_async(z)
+
+
 def test_record_stream_defers_reuse_even_on_the_same_stream(streams):
     a, c = streams
     pool = MemPool(**ALL_OFF)
@@ -180,13 +191,8 @@ def test_record_stream_defers_reuse_even_on_the_same_stream(streams):
     y = pool.malloc_async(N, a)
     assert y.ptr != p                     # c has not passed the free yet
     paddle_rt.memset_async(y, POISON, stream=a)
-    r.gate.set()
-    c.synchronize()
+    _reused_once_ran(pool, r, c, a, p, y)
     assert r.seen == bytes([ORIG]) * N
-    z = pool.malloc_async(N, a)
-    assert z.ptr == p
-    pool.free_async(y)
-    pool.free_async(z)
 
 
 def test_free_on_another_stream_waits_for_the_allocating_stream(streams):
@@ -198,12 +204,7 @@ def test_free_on_another_stream_waits_for_the_allocating_stream(streams):
     pool.free_async(x, b)                 # ordered on b, but a's pending work still uses it
     y = pool.malloc_async(N, b)
     assert y.ptr != p
-    r.gate.set()
-    a.synchronize()
-    z = pool.malloc_async(N, b)
-    assert z.ptr == p
-    pool.free_async(y)
-    pool.free_async(z)
+    _reused_once_ran(pool, r, a, b, p, y)
 
 
 def test_errors(streams):

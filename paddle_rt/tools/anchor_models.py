@@ -34,21 +34,24 @@ class _Model:
         rest = bsize - size
         if rest and may_split(pool, rest):
             if low_remainder:
-                na = a + rest
-                self.blk[na] = [size, False, pool, a, b[4]]
-                if b[4] is not None:
-                    self.blk[b[4]][3] = na
-                b[0], b[4] = rest, na
+                na = self._split(pool, a, rest, size, False)
                 bisect.insort(self.free[pool], (rest, a))
                 return na
-            na = a + size
-            self.blk[na] = [rest, True, pool, a, b[4]]
-            if b[4] is not None:
-                self.blk[b[4]][3] = na
-            b[0], b[4] = size, na
+            na = self._split(pool, a, size, rest, True)
             bisect.insort(self.free[pool], (rest, na))
         b[1] = False
         return a
+
+    def _split(self, pool, a, keep, tail, tail_free):
+        """Block a keeps its first `keep` bytes; a new block of `tail` bytes (free or not) follows it. Returns the
+        new block's address."""
+        b = self.blk[a]
+        na = a + keep
+        self.blk[na] = [tail, tail_free, pool, a, b[4]]
+        if b[4] is not None:
+            self.blk[b[4]][3] = na
+        b[0], b[4] = keep, na
+        return na
 
     def release(self, a):
         b = self.blk[a]
