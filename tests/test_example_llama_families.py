@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from llama_example_helpers import EXAMPLE_DIR, torch  # skips the module without the examples extra
+from llama_example_helpers import EXAMPLE_DIR, torch, transformers  # skips the module without the examples extra
 
 from conftest import package_parent  # noqa: E402
 
