@@ -164,6 +164,15 @@ int ptrmap_put(ptrmap* m, const void* key, size_t val) {
   return 0;
 }
 
+void* ptrmap_ref(pthread_mutex_t* mu, const ptrmap* m, void* key, size_t refs_offset) {
+  if (!key) return NULL;
+  pthread_mutex_lock(mu);
+  if (!ptrmap_find(m, key, NULL)) key = NULL;
+  else atomic_fetch_add((atomic_int*)((char*)key + refs_offset), 1);
+  pthread_mutex_unlock(mu);
+  return key;
+}
+
 int ptrmap_find(const ptrmap* m, const void* key, size_t* val) {
   if (!m->cap || !key) return 0;
   uintptr_t k = (uintptr_t)key;
@@ -372,15 +381,7 @@ typedef struct rt_event {
   uint64_t completed; /* highest generation reached by a worker */
 } rt_event;
 
-static rt_event* event_get(C_Event h) {
-  rt_event* e = (rt_event*)h;
-  if (!e) return NULL;
-  pthread_mutex_lock(&g_reg_mu);
-  if (!ptrmap_find(&g_events, e, NULL)) e = NULL;
-  else atomic_fetch_add(&e->refs, 1);
-  pthread_mutex_unlock(&g_reg_mu);
-  return e;
-}
+static rt_event* event_get(C_Event h) { return ptrmap_ref(&g_reg_mu, &g_events, h, offsetof(rt_event, refs)); }
 
 static void event_put(rt_event* e) {
   if (atomic_fetch_sub(&e->refs, 1) == 1) {
@@ -440,15 +441,7 @@ struct rt_stream {
 
 static __thread rt_stream* t_worker_stream = NULL; /* set on a stream's own worker thread */
 
-rt_stream* rt_stream_get(C_Stream h) {
-  rt_stream* s = (rt_stream*)h;
-  if (!s) return NULL;
-  pthread_mutex_lock(&g_reg_mu);
-  if (!ptrmap_find(&g_streams, s, NULL)) s = NULL;
-  else atomic_fetch_add(&s->refs, 1);
-  pthread_mutex_unlock(&g_reg_mu);
-  return s;
-}
+rt_stream* rt_stream_get(C_Stream h) { return ptrmap_ref(&g_reg_mu, &g_streams, h, offsetof(rt_stream, refs)); }
 
 void rt_stream_put(rt_stream* s) {
   if (atomic_fetch_sub(&s->refs, 1) == 1) {
@@ -1538,22 +1531,29 @@ RT_EXPORT void InitPlugin(CustomRuntimeParams* params) {
 /* paddle_rt's optional extension (paddle_rt/extension.h): rt_cpu's device memory is this process's heap. */
 RT_EXPORT int paddle_rt_ext_host_addressable(void) { return 1; }
 
-RT_EXPORT size_t rt_cpu_live_bytes(int device) {
-  if (device < 0 || device >= RT_CPU_MAX_DEVICES) return 0;
-  pthread_once(&g_state_once, init_state);
-  pthread_mutex_lock(&g_dev[device].mu);
-  size_t n = g_dev[device].live_bytes;
-  pthread_mutex_unlock(&g_dev[device].mu);
+/* A counter read under the lock that guards it. */
+static size_t read_locked(pthread_mutex_t* mu, const size_t* counter) {
+  pthread_mutex_lock(mu);
+  size_t n = *counter;
+  pthread_mutex_unlock(mu);
   return n;
 }
 
-RT_EXPORT size_t rt_cpu_live_count(int device) {
-  if (device < 0 || device >= RT_CPU_MAX_DEVICES) return 0;
+/* The state of device `device` for the exported helpers (NULL outside 0..RT_CPU_MAX_DEVICES-1). */
+static rt_device_state* exported_device(int device) {
+  if (device < 0 || device >= RT_CPU_MAX_DEVICES) return NULL;
   pthread_once(&g_state_once, init_state);
-  pthread_mutex_lock(&g_dev[device].mu);
-  size_t n = g_dev[device].live_count;
-  pthread_mutex_unlock(&g_dev[device].mu);
-  return n;
+  return &g_dev[device];
+}
+
+RT_EXPORT size_t rt_cpu_live_bytes(int device) {
+  rt_device_state* ds = exported_device(device);
+  return ds ? read_locked(&ds->mu, &ds->live_bytes) : 0;
+}
+
+RT_EXPORT size_t rt_cpu_live_count(int device) {
+  rt_device_state* ds = exported_device(device);
+  return ds ? read_locked(&ds->mu, &ds->live_count) : 0;
 }
 
 RT_EXPORT size_t rt_cpu_alloc_calls(int device) {
@@ -1561,29 +1561,14 @@ RT_EXPORT size_t rt_cpu_alloc_calls(int device) {
   return atomic_load(&g_dev[device].alloc_calls);
 }
 
-RT_EXPORT size_t rt_cpu_host_live_bytes(void) {
-  pthread_mutex_lock(&g_host_mu);
-  size_t n = g_host_live_bytes;
-  pthread_mutex_unlock(&g_host_mu);
-  return n;
-}
+RT_EXPORT size_t rt_cpu_host_live_bytes(void) { return read_locked(&g_host_mu, &g_host_live_bytes); }
 
 RT_EXPORT int rt_cpu_initialize_refcount(void) { return atomic_load(&g_refcount); }
 
 /* Number of live streams / events (all devices). */
-RT_EXPORT size_t rt_cpu_live_streams(void) {
-  pthread_mutex_lock(&g_reg_mu);
-  size_t n = g_streams.count;
-  pthread_mutex_unlock(&g_reg_mu);
-  return n;
-}
+RT_EXPORT size_t rt_cpu_live_streams(void) { return read_locked(&g_reg_mu, &g_streams.count); }
 
-RT_EXPORT size_t rt_cpu_live_events(void) {
-  pthread_mutex_lock(&g_reg_mu);
-  size_t n = g_events.count;
-  pthread_mutex_unlock(&g_reg_mu);
-  return n;
-}
+RT_EXPORT size_t rt_cpu_live_events(void) { return read_locked(&g_reg_mu, &g_events.count); }
 
 /* Profiler sessions ever initialised (which = 0) or collect_trace_data calls served (which = 1). */
 RT_EXPORT size_t rt_cpu_profiler_count(int which) {

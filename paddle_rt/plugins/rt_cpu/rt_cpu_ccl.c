@@ -326,15 +326,7 @@ static void clique_unref_locked(rt_clique* c) {
   free(c);
 }
 
-static rt_comm* comm_get(C_CCLComm h) {
-  rt_comm* c = (rt_comm*)h;
-  if (!c) return NULL;
-  pthread_mutex_lock(&g_ccl_mu);
-  if (!ptrmap_find(&g_comms, c, NULL)) c = NULL;
-  else atomic_fetch_add(&c->refs, 1);
-  pthread_mutex_unlock(&g_ccl_mu);
-  return c;
-}
+static rt_comm* comm_get(C_CCLComm h) { return ptrmap_ref(&g_ccl_mu, &g_comms, h, offsetof(rt_comm, refs)); }
 
 static void comm_put(rt_comm* c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
@@ -1089,8 +1081,41 @@ static C_Status h_get_unique_id(C_CCLRootId* id) {
   return C_SUCCESS;
 }
 
-/* The fields every new communicator starts with, on the current device; `ss`/`rs`: its per-peer message counters. */
-static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks, uint64_t* ss, uint64_t* rs) {
+/* The root id a rank joins with, checked against its rank and size (C_ERROR when any is off). */
+static C_Status read_root_id(const C_CCLRootId* id, size_t nranks, size_t rank, const C_CCLComm* out, rt_ccl_id* v) {
+  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
+  if (!rt_is_initialized()) return C_ERROR;
+  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
+  memcpy(v, id->data, sizeof(*v));
+  if (v->magic != k_id_magic || v->serial == 0) return C_ERROR;
+  return C_SUCCESS;
+}
+
+/* A zeroed communicator with its per-peer message counters (NULL when out of memory). */
+static rt_comm* comm_alloc(size_t nranks) {
+  rt_comm* c = calloc(1, sizeof(*c));
+  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
+  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
+  if (!c || !ss || !rs) {
+    free(c);
+    free(ss);
+    free(rs);
+    return NULL;
+  }
+  c->send_seq = ss;
+  c->recv_seq = rs;
+  return c;
+}
+
+/* Frees a communicator of comm_alloc that was never published. */
+static void comm_free_unpublished(rt_comm* c) {
+  free(c->send_seq);
+  free(c->recv_seq);
+  free(c);
+}
+
+/* The fields every new communicator starts with, on the current device. */
+static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks) {
   c->magic = RT_COMM_MAGIC;
   c->serial = serial;
   c->rank = rank;
@@ -1100,34 +1125,19 @@ static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks, 
   atomic_init(&c->error, 0);
   atomic_init(&c->aborted, 0);
   pthread_mutex_init(&c->mu, NULL);
-  c->send_seq = ss;
-  c->recv_seq = rs;
 }
 
 static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out) {
-  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
   rt_ccl_id v;
-  memcpy(&v, id->data, sizeof(v));
-  if (v.magic != k_id_magic || v.pid != (uint64_t)getpid() || v.serial == 0) return C_ERROR;
-  rt_comm* c = calloc(1, sizeof(*c));
-  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
-  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
-  if (!c || !ss || !rs) {
-    free(c);
-    free(ss);
-    free(rs);
-    return C_FAILED;
-  }
+  if (read_root_id(id, nranks, rank, out, &v) != C_SUCCESS || v.pid != (uint64_t)getpid()) return C_ERROR;
+  rt_comm* c = comm_alloc(nranks);
+  if (!c) return C_FAILED;
   pthread_mutex_lock(&g_ccl_mu);
   rt_clique* q = g_cliques;
   while (q && q->serial != v.serial) q = q->next;
   if (q && (q->nranks != nranks || q->taken[rank])) {
     pthread_mutex_unlock(&g_ccl_mu);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_ERROR;
   }
   if (!q) {
@@ -1137,9 +1147,7 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
       pthread_mutex_unlock(&g_ccl_mu);
       free(q);
       free(taken);
-      free(c);
-      free(ss);
-      free(rs);
+      comm_free_unpublished(c);
       return C_FAILED;
     }
     q->serial = v.serial;
@@ -1157,16 +1165,14 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
   q->taken[rank] = 1;
   q->joined++;
   q->refs++;
-  comm_setup(c, v.serial, rank, nranks, ss, rs);
+  comm_setup(c, v.serial, rank, nranks);
   c->clique = q;
   if (ptrmap_put(&g_comms, c, 0) != 0) {
     q->taken[rank] = 0;
     clique_unref_locked(q);
     pthread_mutex_unlock(&g_ccl_mu);
     pthread_mutex_destroy(&c->mu);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_FAILED;
   }
   pthread_mutex_unlock(&g_ccl_mu);
@@ -1454,46 +1460,29 @@ RT_EXPORT int paddle_rt_ext_ccl_comm_error(C_CCLComm comm) {
 /* A communicator over the processes of an MPI communicator (MPI is the transport: rt_cpu_mpi.c). */
 RT_EXPORT C_Status paddle_rt_ext_ccl_comm_init_rank_mpi(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out,
                                                      int64_t mpi_comm) {
-  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
   rt_ccl_id v;
-  memcpy(&v, id->data, sizeof(v));
-  if (v.magic != k_id_magic || v.serial == 0) return C_ERROR;
-  rt_comm* c = calloc(1, sizeof(*c));
-  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
-  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
-  if (!c || !ss || !rs) {
-    free(c);
-    free(ss);
-    free(rs);
-    return C_FAILED;
-  }
+  if (read_root_id(id, nranks, rank, out, &v) != C_SUCCESS) return C_ERROR;
+  rt_comm* c = comm_alloc(nranks);
+  if (!c) return C_FAILED;
   char err[400] = "";
   if (!g_transport) {
     fprintf(stderr, "rt_cpu: paddle_rt_ext_ccl_comm_init_rank_mpi: this build has no MPI transport\n");
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_ERROR;
   }
   if (g_transport->comm_create(mpi_comm, nranks, rank, id->data, id->sz, &c->mpi, err, sizeof(err)) != 0) {
     fprintf(stderr, "rt_cpu: paddle_rt_ext_ccl_comm_init_rank_mpi (rank %zu of %zu): %s\n", rank, nranks, err);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_ERROR;
   }
-  comm_setup(c, v.serial, rank, nranks, ss, rs);
+  comm_setup(c, v.serial, rank, nranks);
   pthread_mutex_lock(&g_ccl_mu);
   int put = ptrmap_put(&g_comms, c, 0);
   pthread_mutex_unlock(&g_ccl_mu);
   if (put != 0) {
     g_transport->comm_free(c->mpi);
     pthread_mutex_destroy(&c->mu);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_FAILED;
   }
   *out = (C_CCLComm)c;

@@ -60,6 +60,9 @@ typedef struct {
 int ptrmap_put(ptrmap* m, const void* key, size_t val);  /* 0 or -1 (out of memory) */
 int ptrmap_find(const ptrmap* m, const void* key, size_t* val);
 int ptrmap_remove(ptrmap* m, const void* key);
+/* A caller's handle made a counted reference: key when m holds it (looked up under mu), with the atomic_int at
+ * key + refs_offset incremented under the same lock; NULL otherwise. */
+void* ptrmap_ref(pthread_mutex_t* mu, const ptrmap* m, void* key, size_t refs_offset);
 void ptrmap_free(ptrmap* m);
 
 /* ---- core (rt_cpu.c) ----------------------------------------------------------------------------------------- */
