@@ -173,6 +173,16 @@ void* ptrmap_ref(pthread_mutex_t* mu, const ptrmap* m, void* key, size_t refs_of
   return key;
 }
 
+void ptrmap_drain(pthread_mutex_t* mu, ptrmap* m, void (*release)(void*)) {
+  pthread_mutex_lock(mu);
+  ptrmap taken = *m;
+  memset(m, 0, sizeof(*m));
+  pthread_mutex_unlock(mu);
+  for (size_t i = 0; i < taken.cap; i++)
+    if (taken.keys[i]) release((void*)taken.keys[i]);
+  ptrmap_free(&taken);
+}
+
 int ptrmap_find(const ptrmap* m, const void* key, size_t* val) {
   if (!m->cap || !key) return 0;
   uintptr_t k = (uintptr_t)key;
@@ -673,32 +683,20 @@ static C_Status h_initialize(void) {
   return C_SUCCESS;
 }
 
+static void release_stream(void* s) { stream_shutdown(s); }
+static void release_event(void* e) { event_put(e); }
+
 static void teardown_all(void) {
   /* streams first (their queued collectives hold communicator references), then the communicators */
   /* streams: out of the registry first (the registry's references become ours), then drained and joined */
-  pthread_mutex_lock(&g_reg_mu);
-  ptrmap streams = g_streams;
-  memset(&g_streams, 0, sizeof(g_streams));
-  pthread_mutex_unlock(&g_reg_mu);
-  for (size_t i = 0; i < streams.cap; i++)
-    if (streams.keys[i]) stream_shutdown((rt_stream*)streams.keys[i]);
-  ptrmap_free(&streams);
+  ptrmap_drain(&g_reg_mu, &g_streams, release_stream);
 
   for (rt_layer* l = g_layers; l; l = l->next) /* the layers above (collectives: their communicators) */
     if (l->teardown) l->teardown();
 
   /* events and profiler sessions */
-  pthread_mutex_lock(&g_reg_mu);
-  ptrmap events = g_events, sessions = g_sessions;
-  memset(&g_events, 0, sizeof(g_events));
-  memset(&g_sessions, 0, sizeof(g_sessions));
-  pthread_mutex_unlock(&g_reg_mu);
-  for (size_t i = 0; i < events.cap; i++)
-    if (events.keys[i]) event_put((rt_event*)events.keys[i]);
-  for (size_t i = 0; i < sessions.cap; i++)
-    if (sessions.keys[i]) free((void*)sessions.keys[i]);
-  ptrmap_free(&events);
-  ptrmap_free(&sessions);
+  ptrmap_drain(&g_reg_mu, &g_events, release_event);
+  ptrmap_drain(&g_reg_mu, &g_sessions, free);
 
   /* memory */
   for (size_t d = 0; d < rt_cfg.device_count; d++) {
@@ -1251,14 +1249,17 @@ static C_Status h_device_memory_stats(const C_Device device, size_t* total, size
   return C_SUCCESS;
 }
 
-#define SIZE_HOOK(name, expr)                                   \
-  static C_Status name(const C_Device device, size_t* out) {    \
+/* A hook that answers one value of type T for any valid device. */
+#define VALUE_HOOK(name, T, expr)                               \
+  static C_Status name(const C_Device device, T* out) {         \
     DEV_OR_ERROR(device, id);                                   \
     (void)id;                                                   \
     if (!out) return C_ERROR;                                   \
     *out = (expr);                                              \
     return C_SUCCESS;                                           \
   }
+#define SIZE_HOOK(name, expr) VALUE_HOOK(name, size_t, expr)
+#define BOOL_HOOK(name, value) VALUE_HOOK(name, bool, value)
 
 static size_t growth_size(void) {
   size_t n = rt_cfg.memory_bytes / 8;
@@ -1289,15 +1290,6 @@ static C_Status h_get_max_grid_dim_size(const C_Device device, C_GridDim3* dims)
   (*dims)[2] = 65535u;
   return C_SUCCESS;
 }
-
-#define BOOL_HOOK(name, value)                                  \
-  static C_Status name(const C_Device device, bool* out) {      \
-    DEV_OR_ERROR(device, id);                                   \
-    (void)id;                                                   \
-    if (!out) return C_ERROR;                                   \
-    *out = (value);                                             \
-    return C_SUCCESS;                                           \
-  }
 
 BOOL_HOOK(h_is_float16_supported, true)
 BOOL_HOOK(h_is_bfloat16_supported, true)

@@ -1386,15 +1386,9 @@ static void ccl_fill(C_DeviceInterface* f) {
   f->xccl_all_to_all = h_all_to_all;
 }
 
-static void ccl_teardown(void) {
-  pthread_mutex_lock(&g_ccl_mu);
-  ptrmap comms = g_comms;
-  memset(&g_comms, 0, sizeof(g_comms));
-  pthread_mutex_unlock(&g_ccl_mu);
-  for (size_t i = 0; i < comms.cap; i++)
-    if (comms.keys[i]) comm_put((rt_comm*)comms.keys[i]);
-  ptrmap_free(&comms);
-}
+static void release_comm(void* c) { comm_put(c); }
+
+static void ccl_teardown(void) { ptrmap_drain(&g_ccl_mu, &g_comms, release_comm); }
 
 static rt_layer g_ccl_layer = {"collectives", ccl_fill, ccl_teardown, NULL};
 

@@ -63,6 +63,9 @@ int ptrmap_remove(ptrmap* m, const void* key);
 /* A caller's handle made a counted reference: key when m holds it (looked up under mu), with the atomic_int at
  * key + refs_offset incremented under the same lock; NULL otherwise. */
 void* ptrmap_ref(pthread_mutex_t* mu, const ptrmap* m, void* key, size_t refs_offset);
+/* Teardown of a registry: m's contents are moved out under mu (m is left empty), then release is called on each key
+ * outside the lock (the registry's references become the caller's). */
+void ptrmap_drain(pthread_mutex_t* mu, ptrmap* m, void (*release)(void*));
 void ptrmap_free(ptrmap* m);
 
 /* ---- core (rt_cpu.c) ----------------------------------------------------------------------------------------- */
