@@ -206,6 +206,30 @@ def reduce_scatter(send, recv, op="sum", comm=None, stream=None, count=None, dty
     return _reduction(K_REDUCE_SCATTER, send, recv, op, comm, stream, count, dtype, None)
 
 
+cdef Work _prepare_filled(int kind, Communicator cm, object stream, CclCall** out, uintptr_t sp, uintptr_t rp,
+                          size_t count, int cval, int opv, size_t peer):
+    """prepare_call, then the call's buffers, count, dtype, reduction and peer filled in (0: unused)."""
+    cdef Work w = prepare_call(kind, cm, stream, out)
+    cdef CclCall* c = out[0]
+    c.send = <void*>sp
+    c.recv = <void*>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.op = <C_CCLReduceOp>opv
+    c.peer = peer
+    return w
+
+
+cdef object _submit(Work w, CclCall* c, tuple args, tuple keep, list written):
+    """Submit a prepared call with its arguments (for messages and the profiler), the buffers it keeps alive until
+    it ran, and those of them it writes."""
+    w.args = args
+    w._keep = keep
+    w._recorder = _tensor_recorder(list(keep), written)
+    return submit_call(w, c)
+
+
+
 cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, root):
     name = _NAMES[kind]
     _check_comm(comm, name)
@@ -239,17 +263,8 @@ cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, roo
         if need_recv:
             _need(rsize, count, isz, "recv", dname, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(kind, cm, stream, &c)
-    c.send = <void*><uintptr_t>sp
-    c.recv = <void*><uintptr_t>rp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.op = <C_CCLReduceOp>opv
-    c.peer = root if root is not None else 0
-    w.args = (name, count, dname, opv, root)
-    w._keep = (send, recv)
-    w._recorder = _tensor_recorder([send, recv], [recv])
-    return submit_call(w, c)
+    cdef Work w = _prepare_filled(kind, cm, stream, &c, sp, rp, count, cval, opv, root if root is not None else 0)
+    return _submit(w, c, (name, count, dname, opv, root), (send, recv), [recv])
 
 
 cdef tuple _single_buffer_args(buf, rank, str rank_name, Communicator cm, count, dtype, str where):
@@ -274,16 +289,8 @@ def broadcast(buf, root=0, comm=None, stream=None, count=None, dtype=None):
     where = _where(cm, "broadcast")
     dname, cval, root, bp, count = _single_buffer_args(buf, root, "root", cm, count, dtype, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(K_BROADCAST, cm, stream, &c)
-    c.send = <void*><uintptr_t>bp
-    c.recv = <void*><uintptr_t>bp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.peer = root
-    w.args = ("broadcast", count, dname, None, root)
-    w._keep = (buf,)
-    w._recorder = _tensor_recorder([buf], [buf])
-    return submit_call(w, c)
+    cdef Work w = _prepare_filled(K_BROADCAST, cm, stream, &c, bp, bp, count, cval, 0, root)
+    return _submit(w, c, ("broadcast", count, dname, None, root), (buf,), [buf])
 
 
 def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
@@ -305,15 +312,8 @@ def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
     else:
         _need(ssize, count, isz, "send", dname, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(K_ALL_GATHER, cm, stream, &c)
-    c.send = <void*><uintptr_t>sp
-    c.recv = <void*><uintptr_t>rp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    w.args = ("all_gather", count, dname, None, None)
-    w._keep = (send, recv)
-    w._recorder = _tensor_recorder([send, recv], [recv])
-    return submit_call(w, c)
+    cdef Work w = _prepare_filled(K_ALL_GATHER, cm, stream, &c, sp, rp, count, cval, 0, 0)
+    return _submit(w, c, ("all_gather", count, dname, None, None), (send, recv), [recv])
 
 
 def send(buf, peer, comm=None, stream=None, count=None, dtype=None):
@@ -334,19 +334,10 @@ cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
     where = _where(cm, name)
     dname, cval, peer, bp, count = _single_buffer_args(buf, peer, "peer", cm, count, dtype, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(kind, cm, stream, &c)
-    if kind == K_SEND:
-        c.send = <void*><uintptr_t>bp
-    else:
-        c.recv = <void*><uintptr_t>bp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.peer = peer
+    cdef Work w = _prepare_filled(kind, cm, stream, &c, bp if kind == K_SEND else 0, bp if kind == K_RECV else 0,
+                                  count, cval, 0, peer)
     w.peer = peer
-    w.args = (name, count, dname, None, peer)
-    w._keep = (buf,)
-    w._recorder = _tensor_recorder([buf], [buf] if kind == K_RECV else [])
-    return submit_call(w, c)
+    return _submit(w, c, (name, count, dname, None, peer), (buf,), [buf] if kind == K_RECV else [])
 
 
 def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
@@ -384,27 +375,15 @@ def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
         c.a2a_dtype[k] = <C_DataType>cval
     c.count = count
     c.dtype = <C_DataType>cval
-    w.args = ("all_to_all", count, dname, None, None)
-    w._keep = (send, recv)
-    w._recorder = _tensor_recorder([send, recv], [recv])
-    return submit_call(w, c)
+    return _submit(w, c, ("all_to_all", count, dname, None, None), (send, recv), [recv])
 
 
 # -- InfiniCCL's variable-count collectives, composed from grouped plugin calls ---------------------------------------
 cdef Work _raw_call(int kind, Communicator cm, object stream, uintptr_t sp, uintptr_t rp, size_t count, int cval,
                     int opv, size_t peer, object keep, object args):
     cdef CclCall* c
-    cdef Work w = prepare_call(kind, cm, stream, &c)
-    c.send = <void*>sp
-    c.recv = <void*>rp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.op = <C_CCLReduceOp>opv
-    c.peer = peer
-    w.args = args
-    w._keep = keep
-    w._recorder = _tensor_recorder(list(keep), [keep[1]])
-    submit_call(w, c)
+    cdef Work w = _prepare_filled(kind, cm, stream, &c, sp, rp, count, cval, opv, peer)
+    _submit(w, c, args, keep, [keep[1]])
     return w
 
 

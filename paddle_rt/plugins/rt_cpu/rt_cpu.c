@@ -183,6 +183,16 @@ void ptrmap_drain(pthread_mutex_t* mu, ptrmap* m, void (*release)(void*)) {
   ptrmap_free(&taken);
 }
 
+int ptrmap_unregister(pthread_mutex_t* mu, ptrmap* m, void* key, void (*release)(void*)) {
+  if (!key) return C_ERROR;
+  pthread_mutex_lock(mu);
+  int found = ptrmap_remove(m, key);
+  pthread_mutex_unlock(mu);
+  if (!found) return C_ERROR;
+  release(key);
+  return C_SUCCESS;
+}
+
 int ptrmap_find(const ptrmap* m, const void* key, size_t* val) {
   if (!m->cap || !key) return 0;
   uintptr_t k = (uintptr_t)key;
@@ -896,14 +906,7 @@ static C_Status h_create_event(const C_Device device, C_Event* event) {
 static C_Status h_destroy_event(const C_Device device, C_Event event) {
   DEV_OR_ERROR(device, id);
   (void)id;
-  rt_event* e = (rt_event*)event;
-  if (!e) return C_ERROR;
-  pthread_mutex_lock(&g_reg_mu);
-  int found = ptrmap_remove(&g_events, e);
-  pthread_mutex_unlock(&g_reg_mu);
-  if (!found) return C_ERROR;
-  event_put(e);
-  return C_SUCCESS;
+  return ptrmap_unregister(&g_reg_mu, &g_events, event, release_event);
 }
 
 static C_Status h_record_event(const C_Device device, C_Stream stream, C_Event event) {
@@ -1347,12 +1350,7 @@ static C_Status h_profiler_initialize(C_Profiler prof, void** user_data) {
 static C_Status h_profiler_finalize(C_Profiler prof, void* user_data) {
   (void)prof;
   if (prof_fault("finalize")) return C_ERROR;
-  pthread_mutex_lock(&g_reg_mu);
-  int found = ptrmap_remove(&g_sessions, user_data);
-  pthread_mutex_unlock(&g_reg_mu);
-  if (!found) return C_ERROR;
-  free(user_data);
-  return C_SUCCESS;
+  return ptrmap_unregister(&g_reg_mu, &g_sessions, user_data, free);
 }
 
 static C_Status prof_transition(void* user_data, int from_any_but, int to) {

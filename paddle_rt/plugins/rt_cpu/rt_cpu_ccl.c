@@ -1180,16 +1180,9 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
   return C_SUCCESS;
 }
 
-static C_Status h_destroy_comm(C_CCLComm comm) {
-  rt_comm* c = (rt_comm*)comm;
-  if (!c) return C_ERROR;
-  pthread_mutex_lock(&g_ccl_mu);
-  int found = ptrmap_remove(&g_comms, c);
-  pthread_mutex_unlock(&g_ccl_mu);
-  if (!found) return C_ERROR;
-  comm_put(c); /* queued collectives keep it alive until they have run */
-  return C_SUCCESS;
-}
+static void release_comm(void* c) { comm_put(c); } /* queued collectives keep it alive until they have run */
+
+static C_Status h_destroy_comm(C_CCLComm comm) { return ptrmap_unregister(&g_ccl_mu, &g_comms, comm, release_comm); }
 
 static C_Status h_get_comm_name(C_CCLComm comm, char* name) {
   if (!name) return C_ERROR;
@@ -1385,8 +1378,6 @@ static void ccl_fill(C_DeviceInterface* f) {
   f->xccl_recv = h_recv;
   f->xccl_all_to_all = h_all_to_all;
 }
-
-static void release_comm(void* c) { comm_put(c); }
 
 static void ccl_teardown(void) { ptrmap_drain(&g_ccl_mu, &g_comms, release_comm); }
 
