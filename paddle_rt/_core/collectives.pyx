@@ -189,6 +189,16 @@ cdef object _check_comm(object comm, str name):
     (<Communicator>comm)._check_usable(name)
 
 
+cdef tuple _checked_start(comm, str name, send, recv, dtype, bint reducing):
+    """The first checks of a two-buffer collective, in this order: the communicator, then the dtype (a reducible one
+    for reductions). Returns (communicator, where, dtype name, C_DataType value, itemsize)."""
+    _check_comm(comm, name)
+    cdef Communicator cm = comm
+    where = _where(cm, name)
+    dt = _dtype_of(dtype, (send, recv), where)
+    return (cm, where) + (_reducing_dtype(dt, where) if reducing else _moving_dtype(dt, where))
+
+
 def all_reduce(send, recv, op="sum", comm=None, stream=None, count=None, dtype=None):
     """recv[i] = op over ranks of send[i], i < count, on every rank (``xccl_all_reduce``). In place when send is
     recv. count defaults to send.size // itemsize. Returns a :class:`Work`."""
@@ -232,10 +242,8 @@ cdef object _submit(Work w, CclCall* c, tuple args, tuple keep, list written):
 
 cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, root):
     name = _NAMES[kind]
-    _check_comm(comm, name)
-    cdef Communicator cm = comm
-    where = _where(cm, name)
-    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, name, send, recv, dtype, True)
     opv = _op_value(op, where)
     if kind == K_REDUCE:
         root = _rank_value(root, cm, "root", where)
@@ -297,10 +305,8 @@ def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
     """``recv[r*count:(r+1)*count]`` = rank r's ``send[:count]`` on every rank (``xccl_all_gather``); count (per rank)
     defaults to send.size // itemsize; recv holds ``nranks*count`` elements. In place when send is recv's chunk of
     this rank."""
-    _check_comm(comm, "all_gather")
-    cdef Communicator cm = comm
-    where = _where(cm, "all_gather")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "all_gather", send, recv, dtype, False)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
     if count is None:
@@ -343,10 +349,8 @@ cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
 def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
     """Rank r's send chunk p (count elements) lands in rank p's recv chunk r (``xccl_all_to_all``); count (per
     peer) defaults to send.size // itemsize // nranks; send and recv hold ``nranks*count`` elements each."""
-    _check_comm(comm, "all_to_all")
-    cdef Communicator cm = comm
-    where = _where(cm, "all_to_all")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "all_to_all", send, recv, dtype, False)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
     if send is recv:
@@ -401,10 +405,8 @@ def all_gather_v(send, recv, recv_counts, comm=None, stream=None, dtype=None):
     """InfiniCCL's AllGatherV: rank r contributes ``recv_counts[r]`` elements (from the start of its ``send``);
     every rank's ``recv`` gets all parts one after another. Runs as this rank's part copied into place, then one
     broadcast per rank inside a group. Returns the list of Works (one per part)."""
-    _check_comm(comm, "all_gather_v")
-    cdef Communicator cm = comm
-    where = _where(cm, "all_gather_v")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "all_gather_v", send, recv, dtype, False)
     counts = _counts_value(recv_counts, cm, "recv_counts", where)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
@@ -433,10 +435,8 @@ def reduce_scatter_v(send, recv, send_counts, op="sum", comm=None, stream=None, 
     """InfiniCCL's ReduceScatterV: rank r receives op over ranks of ``send``'s r-th part (``send_counts[r]``
     elements, parts one after another) in ``recv``. Runs as one reduce per rank (root r) inside a group. Returns
     the list of Works."""
-    _check_comm(comm, "reduce_scatter_v")
-    cdef Communicator cm = comm
-    where = _where(cm, "reduce_scatter_v")
-    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "reduce_scatter_v", send, recv, dtype, True)
     opv = _op_value(op, where)
     counts = _counts_value(send_counts, cm, "send_counts", where)
     sp, ssize = _buffer(send, "send", cm, where)

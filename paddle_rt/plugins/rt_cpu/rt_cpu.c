@@ -772,13 +772,21 @@ static C_Status h_get_device(const C_Device device) {
   return C_SUCCESS;
 }
 
+/* The common start of the create hooks: the out pointer is given, the plugin initialised, the injected fault
+ * `fault` not hit; then a zeroed object of `size` bytes (NULL with *st set on any failure). */
+static void* new_handle_object(const void* out, int fault, size_t size, C_Status* st) {
+  *st = C_ERROR;
+  if (!out || !rt_is_initialized()) return NULL;
+  *st = C_FAILED;
+  if (rt_fault_hit(fault)) return NULL;
+  return calloc(1, size);
+}
+
 static C_Status h_create_stream(const C_Device device, C_Stream* stream) {
   DEV_OR_ERROR(device, id);
-  if (!stream) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (rt_fault_hit(RT_FAULT_CREATE_STREAM)) return C_FAILED;
-  rt_stream* s = calloc(1, sizeof(*s));
-  if (!s) return C_FAILED;
+  C_Status st;
+  rt_stream* s = new_handle_object(stream, RT_FAULT_CREATE_STREAM, sizeof(*s), &st);
+  if (!s) return st;
   s->magic = RT_STREAM_MAGIC;
   s->device = id;
   s->cdev.id = id;
@@ -882,11 +890,9 @@ static C_Status h_synchronize_device(const C_Device device) {
 
 static C_Status h_create_event(const C_Device device, C_Event* event) {
   DEV_OR_ERROR(device, id);
-  if (!event) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (rt_fault_hit(RT_FAULT_CREATE_EVENT)) return C_FAILED;
-  rt_event* e = calloc(1, sizeof(*e));
-  if (!e) return C_FAILED;
+  C_Status st;
+  rt_event* e = new_handle_object(event, RT_FAULT_CREATE_EVENT, sizeof(*e), &st);
+  if (!e) return st;
   e->magic = RT_EVENT_MAGIC;
   e->device = id;
   atomic_init(&e->refs, 1);

@@ -767,6 +767,21 @@ static void item_failed(rt_item* it) {
   }
 }
 
+/* An all_to_all item's half towards rank p: what it sends to p (K_SEND) or receives from p (K_RECV). */
+static part_args a2a_half(const rt_item* it, size_t p, int kind) {
+  if (kind == K_SEND)
+    return (part_args){.kind = K_SEND, .send = it->a2a_send[p], .count = it->a2a_send_count[p],
+                       .dtype = it->a2a_send_dtype[p]};
+  return (part_args){.kind = K_RECV, .recv = it->a2a_recv[p], .count = it->a2a_recv_count[p],
+                     .dtype = it->a2a_recv_dtype[p]};
+}
+
+/* A participation in the MPI transport's form: the arguments, the root or peer, the sequence number. */
+static rt_mpi_op mpi_op_of(part_args a, size_t peer, uint64_t seq) {
+  return (rt_mpi_op){.kind = a.kind, .send = a.send, .recv = a.recv, .count = a.count, .dtype = a.dtype,
+                     .op = a.op, .peer = peer, .seq = seq};
+}
+
 /* A batch of a communicator across processes: its items as MPI operations (all_to_all as send/recv pairs). */
 static void batch_run_mpi(rt_batch* b) {
   rt_comm* c = b->items[0].comm;
@@ -783,15 +798,7 @@ static void batch_run_mpi(rt_batch* b) {
       break;
     }
     if (it->kind != K_ALL_TO_ALL) {
-      rt_mpi_op* o = &ops[k++];
-      o->kind = it->kind;
-      o->send = it->a.send;
-      o->recv = it->a.recv;
-      o->count = it->a.count;
-      o->dtype = it->a.dtype;
-      o->op = it->a.op;
-      o->peer = it->kind == K_SEND || it->kind == K_RECV ? it->peer : it->a.root;
-      o->seq = it->seq;
+      ops[k++] = mpi_op_of(it->a, it->kind == K_SEND || it->kind == K_RECV ? it->peer : it->a.root, it->seq);
       continue;
     }
     size_t me = c->rank;
@@ -804,20 +811,8 @@ static void batch_run_mpi(rt_batch* b) {
     if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
     for (size_t p = 0; p < c->nranks; p++) {
       if (p == me) continue;
-      rt_mpi_op* s = &ops[k++];
-      s->kind = K_SEND;
-      s->send = it->a2a_send[p];
-      s->count = it->a2a_send_count[p];
-      s->dtype = it->a2a_send_dtype[p];
-      s->peer = p;
-      s->seq = it->a2a_send_seq[p];
-      rt_mpi_op* r = &ops[k++];
-      r->kind = K_RECV;
-      r->recv = it->a2a_recv[p];
-      r->count = it->a2a_recv_count[p];
-      r->dtype = it->a2a_recv_dtype[p];
-      r->peer = p;
-      r->seq = it->a2a_recv_seq[p];
+      ops[k++] = mpi_op_of(a2a_half(it, p, K_SEND), p, it->a2a_send_seq[p]);
+      ops[k++] = mpi_op_of(a2a_half(it, p, K_RECV), p, it->a2a_recv_seq[p]);
     }
   }
   int failed = 1;
@@ -878,12 +873,8 @@ static void batch_run(void* arg) {
           else if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
           continue;
         }
-        part_args sa = {.kind = K_SEND, .send = it->a2a_send[peer], .count = it->a2a_send_count[peer],
-                        .dtype = it->a2a_send_dtype[peer]};
-        part_args ra = {.kind = K_RECV, .recv = it->a2a_recv[peer], .count = it->a2a_recv_count[peer],
-                        .dtype = it->a2a_recv_dtype[peer]};
-        set_part(&parts[k++], q, x, 1, sa, it->a2a_send_seq[peer], me, peer, 0);
-        set_part(&parts[k++], q, x, 1, ra, it->a2a_recv_seq[peer], peer, me, 1);
+        set_part(&parts[k++], q, x, 1, a2a_half(it, peer, K_SEND), it->a2a_send_seq[peer], me, peer, 0);
+        set_part(&parts[k++], q, x, 1, a2a_half(it, peer, K_RECV), it->a2a_recv_seq[peer], peer, me, 1);
       }
     } else {
       set_part(&parts[k++], q, x, 0, it->a, it->seq, 0, 0, (int)me);
