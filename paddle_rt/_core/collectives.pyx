@@ -401,18 +401,25 @@ def _counts_value(counts, Communicator cm, what, where):
     return counts
 
 
+def _v_parts(counts, str counts_name, send, recv, Communicator cm, where, dname, isz, str whole):
+    """The parts of a variable-count collective: the checked counts, both buffers' addresses and the parts' byte
+    offsets in the `whole` buffer ("send" or "recv"), which must hold every part; the other holds this rank's."""
+    counts = _counts_value(counts, cm, counts_name, where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    part = "send" if whole == "recv" else "recv"
+    _need(ssize if whole == "send" else rsize, sum(counts), isz, whole, dname, where)
+    _need(ssize if part == "send" else rsize, counts[cm.rank], isz, part, dname, where)
+    return counts, sp, rp, [sum(counts[:r]) * isz for r in range(cm.nranks)]
+
+
 def all_gather_v(send, recv, recv_counts, comm=None, stream=None, dtype=None):
     """InfiniCCL's AllGatherV: rank r contributes ``recv_counts[r]`` elements (from the start of its ``send``);
     every rank's ``recv`` gets all parts one after another. Runs as this rank's part copied into place, then one
     broadcast per rank inside a group. Returns the list of Works (one per part)."""
     cdef Communicator cm
     cm, where, dname, cval, isz = _checked_start(comm, "all_gather_v", send, recv, dtype, False)
-    counts = _counts_value(recv_counts, cm, "recv_counts", where)
-    sp, ssize = _buffer(send, "send", cm, where)
-    rp, rsize = _buffer(recv, "recv", cm, where)
-    _need(rsize, sum(counts), isz, "recv", dname, where)
-    _need(ssize, counts[cm.rank], isz, "send", dname, where)
-    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    counts, sp, rp, offs = _v_parts(recv_counts, "recv_counts", send, recv, cm, where, dname, isz, "recv")
     s = current_stream(cm.device) if stream is None else stream
     if counts[cm.rank] and rp + offs[cm.rank] != sp:
         from paddle_rt._core.memcpy import memcpy_async
@@ -438,12 +445,7 @@ def reduce_scatter_v(send, recv, send_counts, op="sum", comm=None, stream=None, 
     cdef Communicator cm
     cm, where, dname, cval, isz = _checked_start(comm, "reduce_scatter_v", send, recv, dtype, True)
     opv = _op_value(op, where)
-    counts = _counts_value(send_counts, cm, "send_counts", where)
-    sp, ssize = _buffer(send, "send", cm, where)
-    rp, rsize = _buffer(recv, "recv", cm, where)
-    _need(ssize, sum(counts), isz, "send", dname, where)
-    _need(rsize, counts[cm.rank], isz, "recv", dname, where)
-    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    counts, sp, rp, offs = _v_parts(send_counts, "send_counts", send, recv, cm, where, dname, isz, "send")
     works = []
     with group():
         for r in range(cm.nranks):
