@@ -6,14 +6,10 @@ within one run, the two sides interleaved, and reported as the median over --rep
 """
 import argparse
 import json
-import os
 import sys
 
-try:
-    import paddle_rt
-except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    import paddle_rt
+import _checkout  # noqa: F401  (first: a checkout's in-place build when paddle_rt is not installed)
+import paddle_rt
 from paddle_rt.bench import allocator as alloc_bench
 
 

@@ -9,14 +9,10 @@ same size measured in the same run (numpy.copyto of a host buffer). Figures are 
 4-device run happens in a child process (RT_CPU_DEVICE_COUNT=4) whose results are printed in the same table form.
 """
 import argparse
-import os
 import sys
 
-try:
-    import paddle_rt
-except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    import paddle_rt
+import _checkout  # noqa: F401  (first: a checkout's in-place build when paddle_rt is not installed)
+import paddle_rt
 from paddle_rt.bench import ccl as ccl_bench
 
 

@@ -3,31 +3,14 @@
 
   python bench/bench_ops.py [--quick] [--reps N] [--json]
 """
-import argparse
-import json
-import os
-import sys
 
-try:
-    import paddle_rt
-except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    import paddle_rt
-
+import _checkout  # first: a checkout's in-place build when paddle_rt is not installed
 from paddle_rt.bench import ops as ops_bench
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions and iterations")
-    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 7, quick 3)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    rows = ops_bench.measure(args.quick, reps=args.reps)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    else:
-        print(ops_bench.format_rows(rows))
+    args = _checkout.quick_parser(7, 3, "iterations").parse_args()
+    _checkout.print_rows(ops_bench, ops_bench.measure(args.quick, reps=args.reps), args.json)
 
 
 if __name__ == "__main__":

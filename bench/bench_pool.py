@@ -3,32 +3,16 @@
 
   python bench/bench_pool.py [--quick] [--reps N] [--n N] [--json]
 """
-import argparse
-import json
-import os
-import sys
 
-try:
-    import paddle_rt
-except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    import paddle_rt
-
+import _checkout  # first: a checkout's in-place build when paddle_rt is not installed
 from paddle_rt.bench import pool as pool_bench
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions and iterations")
-    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 7, quick 3)")
+    ap = _checkout.quick_parser(7, 3, "iterations")
     ap.add_argument("--n", type=int, default=None, help="pairs per repetition (default 100000, quick 20000)")
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rows = pool_bench.measure(args.quick, reps=args.reps, n=args.n)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    else:
-        print(pool_bench.format_rows(rows))
+    _checkout.print_rows(pool_bench, pool_bench.measure(args.quick, reps=args.reps, n=args.n), args.json)
 
 
 if __name__ == "__main__":

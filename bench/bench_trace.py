@@ -20,11 +20,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-try:
-    import paddle_rt
-except ImportError:     # running from a checkout with an in-place build (python setup.py build_ext --inplace)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    import paddle_rt
+import _checkout  # noqa: F401  (first: a checkout's in-place build when paddle_rt is not installed)
+import paddle_rt
 from paddle_rt._core import trace
 from paddle_rt.bench import _alloc_kernels as B, _stream_kernels as CB
 

@@ -57,6 +57,21 @@ class Stats:
         with self.lock:
             self.wrong.append(what)
 
+    def check_filled(self, what, ops, h, v):
+        """Count ops operations and one check: every byte of the host copy h is v (else a wrong result)."""
+        self.add(ops=ops, checks=1)
+        if not (h == v).all():
+            self.bad(f"{what} read {np.unique(h)[:4]} not {v}")
+
+
+def _drain(*streams):
+    """Wait for the streams, whatever state a failure left them in."""
+    for s in streams:
+        try:
+            s.synchronize()
+        except E.PaddleRTError:
+            pass
+
 
 def _sync_all(*streams):
     err = None
@@ -91,9 +106,7 @@ def victim(st, stop, rng, cap):
             b = paddle_rt.malloc_async(n, s)
             paddle_rt.memset_async(b, v2, stream=s)
             _sync_all(s, t)
-            st.add(ops=10, checks=1)
-            if not (h == v1).all():
-                st.bad(f"victim n={n}: copy read {np.unique(h)[:4]} not {v1}")
+            st.check_filled(f"victim n={n}: copy", 10, h, v1)
         except (E.PaddleRTError, MemoryError) as exc:
             st.error(exc)
         finally:
@@ -128,16 +141,11 @@ def small(st, stop, rng, cap):
                 paddle_rt.memcpy_async(h, a, stream=s)
                 paddle_rt.free_async(a, s)
                 s.synchronize()
-                st.add(ops=3, checks=1)
-                if not (h == v).all():
-                    st.bad(f"small n={n}: read {np.unique(h)[:4]} not {v}")
+                st.check_filled(f"small n={n}:", 3, h, v)
             st.add(ops=2)
         except (E.PaddleRTError, MemoryError) as exc:
             st.error(exc)
-            try:
-                s.synchronize()
-            except E.PaddleRTError:
-                pass
+            _drain(s)
             # a failed memset/copy: the values of the held blocks are unknown now; free them all
             for a, _, _ in held:
                 paddle_rt.free_async(a, s)
@@ -189,9 +197,7 @@ def churn(st, stop, rng, cap):
             finally:
                 paddle_rt.free_async(a, s)
             s.synchronize()
-            st.add(ops=5, checks=1)
-            if not (h == v).all():
-                st.bad(f"churn n={n}: read {np.unique(h)[:4]} not {v}")
+            st.check_filled(f"churn n={n}:", 5, h, v)
         except (E.PaddleRTError, MemoryError) as exc:
             st.error(exc)
         finally:
@@ -219,11 +225,18 @@ def operators(st, stop, rng, cap):
                 st.bad(f"ops n={n}: mismatch")
         except (E.PaddleRTError, MemoryError) as exc:
             st.error(exc)
-            try:
-                s.synchronize()
-            except E.PaddleRTError:
-                pass
+            _drain(s)
     s.close()
+
+
+def _drop_comms(comms, streams):
+    """Destroy the communicators and drain their streams, whatever state a failed collective left them in."""
+    for c in comms:
+        try:
+            c.destroy()
+        except E.PaddleRTError:
+            pass
+    _drain(*streams)
 
 
 def collectives(st, stop, rng, cap):
@@ -252,16 +265,7 @@ def collectives(st, stop, rng, cap):
         except (E.PaddleRTError, MemoryError) as exc:
             st.error(exc)
             if isinstance(exc, E.CollectiveError):       # the communicators are in error: start afresh
-                for c in comms:
-                    try:
-                        c.destroy()
-                    except E.PaddleRTError:
-                        pass
-                for s in streams:
-                    try:
-                        s.synchronize()
-                    except E.PaddleRTError:
-                        pass
+                _drop_comms(comms, streams)
                 try:
                     comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
                 except E.PaddleRTError as exc2:
@@ -269,16 +273,8 @@ def collectives(st, stop, rng, cap):
                     break
         finally:
             del bufs
-    for c in comms:
-        try:
-            c.destroy()
-        except E.PaddleRTError:
-            pass
+    _drop_comms(comms, streams)
     for s in streams:
-        try:
-            s.synchronize()
-        except E.PaddleRTError:
-            pass
         s.close()
 
 

@@ -20,6 +20,7 @@ from paddle_rt import plugins
 from paddle_rt._core import alloc_config
 
 from conftest import TRACES, TRACES_MISSING, run_python_code, include_dir
+from memory_helpers import clean_allocator
 
 MiB = 1 << 20
 
@@ -39,18 +40,7 @@ def dev1():
 @pytest.fixture
 def d1():
     """rt_cpu:1 with a clean allocator (nothing live, nothing cached, default configuration) before and after."""
-    d = dev1()
-    a = paddle_rt.get_allocator(d)
-    gc.collect()
-    a.empty_cache()
-    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
-    assert paddle_rt.memory_reserved(d) == 0, "a previous test leaked memory on rt_cpu:1"
-    a.reset_accumulated_stats()
-    a.reset_peak_stats()
-    yield d
-    gc.collect()
-    a.empty_cache()
-    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
+    yield from clean_allocator(dev1())
 
 
 def check_consistent(d):

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -50,32 +51,31 @@ def ok_ranks(out, scenario):
     return sorted(int(m.group(1)) for m in re.finditer(rf"RANK (\d+) OK {scenario}(?![a-z_])", out))
 
 
+def run_all_ok(n, scenario, env=None):
+    """Run scenario on n ranks: every rank prints its OK line and mpiexec exits 0. Returns the output."""
+    rc, out = run_ranks(n, scenario, env=env)
+    assert rc == 0, out
+    assert ok_ranks(out, scenario) == list(range(n)), out
+    return out
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_collective_and_dtype_against_numpy(n):
-    rc, out = run_ranks(n, "ops")
-    assert rc == 0, out
-    assert ok_ranks(out, "ops") == list(range(n)), out
+    run_all_ok(n, "ops")
 
 
 def test_over_tcp_without_shared_memory():
     """MPICH's shared-memory path off: the bytes cross the TCP stack as between machines."""
-    rc, out = run_ranks(2, "ops", env={"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi",
-                                       "FI_PROVIDER": "tcp"})
-    assert rc == 0, out
-    assert ok_ranks(out, "ops") == [0, 1], out
+    run_all_ok(2, "ops", env={"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"})
 
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_ordering_with_copies_on_the_same_stream(n):
-    rc, out = run_ranks(n, "order")
-    assert rc == 0, out
-    assert ok_ranks(out, "order") == list(range(n)), out
+    run_all_ok(n, "order")
 
 
 def test_mismatched_counts_dtypes_roots_raise_collective_error():
-    rc, out = run_ranks(2, "mismatch", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"})
-    assert rc == 0, out
-    assert ok_ranks(out, "mismatch") == [0, 1], out
+    out = run_all_ok(2, "mismatch", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"})
     assert "count ranges from 8 to 16" in out
     assert "root ranges from 0 to 1" in out
     # dtypes by name, not by their C_DataType numbers (int32 = 8, float32 = 11)
@@ -101,9 +101,7 @@ def test_rank_that_dies_is_named_and_survivors_keep_running(n):
 def test_two_groups_of_a_split_run_different_collectives_on_tensors():
     """COMM_WORLD.Split into two groups (all_reduce in one, all_gather + broadcast in the other, at the same time),
     plus Dup and Create_group communicators: MPICH's handles of these are negative ints (0x84000002)."""
-    rc, out = run_ranks(4, "groups", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"})
-    assert rc == 0, out
-    assert ok_ranks(out, "groups") == [0, 1, 2, 3], out
+    run_all_ok(4, "groups", env={"RT_CPU_CCL_TIMEOUT_MS": "20000"})
 
 
 @pytest.mark.parametrize("absent", [1, 0])
@@ -118,9 +116,7 @@ def test_rank_that_never_calls_from_mpi_is_named(absent):
 
 
 def test_wait_timeout_across_processes_asks_the_peers():
-    rc, out = run_ranks(3, "wait_timeout", env={"RT_CPU_CCL_TIMEOUT_MS": "30000"})
-    assert rc == 0, out
-    assert ok_ranks(out, "wait_timeout") == [0, 1, 2], out
+    out = run_all_ok(3, "wait_timeout", env={"RT_CPU_CCL_TIMEOUT_MS": "30000"})
     assert out.count("asked over MPI: rank(s) 2 had not reached collective #0") == 2, out
 
 
@@ -204,32 +200,28 @@ def test_single_process_communicator_and_bad_arguments(run_python):
     assert rc == 0 and "FINE" in out, out
 
 
-def test_mpi_without_thread_multiple_is_refused(run_python):
-    rc, out = _child(run_python, """
-        import mpi4py
-        mpi4py.rc.thread_level = "serialized"
+def _from_mpi_refused(run_python, error, text, thread_level=None, env=None):
+    """In a child (mpi4py at thread_level when given): Communicator.from_mpi() raises paddle_rt's error with text in
+    its message. Returns the child's output."""
+    setup = f"import mpi4py; mpi4py.rc.thread_level = {thread_level!r}\n" if thread_level else ""
+    rc, out = _child(run_python, setup + textwrap.dedent(f"""
         from mpi4py import MPI
-        from paddle_rt import ccl
-        from paddle_rt import NotSupportedError
+        from paddle_rt import ccl, {error}
         try:
             ccl.Communicator.from_mpi()
-        except NotSupportedError as e:
-            assert "MPI_THREAD_MULTIPLE" in str(e), e
+        except {error} as e:
+            assert {text!r} in str(e), e
             print("FINE")
-    """)
+    """), env=env)
     assert rc == 0 and "FINE" in out, out
+    return out
+
+
+def test_mpi_without_thread_multiple_is_refused(run_python):
+    _from_mpi_refused(run_python, "NotSupportedError", "MPI_THREAD_MULTIPLE", thread_level="serialized")
 
 
 def test_unloadable_mpi_library_is_a_clear_plugin_error(run_python):
-    rc, out = _child(run_python, """
-        from mpi4py import MPI
-        from paddle_rt import ccl
-        from paddle_rt import PluginError
-        try:
-            ccl.Communicator.from_mpi()
-        except PluginError as e:
-            assert "paddle_rt_ext_ccl_comm_init_rank_mpi" in str(e), e
-            print("FINE")
-    """, env={"PADDLE_RT_MPI_LIBRARY": "/nonexistent/libmpi.so.12"})
-    assert rc == 0 and "FINE" in out, out
+    out = _from_mpi_refused(run_python, "PluginError", "paddle_rt_ext_ccl_comm_init_rank_mpi",
+                            env={"PADDLE_RT_MPI_LIBRARY": "/nonexistent/libmpi.so.12"})
     assert "PADDLE_RT_MPI_LIBRARY=/nonexistent/libmpi.so.12 cannot be loaded" in out, out

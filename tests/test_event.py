@@ -7,6 +7,8 @@ import pytest
 import paddle_rt
 from paddle_rt import Stream, Event, StreamError, InvalidArgument
 
+from stream_helpers import assert_wait_orders_streams, run_with_held_stream
+
 
 def test_unrecorded_event_is_complete_and_has_no_handle():
     e = Event()
@@ -62,20 +64,12 @@ def test_rerecord_tracks_latest_record():
 
 
 def test_event_wait_orders_streams():
-    a, b = Stream(), Stream()
-    out = []
-    gate = threading.Event()
-    a.add_callback(gate.wait, 30)
-    a.add_callback(out.append, "a")
-    e = Event()
-    e.record(a)
-    e.wait(b)
-    b.add_callback(out.append, "b")
-    gate.set()
-    b.synchronize()
-    assert out == ["a", "b"]
-    a.close()
-    b.close()
+    def join(a, b):
+        e = Event()
+        e.record(a)
+        e.wait(b)
+
+    assert_wait_orders_streams(join)
 
 
 @pytest.mark.smoke
@@ -156,12 +150,8 @@ def test_event_outlives_streams_and_queued_waits():
     b.close()
 
 
-def test_ctrl_c_interrupts_event_synchronize(run_python):
-    res = run_python("""
-        import os, signal, threading, paddle_rt
-        s = paddle_rt.Stream()
-        gate = threading.Event()
-        s.add_callback(gate.wait, 60)
+def test_ctrl_c_interrupts_event_synchronize():
+    res = run_with_held_stream("""
         e = paddle_rt.Event(blocking=True)
         e.record(s)
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()

@@ -12,10 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
-pytest.importorskip("ml_dtypes")
+from llama_example_helpers import EXAMPLE_DIR, torch, transformers  # skips the module without the examples extra
 
 import paddle_rt  # noqa: E402
 
@@ -23,10 +20,7 @@ from conftest import package_parent  # noqa: E402
 
 pytestmark = pytest.mark.examples
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE_DIR = os.path.join(REPO_ROOT, "examples", "llama")
 GENERATE = os.path.join(EXAMPLE_DIR, "generate.py")
-sys.path.insert(0, EXAMPLE_DIR)
 
 import generate as cli  # noqa: E402
 import llama_checkpoint  # noqa: E402

@@ -12,18 +12,11 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
-pytest.importorskip("ml_dtypes")
+from llama_example_helpers import EXAMPLE_DIR, torch, transformers  # skips the module without the examples extra
 
 from conftest import package_parent  # noqa: E402
 
 pytestmark = pytest.mark.examples
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE_DIR = os.path.join(REPO_ROOT, "examples", "llama")
-sys.path.insert(0, EXAMPLE_DIR)
 
 import generate as cli  # noqa: E402
 import llama_checkpoint  # noqa: E402

@@ -11,6 +11,8 @@ import paddle_rt
 from paddle_rt import plugins
 from paddle_rt._core import alloc_config
 
+from memory_helpers import clean_allocator
+
 MiB = 1 << 20
 G = 2 * MiB          # rt_cpu's default granularity
 
@@ -25,18 +27,7 @@ def _lib():
 @pytest.fixture
 def dev():
     """rt_cpu:1 with a clean allocator; the test sets the mode."""
-    d = paddle_rt.device("rt_cpu:1")
-    a = paddle_rt.get_allocator(d)
-    gc.collect()
-    a.empty_cache()
-    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
-    assert paddle_rt.memory_reserved(d) == 0
-    a.reset_accumulated_stats()
-    a.reset_peak_stats()
-    yield d
-    gc.collect()
-    a.empty_cache()
-    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
+    yield from clean_allocator(paddle_rt.device("rt_cpu:1"))
 
 
 def on(d, **kw):

@@ -8,15 +8,13 @@ import pytest
 import paddle_rt
 from paddle_rt import Stream, InvalidArgument, StreamError
 
+from memory_helpers import give_memory_back
+
 
 @pytest.fixture(autouse=True)
 def _give_memory_back():
-    """Leave the devices' caches as found: other test modules measure the allocators from a clean state."""
     yield
-    import gc
-    gc.collect()
-    for d in ("rt_cpu:0", "rt_cpu:1"):
-        paddle_rt.empty_cache(d)
+    give_memory_back()
 
 
 N = 4096

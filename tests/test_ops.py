@@ -8,6 +8,8 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 import paddle_rt
 from paddle_rt import ops
 
+from stream_helpers import assert_operand_outlives_other_stream
+
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -419,22 +421,15 @@ def test_ops_order_with_copies_and_events_on_two_streams(rng):
 
 def test_output_memory_is_not_reused_before_another_stream_read_it(rng):
     """An input used on another stream stays allocated until that stream ran the op (record_stream)."""
-    dev = paddle_rt.get_device()
-    s1, s2 = paddle_rt.Stream(dev), paddle_rt.Stream(dev)
-    gate = __import__("threading").Event()
-    s2.add_callback(gate.wait, 10)                    # s2 is blocked
-    x = paddle_rt.tensor(np.full(1024, 3.0, np.float32), stream=s1)
-    s1.synchronize()
-    y = ops.add(x, x, stream=s2)                       # queued behind the gate
-    del x                                              # its memory must not be handed out before s2 ran the add
-    junk = [ops.mul(paddle_rt.tensor(np.zeros(1024, np.float32), stream=s1),
-                    paddle_rt.tensor(np.zeros(1024, np.float32), stream=s1), stream=s1) for _ in range(4)]
-    s1.synchronize()
-    gate.set()
-    np.testing.assert_array_equal(y.numpy(), np.full(1024, 6.0))
-    del junk
-    s1.close()
-    s2.close()
+    def use(x, s1, s2):
+        s1.synchronize()
+        return ops.add(x, x, stream=s2)                # queued behind s2's gate
+
+    def churn(s1):
+        return [ops.mul(paddle_rt.tensor(np.zeros(1024, np.float32), stream=s1),
+                        paddle_rt.tensor(np.zeros(1024, np.float32), stream=s1), stream=s1) for _ in range(4)]
+
+    assert_operand_outlives_other_stream(use, churn)
 
 
 def test_ops_appear_in_the_profiler(rng):

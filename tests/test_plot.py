@@ -1,6 +1,5 @@
 """paddle_rt/tools/plot.py: reading snapshots, Chrome traces and RMM logs into timelines and segment maps, the
 drawing (a real PNG), the ``plot`` command and its errors, and the message when matplotlib (the extra) is missing."""
-import gzip
 import json
 import os
 import subprocess
@@ -11,6 +10,7 @@ import pytest
 import paddle_rt
 from paddle_rt._core.errors import InvalidArgument
 from paddle_rt.tools import plot
+from trace_helpers import write_text, write_trace
 
 MiB = 1 << 20
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
@@ -75,21 +75,7 @@ def make_chrome_trace():
 
 
 def write_json(path, obj, gz=False):
-    text = json.dumps(obj)
-    if gz:
-        with gzip.open(path, "wt") as f:
-            f.write(text)
-    else:
-        path.write_text(text)
-    return str(path)
-
-
-def write_log(path, events):
-    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
-    for i, (act, ptr, size) in enumerate(events):
-        lines.append(f"0,{i * 0.001:.6f},{act},0x{ptr:x},{size},0")
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+    return write_text(path, json.dumps(obj), gz)
 
 
 LOG = [("allocate", 0x1000, 3 * MiB), ("allocate", 0x2000, 100), ("free", 0x1000, 3 * MiB),
@@ -181,7 +167,7 @@ def test_missing_file_and_unknown_device(tmp_path):
 
 def test_rmm_log_is_replayed_with_a_per_event_timeline(tmp_path):
     before = paddle_rt.memory_reserved("rt_cpu:1")
-    data = plot.load_memory_data(write_log(tmp_path / "log.csv", LOG), device="rt_cpu:1", conf="growth:exact")
+    data = plot.load_memory_data(write_trace(tmp_path / "log.csv", LOG), device="rt_cpu:1", conf="growth:exact")
     assert data["kind"] == "rmm_trace"
     d = data["devices"][0]
     assert d["device"] == "rt_cpu:1" and d["time_unit"] == "event"
@@ -242,7 +228,7 @@ def test_plot_command(tmp_path, capsys):
     trace = write_json(tmp_path / "t.json", make_chrome_trace())
     assert main(["plot", trace, "-o", str(tmp_path / "t.png"), "--device", "rt_cpu:1"]) == 0
     assert_png(tmp_path / "t.png")
-    log = write_log(tmp_path / "log.csv", LOG)
+    log = write_trace(tmp_path / "log.csv", LOG)
     assert main(["plot", log, "-o", str(tmp_path / "l.svg"), "--device", "rt_cpu:1", "--no-progress"]) == 0
     assert (tmp_path / "l.svg").read_text().lstrip().startswith("<?xml")
     # errors: exit status 2 and one line naming the problem, no traceback
@@ -270,7 +256,7 @@ def test_missing_matplotlib_names_the_extra(tmp_path):
     assert r.returncode == 2, r.stderr
     assert 'pip install "paddle_rt[plot]"' in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o.png").exists()
-    r = _blocked("matplotlib", ["replay", write_log(tmp_path / "log.csv", LOG), "--no-min-capacity",
+    r = _blocked("matplotlib", ["replay", write_trace(tmp_path / "log.csv", LOG), "--no-min-capacity",
                                 "--plot", str(tmp_path / "r.png")])
     assert r.returncode == 2 and 'pip install "paddle_rt[plot]"' in r.stderr and "Traceback" not in r.stderr
 

@@ -28,6 +28,16 @@ def registry_snapshot():
     return [p.path for p in paddle_rt.list_plugins()], list(paddle_rt.device_types())
 
 
+def refused_load(path, error):
+    """Load path expecting error, whose message names the path; the registry is left as it was. Returns the error."""
+    before = registry_snapshot()
+    with pytest.raises(error) as info:
+        paddle_rt.load_plugin(path)
+    assert str(path) in str(info.value)
+    assert registry_snapshot() == before
+    return info.value
+
+
 # -- the handshake and the Plugin object ------------------------------------------------------------------------------
 def test_required_hooks_are_abi_order():
     assert tuple(paddle_rt.REQUIRED_HOOKS) == REQUIRED
@@ -103,17 +113,13 @@ def test_version_rule(build_plugin, version, accepted):
     if accepted:
         assert paddle_rt.load_plugin(so).version == version
         return
-    before = registry_snapshot()
-    with pytest.raises(PluginVersionError) as info:
-        paddle_rt.load_plugin(so)
+    err = refused_load(so, PluginVersionError)
     number = version[0] * 10000 + version[1] * 100 + version[2]
-    msg = str(info.value)
-    assert str(so) in msg
+    msg = str(err)
     assert "%d.%d.%d (%d)" % (*version, number) in msg
     assert "0.1.1 (101)" in msg
-    assert info.value.plugin_version == version
-    assert tuple(info.value.host_version) == (0, 1, 1)
-    assert registry_snapshot() == before
+    assert err.plugin_version == version
+    assert tuple(err.host_version) == (0, 1, 1)
     assert name not in paddle_rt.device_types()
 
 
@@ -127,23 +133,15 @@ def test_error_types_are_plugin_load_errors():
 
 def test_missing_file(tmp_path):
     path = tmp_path / "nowhere" / "absent.so"
-    before = registry_snapshot()
-    with pytest.raises(PluginNotFoundError) as info:
-        paddle_rt.load_plugin(path)
-    assert str(path) in str(info.value)
-    assert info.value.path == str(path)
-    assert registry_snapshot() == before
+    err = refused_load(path, PluginNotFoundError)
+    assert err.path == str(path)
 
 
 @pytest.mark.smoke
 def test_text_file_named_so(tmp_path):
     path = tmp_path / "x.so"
     path.write_text("this is not a shared library\n")
-    before = registry_snapshot()
-    with pytest.raises(NotASharedLibraryError) as info:
-        paddle_rt.load_plugin(path)
-    assert str(path) in str(info.value)
-    assert registry_snapshot() == before
+    refused_load(path, NotASharedLibraryError)
 
 
 def test_empty_file_and_directory(tmp_path):
@@ -161,12 +159,8 @@ def test_empty_file_and_directory(tmp_path):
 @pytest.mark.smoke
 def test_library_without_init_plugin(build_plugin):
     so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_noentry"), "NO_ENTRY": None})
-    before = registry_snapshot()
-    with pytest.raises(MissingEntryPointError) as info:
-        paddle_rt.load_plugin(so)
-    assert str(so) in str(info.value)
-    assert "InitPlugin" in str(info.value)
-    assert registry_snapshot() == before
+    err = refused_load(so, MissingEntryPointError)
+    assert "InitPlugin" in str(err)
 
 
 def test_ordinary_shared_library_is_not_a_plugin():
@@ -180,12 +174,8 @@ def test_ordinary_shared_library_is_not_a_plugin():
 
 def test_plugin_that_refuses(build_plugin):
     so = build_plugin("variant", {"DEVICE_TYPE": dtype("tp_refuse"), "REFUSE": None})
-    before = registry_snapshot()
-    with pytest.raises(PluginRefusedError) as info:
-        paddle_rt.load_plugin(so)
-    assert str(so) in str(info.value)
-    assert "device_type" in str(info.value)
-    assert registry_snapshot() == before
+    err = refused_load(so, PluginRefusedError)
+    assert "device_type" in str(err)
     assert "tp_refuse" not in paddle_rt.device_types()
 
 
@@ -194,13 +184,9 @@ def test_plugin_that_refuses(build_plugin):
 def test_each_required_hook_missing(build_plugin, hook):
     name = f"tp_miss_{hook}"
     so = build_plugin("variant", {"DEVICE_TYPE": dtype(name), "MISSING": hook})
-    before = registry_snapshot()
-    with pytest.raises(MissingHookError) as info:
-        paddle_rt.load_plugin(so)
-    assert info.value.hook == hook
-    assert hook in str(info.value)
-    assert str(so) in str(info.value)
-    assert registry_snapshot() == before
+    err = refused_load(so, MissingHookError)
+    assert err.hook == hook
+    assert hook in str(err)
     assert name not in paddle_rt.device_types()
 
 
@@ -247,13 +233,10 @@ def test_duplicate_device_type(build_plugin):
     first = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_dup")})
     second = build_plugin("minimal", {"DEVICE_TYPE": dtype("tp_dup"), "NDEV": 2})
     p = paddle_rt.load_plugin(first)
-    before = registry_snapshot()
-    with pytest.raises(DuplicateDeviceTypeError) as info:
-        paddle_rt.load_plugin(second)
-    msg = str(info.value)
+    err = refused_load(second, DuplicateDeviceTypeError)
+    msg = str(err)
     assert str(second) in msg and "tp_dup" in msg and p.path in msg
-    assert info.value.device_type == "tp_dup"
-    assert registry_snapshot() == before
+    assert err.device_type == "tp_dup"
     assert paddle_rt.load_plugin(first) is p
 
 
@@ -499,11 +482,7 @@ def test_plugins_module_after_a_bare_import(run_python):
 
 def test_empty_device_type_is_refused(build_plugin):
     so = build_plugin("minimal", {"DEVICE_TYPE": '""'})
-    before = registry_snapshot()
-    with pytest.raises(PluginRefusedError) as info:
-        paddle_rt.load_plugin(so)
-    assert str(so) in str(info.value)
-    assert registry_snapshot() == before
+    refused_load(so, PluginRefusedError)
     assert "" not in paddle_rt.device_types()
 
 

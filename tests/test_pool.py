@@ -8,6 +8,8 @@ import pytest
 import paddle_rt
 from paddle_rt import MemPool, malloc_async, free_async, InvalidArgument, OutOfMemoryError
 
+from memory_helpers import GatedReader, run_workers, two_streams
+
 N = 4096
 ORIG = 0x5A
 POISON = 0xEE
@@ -24,26 +26,7 @@ def only(**on):
 
 @pytest.fixture
 def streams():
-    a, b = paddle_rt.Stream(), paddle_rt.Stream()
-    yield a, b
-    a.synchronize()
-    b.synchronize()
-    a.close()
-    b.close()
-
-
-class Reader:
-    """A gated host callback on a stream: when released it reads the buffer (the stream's pending work)."""
-
-    def __init__(self, stream, ptr, nbytes=N):
-        self.gate = threading.Event()
-        self.seen = None
-        self.ptr, self.nbytes = ptr, nbytes
-        stream.add_callback(self._run)
-
-    def _run(self):
-        assert self.gate.wait(20)
-        self.seen = ctypes.string_at(self.ptr, self.nbytes)
+    yield from two_streams()
 
 
 def fill(a, value):
@@ -54,7 +37,7 @@ def test_same_stream_reuse_is_immediate(streams):
     a, _ = streams
     pool = MemPool(**ALL_OFF)
     x = pool.malloc_async(N, a)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, a)
     y = pool.malloc_async(N, a)          # ordered after the reader on a: same memory at once
@@ -69,7 +52,7 @@ def _race(pool, a, b, prepare_b=None):
     Returns (same memory?, what a's pending work read)."""
     x = pool.malloc_async(N, a)
     fill(x, ORIG)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, a)
     if prepare_b is not None:
@@ -86,18 +69,24 @@ def _race(pool, a, b, prepare_b=None):
     return same
 
 
-def test_all_policies_off_no_cross_stream_reuse_until_host_sync(streams):
-    a, b = streams
-    pool = MemPool(**ALL_OFF)
-    assert not _race(pool, a, b)
-    # completed but not seen by the host: still not reusable by b
+def _free_after_work_then_malloc_on_other(pool, a, b):
+    """Free a block on a behind work that may use it; once a completed (not synchronized by the host), allocate the
+    same size on b. Returns the freed block's address and b's block."""
     x = pool.malloc_async(N, a)
     p = x.ptr
     a.add_callback(lambda: None)          # work on a that may use x
     pool.free_async(x, a)
     while not a.query():
         pass
-    y = pool.malloc_async(N, b)
+    return p, pool.malloc_async(N, b)
+
+
+def test_all_policies_off_no_cross_stream_reuse_until_host_sync(streams):
+    a, b = streams
+    pool = MemPool(**ALL_OFF)
+    assert not _race(pool, a, b)
+    # completed but not seen by the host: still not reusable by b
+    p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr != p
     a.synchronize()                       # the host saw the free: now b may take it
     z = pool.malloc_async(N, b)
@@ -152,7 +141,7 @@ def test_follow_event_needs_an_event_after_the_free(streams):
     x = pool.malloc_async(N, a)
     e.record(a)                           # before the last use and the free
     b.wait_event(e)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, a)
     y = pool.malloc_async(N, b)
@@ -165,13 +154,7 @@ def test_opportunistic_on(streams):
     a, b = streams
     pool = MemPool(**only(reuse_allow_opportunistic=True))
     assert not _race(pool, a, b)          # the free had not completed when b allocated
-    x = pool.malloc_async(N, a)
-    p = x.ptr
-    a.add_callback(lambda: None)          # work on a that may use x
-    pool.free_async(x, a)
-    while not a.query():                  # completed, not synchronized by the host
-        pass
-    y = pool.malloc_async(N, b)
+    p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr == p
     assert pool.stats()["reuse_opportunistic"] >= 1
     pool.free_async(y)
@@ -180,15 +163,20 @@ def test_opportunistic_on(streams):
 def test_opportunistic_off(streams):
     a, b = streams
     pool = MemPool(**only(reuse_follow_event_dependencies=True))
-    x = pool.malloc_async(N, a)
-    p = x.ptr
-    a.add_callback(lambda: None)          # work on a that may use x
-    pool.free_async(x, a)
-    while not a.query():
-        pass
-    y = pool.malloc_async(N, b)
+    p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr != p
     pool.free_async(y)
+
+
+def _reused_once_ran(pool, r, ran, stream, p, y):
+    """Release the reader r and synchronize its stream `ran`: the block at p is handed out again on `stream`. Frees
+    that block and y."""
+    r.gate.set()
+    ran.synchronize()
+    z = pool.malloc_async(N, stream)
+    assert z.ptr == p
+    pool.free_async(y)
+    pool.free_async(z)
 
 
 def test_record_stream_defers_reuse_even_on_the_same_stream(streams):
@@ -196,37 +184,27 @@ def test_record_stream_defers_reuse_even_on_the_same_stream(streams):
     pool = MemPool(**ALL_OFF)
     x = pool.malloc_async(N, a)
     fill(x, ORIG)
-    r = Reader(c, x.ptr)                  # c uses x
+    r = GatedReader(c, x.ptr, N)                  # c uses x
     x.record_stream(c)
     p = x.ptr
     pool.free_async(x, a)
     y = pool.malloc_async(N, a)
     assert y.ptr != p                     # c has not passed the free yet
     paddle_rt.memset_async(y, POISON, stream=a)
-    r.gate.set()
-    c.synchronize()
+    _reused_once_ran(pool, r, c, a, p, y)
     assert r.seen == bytes([ORIG]) * N
-    z = pool.malloc_async(N, a)
-    assert z.ptr == p
-    pool.free_async(y)
-    pool.free_async(z)
 
 
 def test_free_on_another_stream_waits_for_the_allocating_stream(streams):
     a, b = streams
     pool = MemPool(**only(reuse_allow_opportunistic=True))
     x = pool.malloc_async(N, a)
-    r = Reader(a, x.ptr)
+    r = GatedReader(a, x.ptr, N)
     p = x.ptr
     pool.free_async(x, b)                 # ordered on b, but a's pending work still uses it
     y = pool.malloc_async(N, b)
     assert y.ptr != p
-    r.gate.set()
-    a.synchronize()
-    z = pool.malloc_async(N, b)
-    assert z.ptr == p
-    pool.free_async(y)
-    pool.free_async(z)
+    _reused_once_ran(pool, r, a, b, p, y)
 
 
 def test_errors(streams):
@@ -282,7 +260,7 @@ def test_stats_trim_and_threshold(streams):
     pool.reset_peak()
     assert pool.stats()["used_mem_high"] == 0
     y = pool.malloc_async(N, a)
-    r = Reader(a, y.ptr)
+    r = GatedReader(a, y.ptr, N)
     pool.free_async(y, a)                 # its free has not completed: trim_to never touches it
     left = pool.trim_to(0)
     assert left == y.ptr - y.ptr + pool.stats()["cached"] and left >= N
@@ -656,34 +634,26 @@ def test_pool_does_not_keep_dropped_streams_alive():
 
 def test_threads_share_a_pool():
     pool = MemPool()
-    errors = []
 
     def worker(k):
-        try:
-            s = paddle_rt.Stream()
-            other = []
-            for i in range(300):
-                a = pool.malloc_async(256 * (1 + (i + k) % 4), s)
-                fill(a, k)
-                other.append(a)
-                if len(other) > 3:
-                    b = other.pop(0)
-                    assert ctypes.string_at(b.ptr, b.size) == bytes([k]) * b.size
-                    pool.free_async(b, s)
-                if i % 50 == 0:
-                    s.synchronize()
-            for b in other:
+        s = paddle_rt.Stream()
+        other = []
+        for i in range(300):
+            a = pool.malloc_async(256 * (1 + (i + k) % 4), s)
+            fill(a, k)
+            other.append(a)
+            if len(other) > 3:
+                b = other.pop(0)
+                assert ctypes.string_at(b.ptr, b.size) == bytes([k]) * b.size
                 pool.free_async(b, s)
-            s.synchronize()
-            s.close()
-        except BaseException as e:   # noqa: BLE001
-            errors.append(e)
+            if i % 50 == 0:
+                s.synchronize()
+        for b in other:
+            pool.free_async(b, s)
+        s.synchronize()
+        s.close()
 
-    ts = [threading.Thread(target=worker, args=(k + 1,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    errors = run_workers(worker)
     assert not errors, errors
     assert pool.stats()["used_mem_current"] == 0
     assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0

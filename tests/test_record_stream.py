@@ -12,6 +12,7 @@ from paddle_rt import InvalidArgument
 from paddle_rt import plugins
 from paddle_rt._core.allocation import _deferred_frees_pending
 from conftest import run_python_code
+from memory_helpers import GatedReader, run_workers, two_streams
 
 N = 1 << 16
 ORIG = 0x5A
@@ -20,27 +21,7 @@ POISON = 0xEE
 
 @pytest.fixture
 def streams():
-    a, b = paddle_rt.Stream(), paddle_rt.Stream()
-    yield a, b
-    for s in (a, b):
-        if not s.closed:
-            s.synchronize()
-            s.close()
-
-
-class Gate:
-    """A host callback on a stream that blocks the stream until released, then reads `nbytes` at `ptr`."""
-
-    def __init__(self, stream, ptr=0, nbytes=0):
-        self.event = threading.Event()
-        self.seen = None
-        self.ptr, self.nbytes = ptr, nbytes
-        stream.add_callback(self._run)
-
-    def _run(self):
-        assert self.event.wait(20)
-        if self.ptr:
-            self.seen = ctypes.string_at(self.ptr, self.nbytes)
+    yield from two_streams()
 
 
 def test_malloc_belongs_to_the_current_stream(streams):
@@ -70,7 +51,7 @@ def test_record_stream_defers_reuse_until_the_stream_passed_the_free(streams):
     a, b = streams
     x = paddle_rt.malloc(N)
     ctypes.memset(x.ptr, ORIG, N)
-    g = Gate(b, x.ptr, N)                      # b's pending work reads x
+    g = GatedReader(b, x.ptr, N)                      # b's pending work reads x
     x.record_stream(b)
     assert x.recorded == (b,)
     p = x.ptr
@@ -79,7 +60,7 @@ def test_record_stream_defers_reuse_until_the_stream_passed_the_free(streams):
     y = paddle_rt.malloc(N)                    # same stream, same size: must not get x's memory yet
     assert y.ptr != p
     ctypes.memset(y.ptr, POISON, N)
-    g.event.set()
+    g.gate.set()
     b.synchronize()                            # b ran the reader, then the deferred free
     assert g.seen == bytes([ORIG]) * N
     assert _deferred_frees_pending() == 0
@@ -93,12 +74,12 @@ def test_without_record_stream_the_block_is_reused_at_once(streams):
     """The control of the test above: the same sequence without record_stream hands out the same memory."""
     a, b = streams
     x = paddle_rt.malloc(N)
-    g = Gate(b)
+    g = GatedReader(b)
     p = x.ptr
     x.free()
     y = paddle_rt.malloc(N)
     assert y.ptr == p
-    g.event.set()
+    g.gate.set()
     y.free()
 
 
@@ -106,7 +87,7 @@ def test_without_record_stream_the_block_is_reused_at_once(streams):
 def test_deferred_free_through_garbage_collection(streams):
     a, b = streams
     x = paddle_rt.malloc(N)
-    g = Gate(b)
+    g = GatedReader(b)
     x.record_stream(b)
     p = x.ptr
     before = paddle_rt.memory_allocated()
@@ -114,7 +95,7 @@ def test_deferred_free_through_garbage_collection(streams):
     gc.collect()
     assert _deferred_frees_pending() == 1
     assert paddle_rt.memory_allocated() == before     # still held until b passes the free
-    g.event.set()
+    g.gate.set()
     b.synchronize()
     assert _deferred_frees_pending() == 0
     assert paddle_rt.memory_allocated() < before
@@ -128,19 +109,19 @@ def test_several_recorded_streams_and_closed_ones(streams):
     a, b = streams
     c = paddle_rt.Stream()
     x = paddle_rt.malloc(N)
-    ga, gc_ = Gate(a), Gate(c)
+    ga, gc_ = GatedReader(a), GatedReader(c)
     x.record_stream(a)
     x.record_stream(c)
     x.record_stream(a)                         # recorded once
     assert x.recorded == (a, c)
     p = x.ptr
     x.free()
-    ga.event.set()
+    ga.gate.set()
     a.synchronize()
     assert _deferred_frees_pending() == 1       # c has not passed it
     y = paddle_rt.malloc(N)
     assert y.ptr != p
-    gc_.event.set()
+    gc_.gate.set()
     c.synchronize()
     assert _deferred_frees_pending() == 0
     z = paddle_rt.malloc(N)
@@ -258,9 +239,11 @@ def test_poison_race_under_stream_delay():
     assert out == {"record": "False", "after": "True", "plain": "True", "pending": "0"}
 
 
-OOM_CHILD = r"""
+# The start of the OOM children: a 40 MiB block freed after record_stream(b) while b is held by a gate, so that its
+# free stays deferred until the gate opens.
+DEFERRED_40MIB = r"""
 import threading, paddle_rt
-from paddle_rt import plugins, OutOfMemoryError
+from paddle_rt import plugins, MemPool, OutOfMemoryError
 from paddle_rt._core.allocation import _deferred_frees_pending
 MiB = 1 << 20
 b = paddle_rt.Stream()
@@ -269,6 +252,9 @@ gate = threading.Event()
 b.add_callback(lambda: gate.wait(20))
 x.record_stream(b)
 x.free()
+"""
+
+OOM_CHILD = DEFERRED_40MIB + r"""
 assert _deferred_frees_pending() == 1
 assert paddle_rt.memory_allocated() >= 40 * MiB
 threading.Timer(0.3, gate.set).start()
@@ -293,17 +279,7 @@ def test_oom_ladder_waits_for_deferred_frees():
     assert res.stdout.split("\n")[:3] == ["retries True", "OOM rt_cpu:0", "live 0"]
 
 
-POOL_OOM_CHILD = r"""
-import threading, paddle_rt
-from paddle_rt import MemPool
-from paddle_rt._core.allocation import _deferred_frees_pending
-MiB = 1 << 20
-b = paddle_rt.Stream()
-x = paddle_rt.malloc(40 * MiB)
-gate = threading.Event()
-b.add_callback(lambda: gate.wait(20))
-x.record_stream(b)
-x.free()
+POOL_OOM_CHILD = DEFERRED_40MIB + r"""
 threading.Timer(0.3, gate.set).start()
 pool = MemPool()
 y = pool.malloc_async(48 * MiB, b)  # the pool's ladder also waits for the allocator's deferred frees
@@ -442,12 +418,12 @@ test_record_stream_state_machine = RecordStreamMachine.TestCase
 def test_closing_the_recorded_stream_runs_the_pending_free():
     b = paddle_rt.Stream()
     x = paddle_rt.malloc(N)
-    g = Gate(b)
+    g = GatedReader(b)
     x.record_stream(b)
     p = x.ptr
     x.free()
     assert _deferred_frees_pending() == 1
-    threading.Timer(0.1, g.event.set).start()
+    threading.Timer(0.1, g.gate.set).start()
     b.close()                                  # waits for b's work, the deferred free included
     assert _deferred_frees_pending() == 0
     y = paddle_rt.malloc(N)
@@ -492,36 +468,28 @@ def test_threads_free_recorded_blocks_concurrently():
     returns the deferred blocks under the allocator's lock: nothing is lost, no block is handed out twice."""
     shared = paddle_rt.Stream()
     allocated = paddle_rt.memory_allocated()
-    errors = []
 
     def worker(k):
-        try:
-            own = paddle_rt.Stream()
-            held = []
-            for i in range(300):
-                with paddle_rt.stream(own if i % 2 else None):
-                    x = paddle_rt.malloc(256 * (1 + (i + k) % 4))
-                ctypes.memset(x.ptr, k, x.size)
-                held.append(x)
-                if i % 7 == 0:
-                    shared.add_callback(lambda: None)
-                x.record_stream(shared)
-                if len(held) > 4:
-                    y = held.pop(0)
-                    assert ctypes.string_at(y.ptr, y.size) == bytes([k]) * y.size   # nobody else got it
-                    y.free()
-            for y in held:
+        own = paddle_rt.Stream()
+        held = []
+        for i in range(300):
+            with paddle_rt.stream(own if i % 2 else None):
+                x = paddle_rt.malloc(256 * (1 + (i + k) % 4))
+            ctypes.memset(x.ptr, k, x.size)
+            held.append(x)
+            if i % 7 == 0:
+                shared.add_callback(lambda: None)
+            x.record_stream(shared)
+            if len(held) > 4:
+                y = held.pop(0)
+                assert ctypes.string_at(y.ptr, y.size) == bytes([k]) * y.size   # nobody else got it
                 y.free()
-            own.synchronize()
-            own.close()
-        except BaseException as e:   # noqa: BLE001
-            errors.append(e)
+        for y in held:
+            y.free()
+        own.synchronize()
+        own.close()
 
-    ts = [threading.Thread(target=worker, args=(k + 1,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    errors = run_workers(worker)
     shared.synchronize()
     assert not errors, errors
     assert _deferred_frees_pending() == 0

@@ -28,6 +28,17 @@ def open_soon(gate, secs=0.2):
     threading.Timer(secs, gate.set).start()
 def deferred(dev=None):
     return paddle_rt.memory_stats(dev)["num_release_deferred"]
+def busy_fill(s, a, value, h=None):
+    # s held busy (returns the gate), then a filled with value on s and copied into the host array h when given
+    gate = busy(s)
+    paddle_rt.memset_async(a, value, stream=s)
+    if h is not None:
+        paddle_rt.memcpy_async(h, a, stream=s)
+    return gate
+def stream_block(n):
+    s = paddle_rt.Stream()
+    with paddle_rt.stream(s):
+        return s, paddle_rt.malloc(n)
 """
 
 
@@ -41,13 +52,9 @@ def run(code, timeout=60, **env):
 @pytest.mark.smoke
 def test_empty_cache_waits_for_pending_work_then_releases():
     run("""
-s = paddle_rt.Stream()
-with paddle_rt.stream(s):
-    a = paddle_rt.malloc(8 * MiB)
+s, a = stream_block(8 * MiB)             # a block that belongs to the new stream s
 h = np.zeros(8 * MiB, np.uint8)
-gate = busy(s)
-paddle_rt.memset_async(a, 7, stream=s)
-paddle_rt.memcpy_async(h, a, stream=s)
+gate = busy_fill(s, a, 7, h)
 a.free()                                      # stream-ordered: the block returns to s's cache at once
 assert paddle_rt.memory_reserved() == 8 * MiB
 assert not s.query()
@@ -69,9 +76,7 @@ s = paddle_rt.Stream()
 h = np.zeros(8 * MiB, np.uint8)
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
-    gate = busy(s)
-    paddle_rt.memset_async(a, 3, stream=s)
-    paddle_rt.memcpy_async(h, a, stream=s)
+    gate = busy_fill(s, a, 3, h)
     a.free()                                  # the chunk is idle, the memset still pending
     n0 = plugins.rt_cpu_live_bytes(0)
     b = paddle_rt.malloc(32 * MiB)            # a miss: growth would consolidate (release) s's idle chunk
@@ -95,9 +100,7 @@ s = paddle_rt.Stream()
 h = np.zeros(8 * MiB, np.uint8)
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
-gate = busy(s)
-paddle_rt.memset_async(a, 5, stream=s)
-paddle_rt.memcpy_async(h, a, stream=s)
+gate = busy_fill(s, a, 5, h)
 frees = paddle_rt.memory_stats()["num_device_free"]
 a.free()                                      # release:free would give the chunk back now: kept instead
 assert paddle_rt.memory_stats()["num_device_free"] == frees
@@ -113,8 +116,7 @@ assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
 # ... or by empty_cache
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(8 * MiB)
-gate = busy(s)
-paddle_rt.memset_async(a, 1, stream=s)
+gate = busy_fill(s, a, 1)
 a.free()
 assert paddle_rt.memory_reserved() == 8 * MiB
 open_soon(gate)
@@ -132,9 +134,7 @@ h = np.zeros(40 * MiB, np.uint8)
 for alloc in ("malloc", "raw"):
     with paddle_rt.stream(s):
         a = paddle_rt.malloc(40 * MiB)
-    gate = busy(s)
-    paddle_rt.memset_async(a, 9, stream=s)
-    paddle_rt.memcpy_async(h, a, stream=s)
+    gate = busy_fill(s, a, 9, h)
     a.free()
     open_soon(gate)
     # another stream cannot reuse s's block: the ladder must give s's chunk back, after s finished with it
@@ -163,9 +163,7 @@ t = paddle_rt.Stream()
 h = np.zeros(40 * MiB, np.uint8)
 with paddle_rt.stream(s):
     a = paddle_rt.malloc(40 * MiB)
-gate = busy(s)
-paddle_rt.memset_async(a, 4, stream=s)
-paddle_rt.memcpy_async(h, a, stream=s)
+gate = busy_fill(s, a, 4, h)
 a.free()
 open_soon(gate)
 b = paddle_rt.malloc_async(40 * MiB, stream=t)
@@ -179,9 +177,7 @@ print("OK")
 
 def test_pinned_host_memory_waits_for_pending_copy():
     run("""
-s = paddle_rt.Stream()
-with paddle_rt.stream(s):
-    d = paddle_rt.malloc(8 * MiB)
+s, d = stream_block(8 * MiB)             # a block that belongs to the new stream s
 hb = paddle_rt.malloc_host(8 * MiB)
 np.frombuffer(hb, np.uint8)[:] = 6
 out = np.zeros(8 * MiB, np.uint8)
@@ -214,12 +210,9 @@ print("OK")
 
 def test_free_inside_callback_with_release_on_free_does_not_deadlock():
     run("""
-s = paddle_rt.Stream()
-with paddle_rt.stream(s):
-    a = paddle_rt.malloc(8 * MiB)
+s, a = stream_block(8 * MiB)             # a block that belongs to the new stream s
 h = np.zeros(8 * MiB, np.uint8)
-gate = busy(s)
-paddle_rt.memset_async(a, 8, stream=s)
+gate = busy_fill(s, a, 8)
 s.add_callback(a.free)                        # on s's worker: s itself is busy -> the chunk is kept
 gate.set()
 s.synchronize()
@@ -258,8 +251,7 @@ for i in range(3):
     s = paddle_rt.Stream()
     with paddle_rt.stream(s):
         a = paddle_rt.malloc(8 * MiB)
-    gate = busy(s)
-    paddle_rt.memset_async(a, 1, stream=s)
+    gate = busy_fill(s, a, 1)
     a.free()
     open_soon(gate, 0.05)
     s.close()                                 # waits for its work; the stream leaves the registry

@@ -1,6 +1,5 @@
 """paddle_rt/tools/replay.py: trace loading, the replay figures, the minimum-capacity bisection and the reference
 models of Paddle's and PyTorch's allocators (checked against the anchors of /work/shared/traces/README.md)."""
-import gzip
 import json
 import os
 import subprocess
@@ -11,21 +10,9 @@ import pytest
 import paddle_rt
 from paddle_rt.tools import replay
 from conftest import TRACES, TRACES_MISSING, skip_without_traces
+from trace_helpers import write_trace
 
 MiB = 1 << 20
-
-
-def write_trace(path, events, gz=False):
-    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
-    for i, (act, ptr, size) in enumerate(events):
-        lines.append(f"0,{i * 0.001:.6f},{act},0x{ptr:x},{size},0")
-    text = "\n".join(lines) + "\n"
-    if gz:
-        with gzip.open(path, "wt") as f:
-            f.write(text)
-    else:
-        path.write_text(text)
-    return str(path)
 
 
 SMALL = [("allocate", 0x1000, 3 * MiB), ("allocate", 0x2000, 100), ("free", 0x1000, 3 * MiB),

@@ -8,15 +8,14 @@ from hypothesis import given, settings, strategies as st
 import paddle_rt
 from paddle_rt import Stream, Event, StreamError, InvalidArgument
 
+from memory_helpers import give_memory_back
+from stream_helpers import assert_wait_orders_streams, run_with_held_stream
+
 
 @pytest.fixture(autouse=True)
 def _give_memory_back():
-    """Leave the devices' caches as found: other test modules measure the allocators from a clean state."""
     yield
-    import gc
-    gc.collect()
-    for d in ("rt_cpu:0", "rt_cpu:1"):
-        paddle_rt.empty_cache(d)
+    give_memory_back()
 
 
 
@@ -58,37 +57,17 @@ def test_callback_runs_on_a_paddle_rt_thread_not_the_caller():
 
 @pytest.mark.smoke
 def test_wait_event_orders_streams():
-    a, b = Stream(), Stream()
-    out = []
-    gate = threading.Event()
-    a.add_callback(gate.wait, 30)
-    a.add_callback(out.append, "a")
-    e = Event()
-    e.record(a)
-    assert not e.query()
-    b.wait_event(e)
-    b.add_callback(out.append, "b")
-    assert not b.query()   # b is blocked behind a's gate
-    gate.set()
-    b.synchronize()
-    assert out == ["a", "b"]
-    a.close()
-    b.close()
+    def join(a, b):
+        e = Event()
+        e.record(a)
+        assert not e.query()
+        b.wait_event(e)
+
+    assert_wait_orders_streams(join)
 
 
 def test_wait_stream_orders_streams():
-    a, b = Stream(), Stream()
-    out = []
-    gate = threading.Event()
-    a.add_callback(gate.wait, 30)
-    a.add_callback(out.append, 1)
-    b.wait_stream(a)
-    b.add_callback(out.append, 2)
-    gate.set()
-    b.synchronize()
-    assert out == [1, 2]
-    a.close()
-    b.close()
+    assert_wait_orders_streams(lambda a, b: b.wait_stream(a))
 
 
 def assert_streams_run_concurrently(device=None):
@@ -329,12 +308,8 @@ def test_device_synchronize_waits_for_streams():
     s.close()
 
 
-def test_ctrl_c_interrupts_synchronize(run_python):
-    res = run_python("""
-        import os, signal, threading, time, paddle_rt
-        s = paddle_rt.Stream()
-        gate = threading.Event()
-        s.add_callback(gate.wait, 60)
+def test_ctrl_c_interrupts_synchronize():
+    res = run_with_held_stream("""
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
         try:
             s.synchronize()
@@ -493,12 +468,8 @@ def test_plugin_error_in_async_work_surfaces_on_synchronize(failing_plugin):
     s.close()
 
 
-def test_parent_streams_raise_fork_error_in_child(run_python):
-    res = run_python("""
-        import os, threading, paddle_rt
-        s = paddle_rt.Stream()
-        gate = threading.Event()
-        s.add_callback(gate.wait, 30)
+def test_parent_streams_raise_fork_error_in_child():
+    res = run_with_held_stream("""
         e = paddle_rt.Event()
         e.record(s)
         pid = os.fork()

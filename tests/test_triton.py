@@ -10,6 +10,8 @@ import pytest
 import paddle_rt
 from paddle_rt import op, ops
 
+from stream_helpers import assert_operand_outlives_other_stream
+
 pytestmark = pytest.mark.triton
 # Bound by _triton_extra when the tests run: collecting this file imports neither torch nor triton.
 torch = triton = prt = kernels = None
@@ -150,23 +152,14 @@ def test_kernel_across_two_streams_with_an_event(rng):
 def test_operand_memory_is_not_reused_before_the_kernel_ran():
     """A tensor launched on another stream stays allocated until that stream ran the kernel (as operators' operands:
     record_stream)."""
-    dev = paddle_rt.get_device()
-    s1, s2 = paddle_rt.Stream(dev), paddle_rt.Stream(dev)
-    gate = threading.Event()
-    s2.add_callback(gate.wait, 10)
-    x = paddle_rt.tensor(np.full(1024, 3.0, np.float32), stream=s1)
-    out = paddle_rt.empty((1024,), "float32", stream=s1)
-    s1.synchronize()
-    prt.launch(kernels.scale_kernel, grid_1d(1024, 1024), x, out, 1024, 2.0, stream=s2, BLOCK_SIZE=1024)
-    del x                                                # freed on s1 while s2 has not run the kernel yet
-    junk = [paddle_rt.tensor(np.zeros(1024, np.float32), stream=s1) for _ in range(4)]
-    s1.synchronize()
-    gate.set()
-    s2.synchronize()
-    np.testing.assert_array_equal(out.numpy(), np.full(1024, 6.0))
-    del junk
-    s1.close()
-    s2.close()
+    def use(x, s1, s2):
+        out = paddle_rt.empty((1024,), "float32", stream=s1)
+        s1.synchronize()
+        prt.launch(kernels.scale_kernel, grid_1d(1024, 1024), x, out, 1024, 2.0, stream=s2, BLOCK_SIZE=1024)
+        return out
+
+    assert_operand_outlives_other_stream(
+        use, lambda s1: [paddle_rt.tensor(np.zeros(1024, np.float32), stream=s1) for _ in range(4)])
 
 
 def test_default_stream_is_the_current_stream_of_the_tensors_device(rng):

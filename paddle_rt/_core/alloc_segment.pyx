@@ -52,6 +52,15 @@ cdef inline int _plugin_alloc_outcome(C_Status st, void* p) noexcept nogil:
     return ERR_OOM if st == C_FAILED else ERR_PLUGIN
 
 
+cdef inline void _name_chunk(AllocatorCore* c, Chunk* ch, uintptr_t base, int pool, uintptr_t stream) noexcept nogil:
+    """What identifies a new chunk: its base, its serial number (order of creation), its pool and stream tag."""
+    ch.base = base
+    ch.serial = c.chunk_serial
+    c.chunk_serial += 1
+    ch.pool = pool
+    ch.stream = stream
+
+
 # A new chunk of `size` bytes; NULL with err.kind set (ERR_OOM, ERR_PLUGIN or ERR_PLUGIN_NULL) on failure.
 cdef Block* new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil:
     cdef void* p = NULL
@@ -78,12 +87,8 @@ cdef Block* new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size,
         err.kind = ERR_HOST_OOM
         return NULL
     c.num_device_alloc += 1
-    ch.base = <uintptr_t>p
-    ch.serial = c.chunk_serial
-    c.chunk_serial += 1
+    _name_chunk(c, ch, <uintptr_t>p, pool, stream)
     ch.size = size
-    ch.stream = stream
-    ch.pool = pool
     ch.exact = 0
     ch.expandable = 0
     ch.vsize = size
@@ -343,12 +348,8 @@ cdef Chunk* _new_range(AllocatorCore* c, int pool, uintptr_t stream, size_t at_l
             return NULL
         _vmm_status(err, st)
         return NULL
-    ch.base = <uintptr_t>base
-    ch.serial = c.chunk_serial
-    c.chunk_serial += 1
+    _name_chunk(c, ch, <uintptr_t>base, pool, stream)
     ch.vsize = v
-    ch.stream = stream
-    ch.pool = pool
     ch.expandable = 1
     c.ranges[c.n_ranges] = ch
     c.n_ranges += 1

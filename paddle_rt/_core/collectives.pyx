@@ -189,6 +189,16 @@ cdef object _check_comm(object comm, str name):
     (<Communicator>comm)._check_usable(name)
 
 
+cdef tuple _checked_start(comm, str name, send, recv, dtype, bint reducing):
+    """The first checks of a two-buffer collective, in this order: the communicator, then the dtype (a reducible one
+    for reductions). Returns (communicator, where, dtype name, C_DataType value, itemsize)."""
+    _check_comm(comm, name)
+    cdef Communicator cm = comm
+    where = _where(cm, name)
+    dt = _dtype_of(dtype, (send, recv), where)
+    return (cm, where) + (_reducing_dtype(dt, where) if reducing else _moving_dtype(dt, where))
+
+
 def all_reduce(send, recv, op="sum", comm=None, stream=None, count=None, dtype=None):
     """recv[i] = op over ranks of send[i], i < count, on every rank (``xccl_all_reduce``). In place when send is
     recv. count defaults to send.size // itemsize. Returns a :class:`Work`."""
@@ -206,12 +216,34 @@ def reduce_scatter(send, recv, op="sum", comm=None, stream=None, count=None, dty
     return _reduction(K_REDUCE_SCATTER, send, recv, op, comm, stream, count, dtype, None)
 
 
+cdef Work _prepare_filled(int kind, Communicator cm, object stream, CclCall** out, uintptr_t sp, uintptr_t rp,
+                          size_t count, int cval, int opv, size_t peer):
+    """prepare_call, then the call's buffers, count, dtype, reduction and peer filled in (0: unused)."""
+    cdef Work w = prepare_call(kind, cm, stream, out)
+    cdef CclCall* c = out[0]
+    c.send = <void*>sp
+    c.recv = <void*>rp
+    c.count = count
+    c.dtype = <C_DataType>cval
+    c.op = <C_CCLReduceOp>opv
+    c.peer = peer
+    return w
+
+
+cdef object _submit(Work w, CclCall* c, tuple args, tuple keep, list written):
+    """Submit a prepared call with its arguments (for messages and the profiler), the buffers it keeps alive until
+    it ran, and those of them it writes."""
+    w.args = args
+    w._keep = keep
+    w._recorder = _tensor_recorder(list(keep), written)
+    return submit_call(w, c)
+
+
+
 cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, root):
     name = _NAMES[kind]
-    _check_comm(comm, name)
-    cdef Communicator cm = comm
-    where = _where(cm, name)
-    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, name, send, recv, dtype, True)
     opv = _op_value(op, where)
     if kind == K_REDUCE:
         root = _rank_value(root, cm, "root", where)
@@ -239,17 +271,8 @@ cdef object _reduction(int kind, send, recv, op, comm, stream, count, dtype, roo
         if need_recv:
             _need(rsize, count, isz, "recv", dname, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(kind, cm, stream, &c)
-    c.send = <void*><uintptr_t>sp
-    c.recv = <void*><uintptr_t>rp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.op = <C_CCLReduceOp>opv
-    c.peer = root if root is not None else 0
-    w.args = (name, count, dname, opv, root)
-    w._keep = (send, recv)
-    w._recorder = _tensor_recorder([send, recv], [recv])
-    return submit_call(w, c)
+    cdef Work w = _prepare_filled(kind, cm, stream, &c, sp, rp, count, cval, opv, root if root is not None else 0)
+    return _submit(w, c, (name, count, dname, opv, root), (send, recv), [recv])
 
 
 cdef tuple _single_buffer_args(buf, rank, str rank_name, Communicator cm, count, dtype, str where):
@@ -274,26 +297,16 @@ def broadcast(buf, root=0, comm=None, stream=None, count=None, dtype=None):
     where = _where(cm, "broadcast")
     dname, cval, root, bp, count = _single_buffer_args(buf, root, "root", cm, count, dtype, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(K_BROADCAST, cm, stream, &c)
-    c.send = <void*><uintptr_t>bp
-    c.recv = <void*><uintptr_t>bp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.peer = root
-    w.args = ("broadcast", count, dname, None, root)
-    w._keep = (buf,)
-    w._recorder = _tensor_recorder([buf], [buf])
-    return submit_call(w, c)
+    cdef Work w = _prepare_filled(K_BROADCAST, cm, stream, &c, bp, bp, count, cval, 0, root)
+    return _submit(w, c, ("broadcast", count, dname, None, root), (buf,), [buf])
 
 
 def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
     """``recv[r*count:(r+1)*count]`` = rank r's ``send[:count]`` on every rank (``xccl_all_gather``); count (per rank)
     defaults to send.size // itemsize; recv holds ``nranks*count`` elements. In place when send is recv's chunk of
     this rank."""
-    _check_comm(comm, "all_gather")
-    cdef Communicator cm = comm
-    where = _where(cm, "all_gather")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "all_gather", send, recv, dtype, False)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
     if count is None:
@@ -305,15 +318,8 @@ def all_gather(send, recv, comm=None, stream=None, count=None, dtype=None):
     else:
         _need(ssize, count, isz, "send", dname, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(K_ALL_GATHER, cm, stream, &c)
-    c.send = <void*><uintptr_t>sp
-    c.recv = <void*><uintptr_t>rp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    w.args = ("all_gather", count, dname, None, None)
-    w._keep = (send, recv)
-    w._recorder = _tensor_recorder([send, recv], [recv])
-    return submit_call(w, c)
+    cdef Work w = _prepare_filled(K_ALL_GATHER, cm, stream, &c, sp, rp, count, cval, 0, 0)
+    return _submit(w, c, ("all_gather", count, dname, None, None), (send, recv), [recv])
 
 
 def send(buf, peer, comm=None, stream=None, count=None, dtype=None):
@@ -334,28 +340,17 @@ cdef object _p2p(int kind, buf, peer, comm, stream, count, dtype):
     where = _where(cm, name)
     dname, cval, peer, bp, count = _single_buffer_args(buf, peer, "peer", cm, count, dtype, where)
     cdef CclCall* c
-    cdef Work w = prepare_call(kind, cm, stream, &c)
-    if kind == K_SEND:
-        c.send = <void*><uintptr_t>bp
-    else:
-        c.recv = <void*><uintptr_t>bp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.peer = peer
+    cdef Work w = _prepare_filled(kind, cm, stream, &c, bp if kind == K_SEND else 0, bp if kind == K_RECV else 0,
+                                  count, cval, 0, peer)
     w.peer = peer
-    w.args = (name, count, dname, None, peer)
-    w._keep = (buf,)
-    w._recorder = _tensor_recorder([buf], [buf] if kind == K_RECV else [])
-    return submit_call(w, c)
+    return _submit(w, c, (name, count, dname, None, peer), (buf,), [buf] if kind == K_RECV else [])
 
 
 def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
     """Rank r's send chunk p (count elements) lands in rank p's recv chunk r (``xccl_all_to_all``); count (per
     peer) defaults to send.size // itemsize // nranks; send and recv hold ``nranks*count`` elements each."""
-    _check_comm(comm, "all_to_all")
-    cdef Communicator cm = comm
-    where = _where(cm, "all_to_all")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "all_to_all", send, recv, dtype, False)
     sp, ssize = _buffer(send, "send", cm, where)
     rp, rsize = _buffer(recv, "recv", cm, where)
     if send is recv:
@@ -384,27 +379,15 @@ def all_to_all(send, recv, comm=None, stream=None, count=None, dtype=None):
         c.a2a_dtype[k] = <C_DataType>cval
     c.count = count
     c.dtype = <C_DataType>cval
-    w.args = ("all_to_all", count, dname, None, None)
-    w._keep = (send, recv)
-    w._recorder = _tensor_recorder([send, recv], [recv])
-    return submit_call(w, c)
+    return _submit(w, c, ("all_to_all", count, dname, None, None), (send, recv), [recv])
 
 
 # -- InfiniCCL's variable-count collectives, composed from grouped plugin calls ---------------------------------------
 cdef Work _raw_call(int kind, Communicator cm, object stream, uintptr_t sp, uintptr_t rp, size_t count, int cval,
                     int opv, size_t peer, object keep, object args):
     cdef CclCall* c
-    cdef Work w = prepare_call(kind, cm, stream, &c)
-    c.send = <void*>sp
-    c.recv = <void*>rp
-    c.count = count
-    c.dtype = <C_DataType>cval
-    c.op = <C_CCLReduceOp>opv
-    c.peer = peer
-    w.args = args
-    w._keep = keep
-    w._recorder = _tensor_recorder(list(keep), [keep[1]])
-    submit_call(w, c)
+    cdef Work w = _prepare_filled(kind, cm, stream, &c, sp, rp, count, cval, opv, peer)
+    _submit(w, c, args, keep, [keep[1]])
     return w
 
 
@@ -418,20 +401,25 @@ def _counts_value(counts, Communicator cm, what, where):
     return counts
 
 
+def _v_parts(counts, str counts_name, send, recv, Communicator cm, where, dname, isz, str whole):
+    """The parts of a variable-count collective: the checked counts, both buffers' addresses and the parts' byte
+    offsets in the `whole` buffer ("send" or "recv"), which must hold every part; the other holds this rank's."""
+    counts = _counts_value(counts, cm, counts_name, where)
+    sp, ssize = _buffer(send, "send", cm, where)
+    rp, rsize = _buffer(recv, "recv", cm, where)
+    part = "send" if whole == "recv" else "recv"
+    _need(ssize if whole == "send" else rsize, sum(counts), isz, whole, dname, where)
+    _need(ssize if part == "send" else rsize, counts[cm.rank], isz, part, dname, where)
+    return counts, sp, rp, [sum(counts[:r]) * isz for r in range(cm.nranks)]
+
+
 def all_gather_v(send, recv, recv_counts, comm=None, stream=None, dtype=None):
     """InfiniCCL's AllGatherV: rank r contributes ``recv_counts[r]`` elements (from the start of its ``send``);
     every rank's ``recv`` gets all parts one after another. Runs as this rank's part copied into place, then one
     broadcast per rank inside a group. Returns the list of Works (one per part)."""
-    _check_comm(comm, "all_gather_v")
-    cdef Communicator cm = comm
-    where = _where(cm, "all_gather_v")
-    dname, cval, isz = _moving_dtype(_dtype_of(dtype, (send, recv), where), where)
-    counts = _counts_value(recv_counts, cm, "recv_counts", where)
-    sp, ssize = _buffer(send, "send", cm, where)
-    rp, rsize = _buffer(recv, "recv", cm, where)
-    _need(rsize, sum(counts), isz, "recv", dname, where)
-    _need(ssize, counts[cm.rank], isz, "send", dname, where)
-    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "all_gather_v", send, recv, dtype, False)
+    counts, sp, rp, offs = _v_parts(recv_counts, "recv_counts", send, recv, cm, where, dname, isz, "recv")
     s = current_stream(cm.device) if stream is None else stream
     if counts[cm.rank] and rp + offs[cm.rank] != sp:
         from paddle_rt._core.memcpy import memcpy_async
@@ -454,17 +442,10 @@ def reduce_scatter_v(send, recv, send_counts, op="sum", comm=None, stream=None, 
     """InfiniCCL's ReduceScatterV: rank r receives op over ranks of ``send``'s r-th part (``send_counts[r]``
     elements, parts one after another) in ``recv``. Runs as one reduce per rank (root r) inside a group. Returns
     the list of Works."""
-    _check_comm(comm, "reduce_scatter_v")
-    cdef Communicator cm = comm
-    where = _where(cm, "reduce_scatter_v")
-    dname, cval, isz = _reducing_dtype(_dtype_of(dtype, (send, recv), where), where)
+    cdef Communicator cm
+    cm, where, dname, cval, isz = _checked_start(comm, "reduce_scatter_v", send, recv, dtype, True)
     opv = _op_value(op, where)
-    counts = _counts_value(send_counts, cm, "send_counts", where)
-    sp, ssize = _buffer(send, "send", cm, where)
-    rp, rsize = _buffer(recv, "recv", cm, where)
-    _need(ssize, sum(counts), isz, "send", dname, where)
-    _need(rsize, counts[cm.rank], isz, "recv", dname, where)
-    offs = [sum(counts[:r]) * isz for r in range(cm.nranks)]
+    counts, sp, rp, offs = _v_parts(send_counts, "send_counts", send, recv, cm, where, dname, isz, "send")
     works = []
     with group():
         for r in range(cm.nranks):

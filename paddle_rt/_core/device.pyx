@@ -58,6 +58,29 @@ cdef int check_status(Device dev, str call, C_Status status) except -1:
     raise errors.PluginError(repr(dev), call, status)
 
 
+cdef object _query_hint(Device dev, size_t addr, bint boolean):
+    """The value a hint hook (at addr) answers: an int from a size_t hook, a bool from a bool hook; None when
+    the plugin lacks the hook or it fails (the hints are optional)."""
+    cdef size_t v = 0
+    cdef cbool b = False
+    cdef C_Status st
+    cdef C_Status (*size_fn)(C_Device, size_t*) noexcept nogil
+    cdef C_Status (*bool_fn)(C_Device, cbool*) noexcept nogil
+    if addr == 0:
+        return None
+    if boolean:
+        bool_fn = <C_Status (*)(C_Device, cbool*) noexcept nogil>addr
+        with nogil:
+            st = bool_fn(&dev._cdev, &b)
+    else:
+        size_fn = <C_Status (*)(C_Device, size_t*) noexcept nogil>addr
+        with nogil:
+            st = size_fn(&dev._cdev, &v)
+    if st != C_SUCCESS and st != C_WARNING:
+        return None
+    return bool(b) if boolean else int(v)
+
+
 cdef class Device:
     """A device of a plugin. Obtain with :func:`paddle_rt.device`; one object per device (compare with ``is``)."""
 
@@ -160,10 +183,7 @@ cdef class Device:
         return (int(free_), int(total))
 
     cdef object _size_hint(self, str name):
-        cdef size_t v = 0
-        cdef C_Status st
         cdef C_DeviceInterface* f = self.iface
-        cdef C_Status (*fn)(C_Device, size_t*) noexcept nogil
         table = {
             "compute_capability": <size_t>f.get_compute_capability,
             "runtime_version": <size_t>f.get_runtime_version,
@@ -178,34 +198,15 @@ cdef class Device:
             "init_alloc_size": <size_t>f.device_init_alloc_size,
             "realloc_size": <size_t>f.device_realloc_size,
         }
-        addr = table[name]
-        if addr == 0:
-            return None
-        fn = <C_Status (*)(C_Device, size_t*) noexcept nogil><size_t>addr
-        with nogil:
-            st = fn(&self._cdev, &v)
-        if st != C_SUCCESS and st != C_WARNING:
-            return None
-        return int(v)
+        return _query_hint(self, table[name], False)
 
     cdef object _bool_hint(self, str name):
-        cdef cbool v = False
-        cdef C_Status st
-        cdef C_Status (*fn)(C_Device, cbool*) noexcept nogil
         table = {
             "float16_supported": <size_t>self.iface.is_float16_supported,
             "bfloat16_supported": <size_t>self.iface.is_bfloat16_supported,
             "dnn_supported": <size_t>self.iface.is_dnn_supported,
         }
-        addr = table[name]
-        if addr == 0:
-            return None
-        fn = <C_Status (*)(C_Device, cbool*) noexcept nogil><size_t>addr
-        with nogil:
-            st = fn(&self._cdev, &v)
-        if st != C_SUCCESS and st != C_WARNING:
-            return None
-        return bool(v)
+        return _query_hint(self, table[name], True)
 
     def size_hint(self, name):
         """One size hook's value (``min_chunk_size``, ``extra_padding_size``, ...), or None when not implemented.

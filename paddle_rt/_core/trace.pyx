@@ -463,29 +463,23 @@ cdef class PluginTracer:
             self.state = 1
         return st
 
-    def prepare(self):
+    cdef object _session_call(self, C_Status (*hook)(C_Profiler, void*) noexcept nogil):
+        """One of the profiler_*_tracing hooks on this session (None when the plugin lacks it)."""
         cdef C_Status st
-        if self.iface.profiler_prepare_tracing == NULL:
+        if hook == NULL:
             return None
         with nogil:
-            st = self.iface.profiler_prepare_tracing(<C_Profiler><void*>self, self.user_data)
+            st = hook(<C_Profiler><void*>self, self.user_data)
         return st
+
+    def prepare(self):
+        return self._session_call(self.iface.profiler_prepare_tracing)
 
     def start(self):
-        cdef C_Status st
-        if self.iface.profiler_start_tracing == NULL:
-            return None
-        with nogil:
-            st = self.iface.profiler_start_tracing(<C_Profiler><void*>self, self.user_data)
-        return st
+        return self._session_call(self.iface.profiler_start_tracing)
 
     def stop(self):
-        cdef C_Status st
-        if self.iface.profiler_stop_tracing == NULL:
-            return None
-        with nogil:
-            st = self.iface.profiler_stop_tracing(<C_Profiler><void*>self, self.user_data)
-        return st
+        return self._session_call(self.iface.profiler_stop_tracing)
 
     def collect(self, uint64_t start_ns):
         cdef C_Status st

@@ -34,21 +34,24 @@ class _Model:
         rest = bsize - size
         if rest and may_split(pool, rest):
             if low_remainder:
-                na = a + rest
-                self.blk[na] = [size, False, pool, a, b[4]]
-                if b[4] is not None:
-                    self.blk[b[4]][3] = na
-                b[0], b[4] = rest, na
+                na = self._split(pool, a, rest, size, False)
                 bisect.insort(self.free[pool], (rest, a))
                 return na
-            na = a + size
-            self.blk[na] = [rest, True, pool, a, b[4]]
-            if b[4] is not None:
-                self.blk[b[4]][3] = na
-            b[0], b[4] = size, na
+            na = self._split(pool, a, size, rest, True)
             bisect.insort(self.free[pool], (rest, na))
         b[1] = False
         return a
+
+    def _split(self, pool, a, keep, tail, tail_free):
+        """Block a keeps its first `keep` bytes; a new block of `tail` bytes (free or not) follows it. Returns the
+        new block's address."""
+        b = self.blk[a]
+        na = a + keep
+        self.blk[na] = [tail, tail_free, pool, a, b[4]]
+        if b[4] is not None:
+            self.blk[b[4]][3] = na
+        b[0], b[4] = keep, na
+        return na
 
     def release(self, a):
         b = self.blk[a]
@@ -56,24 +59,22 @@ class _Model:
         b[1] = True
         p = b[3]
         if p is not None and self.blk[p][1]:
-            pb = self.blk[p]
-            self.free[pool].remove((pb[0], p))
-            pb[0] += b[0]
-            pb[4] = b[4]
-            if b[4] is not None:
-                self.blk[b[4]][3] = p
-            del self.blk[a]
-            a, b = p, pb
+            self._join(pool, p, a, listed=p)
+            a, b = p, self.blk[p]
         n = b[4]
         if n is not None and self.blk[n][1]:
-            nb = self.blk[n]
-            self.free[pool].remove((nb[0], n))
-            b[0] += nb[0]
-            b[4] = nb[4]
-            if nb[4] is not None:
-                self.blk[nb[4]][3] = a
-            del self.blk[n]
+            self._join(pool, a, n, listed=n)
         bisect.insort(self.free[pool], (b[0], a))
+
+    def _join(self, pool, lo, hi, listed):
+        """Block lo absorbs its successor hi; `listed` (the one of the two on pool's free list) leaves the list."""
+        lb, hb = self.blk[lo], self.blk[hi]
+        self.free[pool].remove((self.blk[listed][0], listed))
+        lb[0] += hb[0]
+        lb[4] = hb[4]
+        if hb[4] is not None:
+            self.blk[hb[4]][3] = lo
+        del self.blk[hi]
 
 
 class PaddleAutoGrowthModel(_Model):

@@ -5,6 +5,7 @@ this module only; paddle_rt.tools.check runs them."""
 import os
 
 MiB = 1 << 20
+BLOCK = 65536 + 13      # the size of the copy and memset checks: not a multiple of any vector width
 C_SUCCESS, C_WARNING, C_FAILED, C_ERROR, C_INTERNAL_ERROR = range(5)
 _STATUS_NAMES = {0: "C_SUCCESS", 1: "C_WARNING", 2: "C_FAILED", 3: "C_ERROR", 4: "C_INTERNAL_ERROR"}
 FLOAT32, SUM = 11, 0
@@ -154,19 +155,20 @@ class Ctx:
                        "host-addressable")
         self.status(raw.copy_h2d(ptr, self.host_with(data), len(data)), "memory_copy_h2d")
 
+    def _created(self, create, destroy, hook):
+        """A handle made by create() (a failed status fails the check), destroyed by destroy at cleanup."""
+        st, h = create()
+        self.status(st, hook)
+        self.defer(destroy, h)
+        return h
+
     def stream(self, raw=None):
         raw = raw or self.raw
-        st, s = raw.create_stream()
-        self.status(st, "create_stream")
-        self.defer(raw.destroy_stream, s)
-        return s
+        return self._created(raw.create_stream, raw.destroy_stream, "create_stream")
 
     def event(self, raw=None):
         raw = raw or self.raw
-        st, e = raw.create_event()
-        self.status(st, "create_event")
-        self.defer(raw.destroy_event, e)
-        return e
+        return self._created(raw.create_event, raw.destroy_event, "create_event")
 
     def sync(self, s, raw=None):
         raw = raw or self.raw

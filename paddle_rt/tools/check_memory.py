@@ -1,7 +1,7 @@
 """``paddle-rt check``'s conformance checks of devices and memory: the required hooks, enumeration,
 allocation, alignment, memory figures, copies, memset, host memory and size hints (see paddle_rt.tools.check)."""
 
-from paddle_rt.tools.check_base import Check, MiB, Skip, _NULL_SUCCESS, _ok, _same, pattern
+from paddle_rt.tools.check_base import BLOCK, Check, MiB, Skip, _NULL_SUCCESS, _ok, _same, pattern
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -136,11 +136,15 @@ def check_memory_stats(ctx):
     return f"total {total}, free {free} -> {free2} after {size} bytes -> {free3} after the free"
 
 
+def _block_for(ctx, hook):
+    """A device block of BLOCK bytes to try hook on (Skip when the plugin lacks the hook)."""
+    ctx.need(hook)
+    return ctx.alloc(BLOCK)
+
+
 def check_copy_h2d(ctx):
-    r = ctx.raw
-    ctx.need("memory_copy_h2d")
-    n = 65536 + 13
-    d = ctx.alloc(n)
+    r, n = ctx.raw, BLOCK
+    d = _block_for(ctx, "memory_copy_h2d")
     data = pattern(n, 1)
     ctx.status(r.copy_h2d(d, ctx.host_with(data), n), "memory_copy_h2d")
     _same(ctx, ctx.read(d, n), data, "h2d")
@@ -153,10 +157,8 @@ def check_copy_h2d(ctx):
 
 
 def check_copy_d2h(ctx):
-    r = ctx.raw
-    ctx.need("memory_copy_d2h")
-    n = 65536 + 13
-    d = ctx.alloc(n)
+    r, n = ctx.raw, BLOCK
+    d = _block_for(ctx, "memory_copy_d2h")
     data = pattern(n, 3)
     ctx.write(d, data)
     h = ctx.host(n)
@@ -169,10 +171,8 @@ def check_copy_d2h(ctx):
 
 
 def check_copy_d2d(ctx):
-    r = ctx.raw
-    ctx.need("memory_copy_d2d")
-    n = 65536 + 13
-    a, b = ctx.alloc(n), ctx.alloc(n)
+    r, n = ctx.raw, BLOCK
+    a, b = _block_for(ctx, "memory_copy_d2d"), ctx.alloc(n)
     data, other = pattern(n, 4), pattern(n, 5)
     ctx.write(a, data)
     ctx.write(b, other)
@@ -190,7 +190,7 @@ def check_copy_p2p(ctx):
     if ctx.ndev < 2:
         raise Skip(f"needs 2 devices, the plugin reports {ctx.ndev}")
     r0, r1 = ctx.dev(0), ctx.dev(1)
-    n = 65536 + 13
+    n = BLOCK
     r1.activate()
     b = ctx.alloc(n, r1)
     ctx.write(b, pattern(n, 9), r1)
@@ -206,10 +206,8 @@ def check_copy_p2p(ctx):
 
 
 def check_memset(ctx):
-    r = ctx.raw
-    ctx.need("device_memory_set")
-    n = 65536 + 13
-    d = ctx.alloc(n)
+    r, n = ctx.raw, BLOCK
+    d = _block_for(ctx, "device_memory_set")
     ctx.status(r.memset(d, 0xAB, n), "device_memory_set")
     _same(ctx, ctx.read(d, n), b"\xab" * n, "memset 0xAB")
     ctx.status(r.memset(d + 5, 0, 100), "device_memory_set (offset 5, 100 bytes)")

@@ -1,7 +1,8 @@
 """``paddle-rt check``'s conformance checks of streams, events, callbacks and collectives (see
 paddle_rt.tools.check)."""
 
-from paddle_rt.tools.check_base import C_SUCCESS, churn, FLOAT32, SUM, Check, MiB, Skip, _same, _sname, pattern
+from paddle_rt.tools.check_base import (BLOCK, C_SUCCESS, churn, FLOAT32, SUM, Check, MiB, Skip, _same, _sname,
+                                         pattern)
 
 
 def _async_hooks(ctx):
@@ -34,7 +35,7 @@ def check_async_copies(ctx):
         raise Skip("plugin lacks async_memory_copy_h2d, _d2h and _d2d")
     r = ctx.raw
     s = ctx.stream()
-    n = 65536 + 13
+    n = BLOCK
     a, b = ctx.alloc(n), ctx.alloc(n)
     data = pattern(n, 21)
     done = []

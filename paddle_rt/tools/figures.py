@@ -26,6 +26,48 @@ def _error(msg):
     return InvalidArgument(msg)
 
 
+def gunzip_if_gzip(raw, path, error):
+    """raw, decompressed when it starts with gzip's magic bytes (a file is recognised by content, not by suffix);
+    corrupt gzip data raises error(f"{path}: broken gzip data (...)")."""
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    import gzip
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise error(f"{path}: broken gzip data ({exc})") from None
+
+
+def snapshot_devices(obj, source, error):
+    """The devices of a snapshot object (format version 1) as [(name, device dict)], and the first ``time_ns``
+    recorded on any device (one clock for all; None when nothing was recorded). A malformed snapshot raises
+    error(f"{source}: ...")."""
+    if obj.get("version") != 1:
+        raise error(f"{source}: snapshot version {obj.get('version')!r} is not supported (this paddle_rt "
+                    f"reads version 1)")
+    devices = obj.get("devices")
+    if not isinstance(devices, dict):
+        raise error(f"{source}: \"devices\" is not an object")
+    for name, d in devices.items():
+        if not isinstance(d, dict):
+            raise error(f"{source}: device {name!r} is not an object")
+    stamps = [ev["time_ns"] for d in devices.values() if isinstance(d.get("trace"), list)
+              for ev in d["trace"] if isinstance(ev, dict) and isinstance(ev.get("time_ns"), (int, float))]
+    return list(devices.items()), (min(stamps) if stamps else None)
+
+
+def chrome_trace_events(obj, source, error):
+    """The event objects of a Chrome trace (a dict with ``traceEvents`` or a bare list) and {pid: process name} from
+    its ``process_name`` metadata; a trace whose events are not a list raises error(f"{source}: ...")."""
+    events = obj["traceEvents"] if isinstance(obj, dict) else obj
+    if not isinstance(events, list):
+        raise error(f"{source}: \"traceEvents\" is not a list")
+    events = [ev for ev in events if isinstance(ev, dict)]
+    names = {ev.get("pid"): str((ev.get("args") or {}).get("name", ev.get("pid"))) for ev in events
+             if ev.get("ph") == "M" and ev.get("name") == "process_name"}
+    return events, names
+
+
 def require_matplotlib():
     """Import matplotlib (the ``plot`` extra) or raise :class:`MissingExtraError` saying how to install it."""
     try:

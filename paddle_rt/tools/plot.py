@@ -15,7 +15,6 @@ INPUT is recognised by its content (gzip-compressed or not):
 From Python: ``paddle_rt.tools.plot.plot_memory(data, "out.png")`` where ``data`` is a path, a snapshot or Chrome
 trace object (as loaded from JSON), or what :func:`load_memory_data` returns.
 """
-import gzip
 import io
 import json
 import os
@@ -27,7 +26,7 @@ __all__ = ["MissingExtraError", "load_memory_data", "from_snapshot", "from_chrom
 from paddle_rt.tools.cli import command_parser, error, output_path_problem
 from paddle_rt.tools.figures import (  # noqa: F401  (re-exported: the plotting API of paddle_rt.tools.plot)
     MAX_SEGMENT_ROWS, MAX_TIMELINE_POINTS, MissingExtraError, PLOT_EXTRA, _error, _reduce, draw_memory,
-    require_matplotlib, segment_summary,
+    chrome_trace_events, gunzip_if_gzip, require_matplotlib, segment_summary, snapshot_devices,
 )
 
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
@@ -43,12 +42,7 @@ SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
 def _read_bytes(path):
     with open(path, "rb") as f:
         raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise _error(f"plot: {path}: broken gzip data ({exc})") from None
-    return raw
+    return gunzip_if_gzip(raw, path, lambda msg: _error(f"plot: {msg}"))
 
 
 def load_memory_data(path, device=None, conf=None, progress=None):
@@ -180,19 +174,9 @@ def from_snapshot(obj, source="<snapshot>"):
     """The plotting form of a ``paddle_rt.memory.dump_snapshot`` object (format version 1)."""
     if obj.get("format") != SNAPSHOT_FORMAT:
         raise _error(f"plot: {source}: format {obj.get('format')!r} is not {SNAPSHOT_FORMAT!r}")
-    if obj.get("version") != 1:
-        raise _error(f"plot: {source}: snapshot version {obj.get('version')!r} is not supported (this paddle_rt "
-                     f"reads version 1)")
-    devices = obj.get("devices")
-    if not isinstance(devices, dict):
-        raise _error(f"plot: {source}: \"devices\" is not an object")
-    stamps = [ev["time_ns"] for d in devices.values() if isinstance(d, dict) and isinstance(d.get("trace"), list)
-              for ev in d["trace"] if isinstance(ev, dict) and isinstance(ev.get("time_ns"), (int, float))]
-    t0 = min(stamps) if stamps else None      # one clock for every device
+    devices, t0 = snapshot_devices(obj, source, lambda msg: _error(f"plot: {msg}"))
     out = []
-    for name, d in devices.items():
-        if not isinstance(d, dict):
-            raise _error(f"plot: {source}: device {name!r} is not an object")
+    for name, d in devices:
         segments = _check_segments(name, d.get("segments") or [])
         trace = d.get("trace") or []
         if not isinstance(trace, list):
@@ -214,17 +198,11 @@ def from_chrome_trace(obj, source="<trace>"):
     host)``, drawn as a device of its own) with args ``allocated`` and ``reserved``, per ``pid`` (named by
     ``process_name`` metadata); ``ts`` in microseconds. Instant events ``oom`` and ``empty_cache`` (category
     ``memory``) become markers."""
-    events = obj["traceEvents"] if isinstance(obj, dict) else obj
-    if not isinstance(events, list):
-        raise _error(f"plot: {source}: \"traceEvents\" is not a list")
-    names, series, marks = {}, {}, {}
+    events, names = chrome_trace_events(obj, source, lambda msg: _error(f"plot: {msg}"))
+    series, marks = {}, {}
     for ev in events:
-        if not isinstance(ev, dict):
-            continue
         ph, name = ev.get("ph"), ev.get("name")
-        if ph == "M" and name == "process_name":
-            names[ev.get("pid")] = str((ev.get("args") or {}).get("name", ev.get("pid")))
-        elif ph == "C" and name in ("memory", "memory (pinned host)"):
+        if ph == "C" and name in ("memory", "memory (pinned host)"):
             args = ev.get("args") or {}
             ts = ev.get("ts")
             if not isinstance(ts, (int, float)):

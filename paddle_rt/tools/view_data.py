@@ -18,13 +18,12 @@ segment map at any moment; the peak and the top allocation sites live at it. Lon
 min/max per bucket (:func:`paddle_rt.tools.view_levels.minmax_levels`), so that peaks survive any reduction.
 """
 import bisect
-import gzip
 import json
 import os
 
 import numpy as np
 
-from paddle_rt.tools.figures import _error
+from paddle_rt.tools.figures import _error, chrome_trace_events, gunzip_if_gzip, snapshot_devices
 
 __all__ = ["KINDS", "ViewInputError", "detect_kind", "load_source", "events_from_history", "build_run",
            "live_at", "baseline_runs", "replay_in_child"]
@@ -58,12 +57,7 @@ def _read(path):
         raise ViewInputError(f"{path}: is a folder, not a file") from None
     except OSError as exc:
         raise ViewInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise ViewInputError(f"{path}: broken gzip data ({exc})") from None
-    return raw
+    return gunzip_if_gzip(raw, path, ViewInputError)
 
 
 def detect_kind(path, raw=None):
@@ -140,20 +134,10 @@ def _int(v, what, path):
 def events_from_history(obj, path="<snapshot>"):
     """{device: Events} of a snapshot object (``dump_snapshot`` / ``memory.history()``); times in ms from the first
     recorded event of any device."""
-    if obj.get("version") != 1:
-        raise ViewInputError(f"{path}: snapshot version {obj.get('version')!r} is not supported (this paddle_rt "
-                             f"reads version 1)")
-    devices = obj.get("devices")
-    if not isinstance(devices, dict):
-        raise ViewInputError(f"{path}: \"devices\" is not an object")
-    stamps = [ev.get("time_ns") for d in devices.values() if isinstance(d, dict) and isinstance(d.get("trace"), list)
-              for ev in d["trace"] if isinstance(ev, dict)]
-    stamps = [s for s in stamps if isinstance(s, (int, float))]
-    t0 = min(stamps) if stamps else 0
+    devices, t0 = snapshot_devices(obj, path, ViewInputError)
+    t0 = t0 or 0
     out = {}
-    for name, d in devices.items():
-        if not isinstance(d, dict):
-            raise ViewInputError(f"{path}: device {name!r} is not an object")
+    for name, d in devices:
         segments = d.get("segments") or []
         trace = d.get("trace") or []
         if not isinstance(segments, list) or not isinstance(trace, list):
@@ -201,17 +185,11 @@ def events_from_history(obj, path="<snapshot>"):
 def events_from_chrome_trace(obj, path="<trace>"):
     """({device: Events} or None, {device: counter series}) of a Chrome trace: its memory instant events (the
     profiler's alloc/free/segment events, args addr/size/stream) when it has them, else its ``memory`` counters."""
-    events = obj["traceEvents"] if isinstance(obj, dict) else obj
-    if not isinstance(events, list):
-        raise ViewInputError(f"{path}: \"traceEvents\" is not a list")
-    names, inst, counters = {}, [], {}
+    events, names = chrome_trace_events(obj, path, ViewInputError)
+    inst, counters = [], {}
     for ev in events:
-        if not isinstance(ev, dict):
-            continue
         ph, name = ev.get("ph"), ev.get("name")
-        if ph == "M" and name == "process_name":
-            names[ev.get("pid")] = str((ev.get("args") or {}).get("name", ev.get("pid")))
-        elif ph == "i" and ev.get("cat") == "memory" and name in ACTIONS and isinstance(ev.get("ts"), (int, float)):
+        if ph == "i" and ev.get("cat") == "memory" and name in ACTIONS and isinstance(ev.get("ts"), (int, float)):
             inst.append(ev)
         elif ph == "C" and name == "memory" and isinstance(ev.get("ts"), (int, float)):
             a = ev.get("args") or {}

@@ -173,6 +173,15 @@ def expect_failure(fn, *, missing=None, text=None):
     raise AssertionError("expected a CollectiveError")
 
 
+def survivor_names_last_rank(comm, b, scenario):
+    """On a rank other than the last: an all_reduce of b raises a CollectiveError naming the last rank as missing;
+    then this rank reports OK and leaves."""
+    expect_failure(lambda: ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait(),
+                   missing=[comm.nranks - 1], text="all_reduce")
+    print(f"RANK {comm.rank} OK {scenario}", flush=True)
+    os._exit(0)
+
+
 def scenario_mismatch(comm):
     k = Rank(comm)
     r = k.r
@@ -201,10 +210,7 @@ def scenario_absent(comm):
         time.sleep(float(os.environ["RT_CPU_CCL_TIMEOUT_MS"]) / 1000 + 4)
         print(f"RANK {r} OK absent", flush=True)
         os._exit(0)
-    expect_failure(lambda: ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait(), missing=[n - 1],
-                   text="all_reduce")
-    print(f"RANK {r} OK absent", flush=True)
-    os._exit(0)
+    survivor_names_last_rank(comm, b, "absent")
 
 
 def scenario_dies(comm):
@@ -216,10 +222,7 @@ def scenario_dies(comm):
     if r == n - 1:
         os._exit(3)
     time.sleep(0.5)
-    expect_failure(lambda: ccl.all_reduce(b, b, "sum", comm=comm, dtype="float32").wait(), missing=[n - 1],
-                   text="all_reduce")
-    print(f"RANK {r} OK dies", flush=True)
-    os._exit(0)
+    survivor_names_last_rank(comm, b, "dies")
 
 
 def scenario_groups(comm):

@@ -29,10 +29,9 @@ C_Status silu_and_mul(const paddle_rt_op_call* c) {
 }  // namespace
 
 C_Status prt_silu_and_mul_kernel(const paddle_rt_op_call* c) {
-    if (output_empty(c)) return C_SUCCESS;
-    return c->dtype == FLOAT64 ? silu_and_mul<double>(c) : silu_and_mul<float>(c);
+    return by_compute_type(c, [c](auto t) { return silu_and_mul<decltype(t)>(c); });
 }
 
 size_t prt_silu_and_mul_workspace(const paddle_rt_op_call* c) {
-    return (size_t)(2 * c->out.shape[c->out.ndim - 1]) * compute_size(c);
+    return last_dim_rows_workspace(c, 2);
 }

@@ -212,6 +212,19 @@ inline bool output_empty(const paddle_rt_op_call* c) {
 /* Bytes of one element of the compute type: double for float64, float for the rest (float16/bfloat16 widen). */
 inline size_t compute_size(const paddle_rt_op_call* c) { return c->dtype == FLOAT64 ? 8 : 4; }
 
+/* A family kernel's entry point: nothing to do for an empty output, else kernel(T()) with T the compute type (double
+ * for float64, float for the rest). kernel: a generic lambda that runs the family's template for its argument's type. */
+template <class Kernel>
+inline C_Status by_compute_type(const paddle_rt_op_call* c, Kernel kernel) {
+    if (output_empty(c)) return C_SUCCESS;
+    return c->dtype == FLOAT64 ? kernel(double()) : kernel(float());
+}
+
+/* Workspace of `rows` rows of the output's last dimension in the compute type. */
+inline size_t last_dim_rows_workspace(const paddle_rt_op_call* c, int64_t rows) {
+    return (size_t)(rows * c->out.shape[c->out.ndim - 1]) * compute_size(c);
+}
+
 /* Failure details a host kernel leaves at the start of its workspace (two int64: what, which) for the error the next
    synchronize raises (op.pyx reads them); every family that can fail at run time reserves kDetailBytes. */
 constexpr size_t kDetailBytes = 64;   /* 64: the rows after it stay cache-line aligned */

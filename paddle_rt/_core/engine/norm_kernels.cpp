@@ -194,19 +194,17 @@ C_Status add_rms_norm(const paddle_rt_op_call* c) {
 }  // namespace
 
 C_Status prt_layer_norm_kernel(const paddle_rt_op_call* c) {
-    if (output_empty(c)) return C_SUCCESS;
-    return c->dtype == FLOAT64 ? layer_norm<double>(c) : layer_norm<float>(c);
+    return by_compute_type(c, [c](auto t) { return layer_norm<decltype(t)>(c); });
 }
 
 size_t prt_layer_norm_workspace(const paddle_rt_op_call* c) {
-    return (size_t)(2 * c->out.shape[c->out.ndim - 1]) * compute_size(c);
+    return last_dim_rows_workspace(c, 2);
 }
 
 C_Status prt_add_rms_norm_kernel(const paddle_rt_op_call* c) {
-    if (output_empty(c)) return C_SUCCESS;
-    return c->dtype == FLOAT64 ? add_rms_norm<double>(c) : add_rms_norm<float>(c);
+    return by_compute_type(c, [c](auto t) { return add_rms_norm<decltype(t)>(c); });
 }
 
 size_t prt_add_rms_norm_workspace(const paddle_rt_op_call* c) {
-    return (size_t)c->out.shape[c->out.ndim - 1] * compute_size(c);
+    return last_dim_rows_workspace(c, 1);
 }

@@ -100,8 +100,7 @@ C_Status rope(const paddle_rt_op_call* c) {
 }  // namespace
 
 C_Status prt_rope_kernel(const paddle_rt_op_call* c) {
-    if (output_empty(c)) return C_SUCCESS;
-    return c->dtype == FLOAT64 ? rope<double>(c) : rope<float>(c);
+    return by_compute_type(c, [c](auto t) { return rope<decltype(t)>(c); });
 }
 
 size_t prt_rope_workspace(const paddle_rt_op_call* c) {

@@ -35,10 +35,9 @@ C_Status softmax(const paddle_rt_op_call* c) {
 }  // namespace
 
 C_Status prt_softmax_kernel(const paddle_rt_op_call* c) {
-    if (output_empty(c)) return C_SUCCESS;
-    return c->dtype == FLOAT64 ? softmax<double>(c) : softmax<float>(c);
+    return by_compute_type(c, [c](auto t) { return softmax<decltype(t)>(c); });
 }
 
 size_t prt_softmax_workspace(const paddle_rt_op_call* c) {
-    return (size_t)c->out.shape[c->out.ndim - 1] * compute_size(c);
+    return last_dim_rows_workspace(c, 1);
 }

@@ -164,6 +164,35 @@ int ptrmap_put(ptrmap* m, const void* key, size_t val) {
   return 0;
 }
 
+void* ptrmap_ref(pthread_mutex_t* mu, const ptrmap* m, void* key, size_t refs_offset) {
+  if (!key) return NULL;
+  pthread_mutex_lock(mu);
+  if (!ptrmap_find(m, key, NULL)) key = NULL;
+  else atomic_fetch_add((atomic_int*)((char*)key + refs_offset), 1);
+  pthread_mutex_unlock(mu);
+  return key;
+}
+
+void ptrmap_drain(pthread_mutex_t* mu, ptrmap* m, void (*release)(void*)) {
+  pthread_mutex_lock(mu);
+  ptrmap taken = *m;
+  memset(m, 0, sizeof(*m));
+  pthread_mutex_unlock(mu);
+  for (size_t i = 0; i < taken.cap; i++)
+    if (taken.keys[i]) release((void*)taken.keys[i]);
+  ptrmap_free(&taken);
+}
+
+int ptrmap_unregister(pthread_mutex_t* mu, ptrmap* m, void* key, void (*release)(void*)) {
+  if (!key) return C_ERROR;
+  pthread_mutex_lock(mu);
+  int found = ptrmap_remove(m, key);
+  pthread_mutex_unlock(mu);
+  if (!found) return C_ERROR;
+  release(key);
+  return C_SUCCESS;
+}
+
 int ptrmap_find(const ptrmap* m, const void* key, size_t* val) {
   if (!m->cap || !key) return 0;
   uintptr_t k = (uintptr_t)key;
@@ -372,15 +401,7 @@ typedef struct rt_event {
   uint64_t completed; /* highest generation reached by a worker */
 } rt_event;
 
-static rt_event* event_get(C_Event h) {
-  rt_event* e = (rt_event*)h;
-  if (!e) return NULL;
-  pthread_mutex_lock(&g_reg_mu);
-  if (!ptrmap_find(&g_events, e, NULL)) e = NULL;
-  else atomic_fetch_add(&e->refs, 1);
-  pthread_mutex_unlock(&g_reg_mu);
-  return e;
-}
+static rt_event* event_get(C_Event h) { return ptrmap_ref(&g_reg_mu, &g_events, h, offsetof(rt_event, refs)); }
 
 static void event_put(rt_event* e) {
   if (atomic_fetch_sub(&e->refs, 1) == 1) {
@@ -440,15 +461,7 @@ struct rt_stream {
 
 static __thread rt_stream* t_worker_stream = NULL; /* set on a stream's own worker thread */
 
-rt_stream* rt_stream_get(C_Stream h) {
-  rt_stream* s = (rt_stream*)h;
-  if (!s) return NULL;
-  pthread_mutex_lock(&g_reg_mu);
-  if (!ptrmap_find(&g_streams, s, NULL)) s = NULL;
-  else atomic_fetch_add(&s->refs, 1);
-  pthread_mutex_unlock(&g_reg_mu);
-  return s;
-}
+rt_stream* rt_stream_get(C_Stream h) { return ptrmap_ref(&g_reg_mu, &g_streams, h, offsetof(rt_stream, refs)); }
 
 void rt_stream_put(rt_stream* s) {
   if (atomic_fetch_sub(&s->refs, 1) == 1) {
@@ -563,13 +576,24 @@ static C_Status stream_enqueue(rt_stream* s, rt_op* op) {
   return C_SUCCESS;
 }
 
+/* A heap copy of the op template tmpl (NULL when out of memory). */
+static rt_op* op_dup(const rt_op* tmpl) {
+  rt_op* op = malloc(sizeof(*op));
+  if (op) *op = *tmpl;
+  return op;
+}
+
+/* Enqueues a copy of tmpl on s, then drops the caller's reference to s. */
+static C_Status stream_enqueue_put(rt_stream* s, const rt_op* tmpl) {
+  rt_op* op = op_dup(tmpl);
+  C_Status st = op ? stream_enqueue(s, op) : C_FAILED;
+  rt_stream_put(s);
+  return st;
+}
+
 C_Status rt_stream_enqueue_fn(rt_stream* s, void (*fn)(void*), void (*cleanup)(void*), void* arg) {
-  rt_op* op = calloc(1, sizeof(*op));
+  rt_op* op = op_dup(&(rt_op){.kind = OP_FN, .u.fn = {fn, cleanup, arg}});
   if (!op) return C_FAILED;
-  op->kind = OP_FN;
-  op->u.fn.fn = fn;
-  op->u.fn.cleanup = cleanup;
-  op->u.fn.arg = arg;
   return stream_enqueue(s, op);
 }
 
@@ -669,32 +693,20 @@ static C_Status h_initialize(void) {
   return C_SUCCESS;
 }
 
+static void release_stream(void* s) { stream_shutdown(s); }
+static void release_event(void* e) { event_put(e); }
+
 static void teardown_all(void) {
   /* streams first (their queued collectives hold communicator references), then the communicators */
   /* streams: out of the registry first (the registry's references become ours), then drained and joined */
-  pthread_mutex_lock(&g_reg_mu);
-  ptrmap streams = g_streams;
-  memset(&g_streams, 0, sizeof(g_streams));
-  pthread_mutex_unlock(&g_reg_mu);
-  for (size_t i = 0; i < streams.cap; i++)
-    if (streams.keys[i]) stream_shutdown((rt_stream*)streams.keys[i]);
-  ptrmap_free(&streams);
+  ptrmap_drain(&g_reg_mu, &g_streams, release_stream);
 
   for (rt_layer* l = g_layers; l; l = l->next) /* the layers above (collectives: their communicators) */
     if (l->teardown) l->teardown();
 
   /* events and profiler sessions */
-  pthread_mutex_lock(&g_reg_mu);
-  ptrmap events = g_events, sessions = g_sessions;
-  memset(&g_events, 0, sizeof(g_events));
-  memset(&g_sessions, 0, sizeof(g_sessions));
-  pthread_mutex_unlock(&g_reg_mu);
-  for (size_t i = 0; i < events.cap; i++)
-    if (events.keys[i]) event_put((rt_event*)events.keys[i]);
-  for (size_t i = 0; i < sessions.cap; i++)
-    if (sessions.keys[i]) free((void*)sessions.keys[i]);
-  ptrmap_free(&events);
-  ptrmap_free(&sessions);
+  ptrmap_drain(&g_reg_mu, &g_events, release_event);
+  ptrmap_drain(&g_reg_mu, &g_sessions, free);
 
   /* memory */
   for (size_t d = 0; d < rt_cfg.device_count; d++) {
@@ -760,13 +772,21 @@ static C_Status h_get_device(const C_Device device) {
   return C_SUCCESS;
 }
 
+/* The common start of the create hooks: the out pointer is given, the plugin initialised, the injected fault
+ * `fault` not hit; then a zeroed object of `size` bytes (NULL with *st set on any failure). */
+static void* new_handle_object(const void* out, int fault, size_t size, C_Status* st) {
+  *st = C_ERROR;
+  if (!out || !rt_is_initialized()) return NULL;
+  *st = C_FAILED;
+  if (rt_fault_hit(fault)) return NULL;
+  return calloc(1, size);
+}
+
 static C_Status h_create_stream(const C_Device device, C_Stream* stream) {
   DEV_OR_ERROR(device, id);
-  if (!stream) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (rt_fault_hit(RT_FAULT_CREATE_STREAM)) return C_FAILED;
-  rt_stream* s = calloc(1, sizeof(*s));
-  if (!s) return C_FAILED;
+  C_Status st;
+  rt_stream* s = new_handle_object(stream, RT_FAULT_CREATE_STREAM, sizeof(*s), &st);
+  if (!s) return st;
   s->magic = RT_STREAM_MAGIC;
   s->device = id;
   s->cdev.id = id;
@@ -855,17 +875,7 @@ static C_Status h_stream_add_callback(const C_Device device, C_Stream stream, C_
     callback(&d, NULL, user_data, &st);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_CALLBACK;
-  op->u.callback.cb = callback;
-  op->u.callback.user_data = user_data;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_CALLBACK, .u.callback = {callback, user_data}});
 }
 
 static C_Status h_synchronize_device(const C_Device device) {
@@ -880,11 +890,9 @@ static C_Status h_synchronize_device(const C_Device device) {
 
 static C_Status h_create_event(const C_Device device, C_Event* event) {
   DEV_OR_ERROR(device, id);
-  if (!event) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (rt_fault_hit(RT_FAULT_CREATE_EVENT)) return C_FAILED;
-  rt_event* e = calloc(1, sizeof(*e));
-  if (!e) return C_FAILED;
+  C_Status st;
+  rt_event* e = new_handle_object(event, RT_FAULT_CREATE_EVENT, sizeof(*e), &st);
+  if (!e) return st;
   e->magic = RT_EVENT_MAGIC;
   e->device = id;
   atomic_init(&e->refs, 1);
@@ -904,14 +912,7 @@ static C_Status h_create_event(const C_Device device, C_Event* event) {
 static C_Status h_destroy_event(const C_Device device, C_Event event) {
   DEV_OR_ERROR(device, id);
   (void)id;
-  rt_event* e = (rt_event*)event;
-  if (!e) return C_ERROR;
-  pthread_mutex_lock(&g_reg_mu);
-  int found = ptrmap_remove(&g_events, e);
-  pthread_mutex_unlock(&g_reg_mu);
-  if (!found) return C_ERROR;
-  event_put(e);
-  return C_SUCCESS;
+  return ptrmap_unregister(&g_reg_mu, &g_events, event, release_event);
 }
 
 static C_Status h_record_event(const C_Device device, C_Stream stream, C_Event event) {
@@ -935,16 +936,13 @@ static C_Status h_record_event(const C_Device device, C_Stream stream, C_Event e
     event_put(e);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
+  rt_op* op = op_dup(&(rt_op){.kind = OP_RECORD, .u.event = {e, gen}}); /* the op owns our reference */
   if (!op) {
     event_complete(e, gen);
     event_put(e);
     rt_stream_put(s);
     return C_FAILED;
   }
-  op->kind = OP_RECORD;
-  op->u.event.ev = e; /* the op owns our reference */
-  op->u.event.gen = gen;
   atomic_fetch_add(&e->refs, 1); /* keep e alive for the failure path below */
   C_Status st = stream_enqueue(s, op);
   if (st != C_SUCCESS) event_complete(e, gen); /* never leave the event pending forever */
@@ -1002,15 +1000,12 @@ static C_Status h_stream_wait_event(const C_Device device, C_Stream stream, C_Ev
     event_put(e);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
+  rt_op* op = op_dup(&(rt_op){.kind = OP_WAIT, .u.event = {e, gen}}); /* the op owns our reference */
   if (!op) {
     event_put(e);
     rt_stream_put(s);
     return C_FAILED;
   }
-  op->kind = OP_WAIT;
-  op->u.event.ev = e; /* the op owns our reference */
-  op->u.event.gen = gen;
   C_Status st = stream_enqueue(s, op);
   rt_stream_put(s);
   return st;
@@ -1203,18 +1198,7 @@ static C_Status copy_async(int dev, int other_dev, C_Stream stream, void* dst, c
     rt_stream_put(s);
     return C_FAILED;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_COPY;
-  op->u.copy.dst = dst;
-  op->u.copy.src = src;
-  op->u.copy.size = size;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_COPY, .u.copy = {dst, src, size}});
 }
 
 static C_Status h_async_memory_copy(const C_Device device, C_Stream stream, void* dst, const void* src, size_t size) {
@@ -1245,18 +1229,7 @@ static C_Status memset_async(int dev, C_Stream stream, void* ptr, unsigned char 
     if (size) memset(ptr, value, size);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_SET;
-  op->u.set.ptr = ptr;
-  op->u.set.value = value;
-  op->u.set.size = size;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_SET, .u.set = {ptr, value, size}});
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -1285,14 +1258,17 @@ static C_Status h_device_memory_stats(const C_Device device, size_t* total, size
   return C_SUCCESS;
 }
 
-#define SIZE_HOOK(name, expr)                                   \
-  static C_Status name(const C_Device device, size_t* out) {    \
+/* A hook that answers one value of type T for any valid device. */
+#define VALUE_HOOK(name, T, expr)                               \
+  static C_Status name(const C_Device device, T* out) {         \
     DEV_OR_ERROR(device, id);                                   \
     (void)id;                                                   \
     if (!out) return C_ERROR;                                   \
     *out = (expr);                                              \
     return C_SUCCESS;                                           \
   }
+#define SIZE_HOOK(name, expr) VALUE_HOOK(name, size_t, expr)
+#define BOOL_HOOK(name, value) VALUE_HOOK(name, bool, value)
 
 static size_t growth_size(void) {
   size_t n = rt_cfg.memory_bytes / 8;
@@ -1324,15 +1300,6 @@ static C_Status h_get_max_grid_dim_size(const C_Device device, C_GridDim3* dims)
   return C_SUCCESS;
 }
 
-#define BOOL_HOOK(name, value)                                  \
-  static C_Status name(const C_Device device, bool* out) {      \
-    DEV_OR_ERROR(device, id);                                   \
-    (void)id;                                                   \
-    if (!out) return C_ERROR;                                   \
-    *out = (value);                                             \
-    return C_SUCCESS;                                           \
-  }
-
 BOOL_HOOK(h_is_float16_supported, true)
 BOOL_HOOK(h_is_bfloat16_supported, true)
 BOOL_HOOK(h_is_dnn_supported, false)
@@ -1351,21 +1318,7 @@ static C_Status h_blas_axpby(const C_Device device, C_Stream stream, C_DataType 
     axpby_run(dtype, numel, alpha, x, beta, y);
     return C_SUCCESS;
   }
-  rt_op* op = calloc(1, sizeof(*op));
-  if (!op) {
-    rt_stream_put(s);
-    return C_FAILED;
-  }
-  op->kind = OP_AXPBY;
-  op->u.axpby.dtype = dtype;
-  op->u.axpby.numel = numel;
-  op->u.axpby.alpha = alpha;
-  op->u.axpby.x = x;
-  op->u.axpby.beta = beta;
-  op->u.axpby.y = y;
-  C_Status st = stream_enqueue(s, op);
-  rt_stream_put(s);
-  return st;
+  return stream_enqueue_put(s, &(rt_op){.kind = OP_AXPBY, .u.axpby = {dtype, numel, alpha, x, beta, y}});
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -1403,12 +1356,7 @@ static C_Status h_profiler_initialize(C_Profiler prof, void** user_data) {
 static C_Status h_profiler_finalize(C_Profiler prof, void* user_data) {
   (void)prof;
   if (prof_fault("finalize")) return C_ERROR;
-  pthread_mutex_lock(&g_reg_mu);
-  int found = ptrmap_remove(&g_sessions, user_data);
-  pthread_mutex_unlock(&g_reg_mu);
-  if (!found) return C_ERROR;
-  free(user_data);
-  return C_SUCCESS;
+  return ptrmap_unregister(&g_reg_mu, &g_sessions, user_data, free);
 }
 
 static C_Status prof_transition(void* user_data, int from_any_but, int to) {
@@ -1579,22 +1527,29 @@ RT_EXPORT void InitPlugin(CustomRuntimeParams* params) {
 /* paddle_rt's optional extension (paddle_rt/extension.h): rt_cpu's device memory is this process's heap. */
 RT_EXPORT int paddle_rt_ext_host_addressable(void) { return 1; }
 
-RT_EXPORT size_t rt_cpu_live_bytes(int device) {
-  if (device < 0 || device >= RT_CPU_MAX_DEVICES) return 0;
-  pthread_once(&g_state_once, init_state);
-  pthread_mutex_lock(&g_dev[device].mu);
-  size_t n = g_dev[device].live_bytes;
-  pthread_mutex_unlock(&g_dev[device].mu);
+/* A counter read under the lock that guards it. */
+static size_t read_locked(pthread_mutex_t* mu, const size_t* counter) {
+  pthread_mutex_lock(mu);
+  size_t n = *counter;
+  pthread_mutex_unlock(mu);
   return n;
 }
 
-RT_EXPORT size_t rt_cpu_live_count(int device) {
-  if (device < 0 || device >= RT_CPU_MAX_DEVICES) return 0;
+/* The state of device `device` for the exported helpers (NULL outside 0..RT_CPU_MAX_DEVICES-1). */
+static rt_device_state* exported_device(int device) {
+  if (device < 0 || device >= RT_CPU_MAX_DEVICES) return NULL;
   pthread_once(&g_state_once, init_state);
-  pthread_mutex_lock(&g_dev[device].mu);
-  size_t n = g_dev[device].live_count;
-  pthread_mutex_unlock(&g_dev[device].mu);
-  return n;
+  return &g_dev[device];
+}
+
+RT_EXPORT size_t rt_cpu_live_bytes(int device) {
+  rt_device_state* ds = exported_device(device);
+  return ds ? read_locked(&ds->mu, &ds->live_bytes) : 0;
+}
+
+RT_EXPORT size_t rt_cpu_live_count(int device) {
+  rt_device_state* ds = exported_device(device);
+  return ds ? read_locked(&ds->mu, &ds->live_count) : 0;
 }
 
 RT_EXPORT size_t rt_cpu_alloc_calls(int device) {
@@ -1602,29 +1557,14 @@ RT_EXPORT size_t rt_cpu_alloc_calls(int device) {
   return atomic_load(&g_dev[device].alloc_calls);
 }
 
-RT_EXPORT size_t rt_cpu_host_live_bytes(void) {
-  pthread_mutex_lock(&g_host_mu);
-  size_t n = g_host_live_bytes;
-  pthread_mutex_unlock(&g_host_mu);
-  return n;
-}
+RT_EXPORT size_t rt_cpu_host_live_bytes(void) { return read_locked(&g_host_mu, &g_host_live_bytes); }
 
 RT_EXPORT int rt_cpu_initialize_refcount(void) { return atomic_load(&g_refcount); }
 
 /* Number of live streams / events (all devices). */
-RT_EXPORT size_t rt_cpu_live_streams(void) {
-  pthread_mutex_lock(&g_reg_mu);
-  size_t n = g_streams.count;
-  pthread_mutex_unlock(&g_reg_mu);
-  return n;
-}
+RT_EXPORT size_t rt_cpu_live_streams(void) { return read_locked(&g_reg_mu, &g_streams.count); }
 
-RT_EXPORT size_t rt_cpu_live_events(void) {
-  pthread_mutex_lock(&g_reg_mu);
-  size_t n = g_events.count;
-  pthread_mutex_unlock(&g_reg_mu);
-  return n;
-}
+RT_EXPORT size_t rt_cpu_live_events(void) { return read_locked(&g_reg_mu, &g_events.count); }
 
 /* Profiler sessions ever initialised (which = 0) or collect_trace_data calls served (which = 1). */
 RT_EXPORT size_t rt_cpu_profiler_count(int which) {

@@ -67,6 +67,19 @@ static size_t dtype_size(C_DataType t) {
 
 static int dtype_reducible(C_DataType t) { return t != BOOL && dtype_size(t) != 0; }
 
+/* The bits of a float and back (memcpy: no aliasing rule broken). */
+static uint32_t bits_of_float(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return x;
+}
+
+static float float_of_bits(uint32_t x) {
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
 static float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h >> 15) << 31;
   uint32_t exp = (h >> 10) & 0x1f;
@@ -88,14 +101,11 @@ static float half_to_float(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
+  return float_of_bits(bits);
 }
 
 static uint16_t float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
+  uint32_t x = bits_of_float(f);
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
   uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) return sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0); /* inf / nan */
@@ -119,16 +129,10 @@ static uint16_t float_to_half(float f) {
   return sign | r;
 }
 
-static float bf16_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
+static float bf16_to_float(uint16_t h) { return float_of_bits((uint32_t)h << 16); }
 
 static uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
+  uint32_t x = bits_of_float(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
   uint32_t lsb = (x >> 16) & 1;
   x += 0x7fff + lsb;
@@ -322,15 +326,7 @@ static void clique_unref_locked(rt_clique* c) {
   free(c);
 }
 
-static rt_comm* comm_get(C_CCLComm h) {
-  rt_comm* c = (rt_comm*)h;
-  if (!c) return NULL;
-  pthread_mutex_lock(&g_ccl_mu);
-  if (!ptrmap_find(&g_comms, c, NULL)) c = NULL;
-  else atomic_fetch_add(&c->refs, 1);
-  pthread_mutex_unlock(&g_ccl_mu);
-  return c;
-}
+static rt_comm* comm_get(C_CCLComm h) { return ptrmap_ref(&g_ccl_mu, &g_comms, h, offsetof(rt_comm, refs)); }
 
 static void comm_put(rt_comm* c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
@@ -596,6 +592,19 @@ typedef struct {
   int failed;
 } rt_part;
 
+/* Fill a part (calloc'ed: the rest stays zero) of item x of a batch on clique q. */
+static void set_part(rt_part* p, rt_clique* q, size_t x, int p2p, part_args args, uint64_t seq, size_t src,
+                     size_t dst, int side) {
+  p->q = q;
+  p->item = x;
+  p->p2p = p2p;
+  p->args = args;
+  p->seq = seq;
+  p->src = src;
+  p->dst = dst;
+  p->side = side;
+}
+
 /* Arrive at every part's slot (clique by clique, each under its own lock), then wait, bounded by one deadline, until
  * all are done, then depart. Nothing is waited for before everything is posted, so a batch that spans several
  * communicators or pairs send and recv cannot deadlock against another rank's batch. */
@@ -758,6 +767,21 @@ static void item_failed(rt_item* it) {
   }
 }
 
+/* An all_to_all item's half towards rank p: what it sends to p (K_SEND) or receives from p (K_RECV). */
+static part_args a2a_half(const rt_item* it, size_t p, int kind) {
+  if (kind == K_SEND)
+    return (part_args){.kind = K_SEND, .send = it->a2a_send[p], .count = it->a2a_send_count[p],
+                       .dtype = it->a2a_send_dtype[p]};
+  return (part_args){.kind = K_RECV, .recv = it->a2a_recv[p], .count = it->a2a_recv_count[p],
+                     .dtype = it->a2a_recv_dtype[p]};
+}
+
+/* A participation in the MPI transport's form: the arguments, the root or peer, the sequence number. */
+static rt_mpi_op mpi_op_of(part_args a, size_t peer, uint64_t seq) {
+  return (rt_mpi_op){.kind = a.kind, .send = a.send, .recv = a.recv, .count = a.count, .dtype = a.dtype,
+                     .op = a.op, .peer = peer, .seq = seq};
+}
+
 /* A batch of a communicator across processes: its items as MPI operations (all_to_all as send/recv pairs). */
 static void batch_run_mpi(rt_batch* b) {
   rt_comm* c = b->items[0].comm;
@@ -774,15 +798,7 @@ static void batch_run_mpi(rt_batch* b) {
       break;
     }
     if (it->kind != K_ALL_TO_ALL) {
-      rt_mpi_op* o = &ops[k++];
-      o->kind = it->kind;
-      o->send = it->a.send;
-      o->recv = it->a.recv;
-      o->count = it->a.count;
-      o->dtype = it->a.dtype;
-      o->op = it->a.op;
-      o->peer = it->kind == K_SEND || it->kind == K_RECV ? it->peer : it->a.root;
-      o->seq = it->seq;
+      ops[k++] = mpi_op_of(it->a, it->kind == K_SEND || it->kind == K_RECV ? it->peer : it->a.root, it->seq);
       continue;
     }
     size_t me = c->rank;
@@ -795,20 +811,8 @@ static void batch_run_mpi(rt_batch* b) {
     if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
     for (size_t p = 0; p < c->nranks; p++) {
       if (p == me) continue;
-      rt_mpi_op* s = &ops[k++];
-      s->kind = K_SEND;
-      s->send = it->a2a_send[p];
-      s->count = it->a2a_send_count[p];
-      s->dtype = it->a2a_send_dtype[p];
-      s->peer = p;
-      s->seq = it->a2a_send_seq[p];
-      rt_mpi_op* r = &ops[k++];
-      r->kind = K_RECV;
-      r->recv = it->a2a_recv[p];
-      r->count = it->a2a_recv_count[p];
-      r->dtype = it->a2a_recv_dtype[p];
-      r->peer = p;
-      r->seq = it->a2a_recv_seq[p];
+      ops[k++] = mpi_op_of(a2a_half(it, p, K_SEND), p, it->a2a_send_seq[p]);
+      ops[k++] = mpi_op_of(a2a_half(it, p, K_RECV), p, it->a2a_recv_seq[p]);
     }
   }
   int failed = 1;
@@ -858,15 +862,8 @@ static void batch_run(void* arg) {
     rt_clique* q = it->comm->clique;
     size_t me = it->comm->rank;
     if (it->kind == K_SEND || it->kind == K_RECV) {
-      rt_part* p = &parts[k++];
-      p->q = q;
-      p->item = x;
-      p->p2p = 1;
-      p->args = it->a;
-      p->seq = it->seq;
-      p->src = it->kind == K_SEND ? me : it->peer;
-      p->dst = it->kind == K_SEND ? it->peer : me;
-      p->side = it->kind == K_SEND ? 0 : 1;
+      int recv = it->kind == K_RECV;
+      set_part(&parts[k++], q, x, 1, it->a, it->seq, recv ? it->peer : me, recv ? me : it->peer, recv);
     } else if (it->kind == K_ALL_TO_ALL) {
       for (size_t peer = 0; peer < it->comm->nranks; peer++) {
         if (peer == me) { /* the local block */
@@ -876,39 +873,11 @@ static void batch_run(void* arg) {
           else if (sb) memmove(it->a2a_recv[me], it->a2a_send[me], sb);
           continue;
         }
-        rt_part* ps = &parts[k++];
-        ps->q = q;
-        ps->item = x;
-        ps->p2p = 1;
-        ps->args.kind = K_SEND;
-        ps->args.send = it->a2a_send[peer];
-        ps->args.count = it->a2a_send_count[peer];
-        ps->args.dtype = it->a2a_send_dtype[peer];
-        ps->seq = it->a2a_send_seq[peer];
-        ps->src = me;
-        ps->dst = peer;
-        ps->side = 0;
-        rt_part* pr = &parts[k++];
-        pr->q = q;
-        pr->item = x;
-        pr->p2p = 1;
-        pr->args.kind = K_RECV;
-        pr->args.recv = it->a2a_recv[peer];
-        pr->args.count = it->a2a_recv_count[peer];
-        pr->args.dtype = it->a2a_recv_dtype[peer];
-        pr->seq = it->a2a_recv_seq[peer];
-        pr->src = peer;
-        pr->dst = me;
-        pr->side = 1;
+        set_part(&parts[k++], q, x, 1, a2a_half(it, peer, K_SEND), it->a2a_send_seq[peer], me, peer, 0);
+        set_part(&parts[k++], q, x, 1, a2a_half(it, peer, K_RECV), it->a2a_recv_seq[peer], peer, me, 1);
       }
     } else {
-      rt_part* p = &parts[k++];
-      p->q = q;
-      p->item = x;
-      p->p2p = 0;
-      p->args = it->a;
-      p->seq = it->seq;
-      p->side = (int)me;
+      set_part(&parts[k++], q, x, 0, it->a, it->seq, 0, 0, (int)me);
     }
   }
   for (size_t i = 0; i < k; i++) parts[i].comm = b->items[parts[i].item].comm;
@@ -1103,8 +1072,41 @@ static C_Status h_get_unique_id(C_CCLRootId* id) {
   return C_SUCCESS;
 }
 
-/* The fields every new communicator starts with, on the current device; `ss`/`rs`: its per-peer message counters. */
-static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks, uint64_t* ss, uint64_t* rs) {
+/* The root id a rank joins with, checked against its rank and size (C_ERROR when any is off). */
+static C_Status read_root_id(const C_CCLRootId* id, size_t nranks, size_t rank, const C_CCLComm* out, rt_ccl_id* v) {
+  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
+  if (!rt_is_initialized()) return C_ERROR;
+  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
+  memcpy(v, id->data, sizeof(*v));
+  if (v->magic != k_id_magic || v->serial == 0) return C_ERROR;
+  return C_SUCCESS;
+}
+
+/* A zeroed communicator with its per-peer message counters (NULL when out of memory). */
+static rt_comm* comm_alloc(size_t nranks) {
+  rt_comm* c = calloc(1, sizeof(*c));
+  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
+  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
+  if (!c || !ss || !rs) {
+    free(c);
+    free(ss);
+    free(rs);
+    return NULL;
+  }
+  c->send_seq = ss;
+  c->recv_seq = rs;
+  return c;
+}
+
+/* Frees a communicator of comm_alloc that was never published. */
+static void comm_free_unpublished(rt_comm* c) {
+  free(c->send_seq);
+  free(c->recv_seq);
+  free(c);
+}
+
+/* The fields every new communicator starts with, on the current device. */
+static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks) {
   c->magic = RT_COMM_MAGIC;
   c->serial = serial;
   c->rank = rank;
@@ -1114,34 +1116,19 @@ static void comm_setup(rt_comm* c, uint64_t serial, size_t rank, size_t nranks, 
   atomic_init(&c->error, 0);
   atomic_init(&c->aborted, 0);
   pthread_mutex_init(&c->mu, NULL);
-  c->send_seq = ss;
-  c->recv_seq = rs;
 }
 
 static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out) {
-  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
   rt_ccl_id v;
-  memcpy(&v, id->data, sizeof(v));
-  if (v.magic != k_id_magic || v.pid != (uint64_t)getpid() || v.serial == 0) return C_ERROR;
-  rt_comm* c = calloc(1, sizeof(*c));
-  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
-  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
-  if (!c || !ss || !rs) {
-    free(c);
-    free(ss);
-    free(rs);
-    return C_FAILED;
-  }
+  if (read_root_id(id, nranks, rank, out, &v) != C_SUCCESS || v.pid != (uint64_t)getpid()) return C_ERROR;
+  rt_comm* c = comm_alloc(nranks);
+  if (!c) return C_FAILED;
   pthread_mutex_lock(&g_ccl_mu);
   rt_clique* q = g_cliques;
   while (q && q->serial != v.serial) q = q->next;
   if (q && (q->nranks != nranks || q->taken[rank])) {
     pthread_mutex_unlock(&g_ccl_mu);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_ERROR;
   }
   if (!q) {
@@ -1151,9 +1138,7 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
       pthread_mutex_unlock(&g_ccl_mu);
       free(q);
       free(taken);
-      free(c);
-      free(ss);
-      free(rs);
+      comm_free_unpublished(c);
       return C_FAILED;
     }
     q->serial = v.serial;
@@ -1171,16 +1156,14 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
   q->taken[rank] = 1;
   q->joined++;
   q->refs++;
-  comm_setup(c, v.serial, rank, nranks, ss, rs);
+  comm_setup(c, v.serial, rank, nranks);
   c->clique = q;
   if (ptrmap_put(&g_comms, c, 0) != 0) {
     q->taken[rank] = 0;
     clique_unref_locked(q);
     pthread_mutex_unlock(&g_ccl_mu);
     pthread_mutex_destroy(&c->mu);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_FAILED;
   }
   pthread_mutex_unlock(&g_ccl_mu);
@@ -1188,16 +1171,9 @@ static C_Status h_comm_init_rank(size_t nranks, C_CCLRootId* id, size_t rank, C_
   return C_SUCCESS;
 }
 
-static C_Status h_destroy_comm(C_CCLComm comm) {
-  rt_comm* c = (rt_comm*)comm;
-  if (!c) return C_ERROR;
-  pthread_mutex_lock(&g_ccl_mu);
-  int found = ptrmap_remove(&g_comms, c);
-  pthread_mutex_unlock(&g_ccl_mu);
-  if (!found) return C_ERROR;
-  comm_put(c); /* queued collectives keep it alive until they have run */
-  return C_SUCCESS;
-}
+static void release_comm(void* c) { comm_put(c); } /* queued collectives keep it alive until they have run */
+
+static C_Status h_destroy_comm(C_CCLComm comm) { return ptrmap_unregister(&g_ccl_mu, &g_comms, comm, release_comm); }
 
 static C_Status h_get_comm_name(C_CCLComm comm, char* name) {
   if (!name) return C_ERROR;
@@ -1394,15 +1370,7 @@ static void ccl_fill(C_DeviceInterface* f) {
   f->xccl_all_to_all = h_all_to_all;
 }
 
-static void ccl_teardown(void) {
-  pthread_mutex_lock(&g_ccl_mu);
-  ptrmap comms = g_comms;
-  memset(&g_comms, 0, sizeof(g_comms));
-  pthread_mutex_unlock(&g_ccl_mu);
-  for (size_t i = 0; i < comms.cap; i++)
-    if (comms.keys[i]) comm_put((rt_comm*)comms.keys[i]);
-  ptrmap_free(&comms);
-}
+static void ccl_teardown(void) { ptrmap_drain(&g_ccl_mu, &g_comms, release_comm); }
 
 static rt_layer g_ccl_layer = {"collectives", ccl_fill, ccl_teardown, NULL};
 
@@ -1468,46 +1436,29 @@ RT_EXPORT int paddle_rt_ext_ccl_comm_error(C_CCLComm comm) {
 /* A communicator over the processes of an MPI communicator (MPI is the transport: rt_cpu_mpi.c). */
 RT_EXPORT C_Status paddle_rt_ext_ccl_comm_init_rank_mpi(size_t nranks, C_CCLRootId* id, size_t rank, C_CCLComm* out,
                                                      int64_t mpi_comm) {
-  if (!out || !id || !id->data || id->sz < sizeof(rt_ccl_id)) return C_ERROR;
-  if (!rt_is_initialized()) return C_ERROR;
-  if (nranks == 0 || nranks > 4096 || rank >= nranks) return C_ERROR;
   rt_ccl_id v;
-  memcpy(&v, id->data, sizeof(v));
-  if (v.magic != k_id_magic || v.serial == 0) return C_ERROR;
-  rt_comm* c = calloc(1, sizeof(*c));
-  uint64_t* ss = calloc(nranks, sizeof(uint64_t));
-  uint64_t* rs = calloc(nranks, sizeof(uint64_t));
-  if (!c || !ss || !rs) {
-    free(c);
-    free(ss);
-    free(rs);
-    return C_FAILED;
-  }
+  if (read_root_id(id, nranks, rank, out, &v) != C_SUCCESS) return C_ERROR;
+  rt_comm* c = comm_alloc(nranks);
+  if (!c) return C_FAILED;
   char err[400] = "";
   if (!g_transport) {
     fprintf(stderr, "rt_cpu: paddle_rt_ext_ccl_comm_init_rank_mpi: this build has no MPI transport\n");
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_ERROR;
   }
   if (g_transport->comm_create(mpi_comm, nranks, rank, id->data, id->sz, &c->mpi, err, sizeof(err)) != 0) {
     fprintf(stderr, "rt_cpu: paddle_rt_ext_ccl_comm_init_rank_mpi (rank %zu of %zu): %s\n", rank, nranks, err);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_ERROR;
   }
-  comm_setup(c, v.serial, rank, nranks, ss, rs);
+  comm_setup(c, v.serial, rank, nranks);
   pthread_mutex_lock(&g_ccl_mu);
   int put = ptrmap_put(&g_comms, c, 0);
   pthread_mutex_unlock(&g_ccl_mu);
   if (put != 0) {
     g_transport->comm_free(c->mpi);
     pthread_mutex_destroy(&c->mu);
-    free(c);
-    free(ss);
-    free(rs);
+    comm_free_unpublished(c);
     return C_FAILED;
   }
   *out = (C_CCLComm)c;

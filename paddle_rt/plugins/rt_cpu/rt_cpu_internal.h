@@ -60,6 +60,15 @@ typedef struct {
 int ptrmap_put(ptrmap* m, const void* key, size_t val);  /* 0 or -1 (out of memory) */
 int ptrmap_find(const ptrmap* m, const void* key, size_t* val);
 int ptrmap_remove(ptrmap* m, const void* key);
+/* A caller's handle made a counted reference: key when m holds it (looked up under mu), with the atomic_int at
+ * key + refs_offset incremented under the same lock; NULL otherwise. */
+void* ptrmap_ref(pthread_mutex_t* mu, const ptrmap* m, void* key, size_t refs_offset);
+/* Teardown of a registry: m's contents are moved out under mu (m is left empty), then release is called on each key
+ * outside the lock (the registry's references become the caller's). */
+void ptrmap_drain(pthread_mutex_t* mu, ptrmap* m, void (*release)(void*));
+/* A destroy hook's work: key removed from m under mu, then released (the registry's reference); C_ERROR, and nothing
+ * done, when m does not hold key. */
+int ptrmap_unregister(pthread_mutex_t* mu, ptrmap* m, void* key, void (*release)(void*));
 void ptrmap_free(ptrmap* m);
 
 /* ---- core (rt_cpu.c) ----------------------------------------------------------------------------------------- */
