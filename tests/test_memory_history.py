@@ -181,7 +181,7 @@ def test_bad_arguments_and_paths(tmp_path):
     with pytest.raises(paddle_rt.InvalidArgument, match="not a paddle_rt memory snapshot"):
         memory.load_snapshot(str(notjson))
     notjson.write_text('{"format": "paddle_rt.memory_snapshot", "version": 99, "devices": {}}')
-    with pytest.raises(paddle_rt.InvalidArgument, match="version"):
+    with pytest.raises(paddle_rt.InvalidArgument, match="has version 99; this paddle_rt reads version 1"):
         memory.load_snapshot(str(notjson))
 
 
@@ -229,6 +229,24 @@ def test_dump_trace_without_history_or_with_two_devices_is_refused(tmp_path):
     assert (tmp_path / "x.csv").read_text().splitlines()[1].split(",")[2:] == ["allocate", hex(b.ptr), "100", "0"]
     a.free()
     b.free()
+
+
+def test_dump_trace_keeps_only_device_allocations_and_frees(tmp_path):
+    """Pinned host memory and the allocator's segment events of the same device are recorded too, but the log holds
+    the device's allocations and frees only (a pinned block or a segment in it would replay as device memory)."""
+    paddle_rt.empty_cache("rt_cpu:0")
+    memory.record_history()
+    h = paddle_rt.malloc_host(4096, "rt_cpu:0")
+    a = paddle_rt.malloc(3 << 20, "rt_cpu:0")           # a new segment: segment_alloc is recorded
+    a.free()
+    h.free()
+    paddle_rt.empty_cache("rt_cpu:0")                     # segment_free, empty_cache
+    kinds = {e["action"] for e in dev_trace(memory.history())}
+    assert {"segment_alloc", "alloc", "free"} <= kinds
+    _, allocs, peak = memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:0")
+    assert (allocs, peak) == (1, 3 << 20)
+    rows = [line.split(",")[2:5] for line in (tmp_path / "x.csv").read_text().splitlines()[1:]]
+    assert rows == [["allocate", hex(a.ptr), str(3 << 20)], ["free", hex(a.ptr), str(3 << 20)]]
 
 
 def test_clear_history_while_recording_forgets_what_the_recorder_still_holds():
