@@ -214,14 +214,17 @@ def test_dump_trace_writes_requested_sizes_and_replays(tmp_path):
 
 def test_dump_trace_without_history_or_with_two_devices_is_refused(tmp_path):
     memory.clear_history()
-    with pytest.raises(paddle_rt.InvalidArgument, match="no allocation was recorded"):
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"^dump_trace: no allocation was recorded \(call paddle_rt"):
         memory.dump_trace(tmp_path / "x.csv")
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"no allocation on rt_cpu:0 .*recorded: nothing\)$"):
+        memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:0")
     memory.record_history()
     a = paddle_rt.malloc(100, "rt_cpu:0")
     b = paddle_rt.malloc(100, "rt_cpu:1")
-    with pytest.raises(paddle_rt.InvalidArgument, match="2 devices"):
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"2 devices were recorded \(rt_cpu:0, rt_cpu:1\); name one"):
         memory.dump_trace(tmp_path / "x.csv")
-    with pytest.raises(paddle_rt.InvalidArgument, match="no allocation on rt_cpu:2"):
+    with pytest.raises(paddle_rt.InvalidArgument,
+                       match=r"no allocation on rt_cpu:2 .*recorded: \['rt_cpu:0', 'rt_cpu:1'\]\)$"):
         memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:2")
     assert not (tmp_path / "x.csv").exists()
     _, allocs, _ = memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:1")
@@ -247,6 +250,17 @@ def test_dump_trace_keeps_only_device_allocations_and_frees(tmp_path):
     assert (allocs, peak) == (1, 3 << 20)
     rows = [line.split(",")[2:5] for line in (tmp_path / "x.csv").read_text().splitlines()[1:]]
     assert rows == [["allocate", hex(a.ptr), str(3 << 20)], ["free", hex(a.ptr), str(3 << 20)]]
+
+
+def test_dump_trace_of_only_frees_names_the_device_and_writes_nothing(tmp_path):
+    """A history holding only frees of blocks allocated before it started has nothing to replay: the error names the
+    call and the device, and no file is left behind."""
+    before = paddle_rt.malloc(2048, "rt_cpu:0")
+    memory.record_history()
+    before.free()
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"^dump_trace\(rt_cpu:0\): no allocation was recorded"):
+        memory.dump_trace(tmp_path / "x.csv.gz")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_clear_history_while_recording_forgets_what_the_recorder_still_holds():
