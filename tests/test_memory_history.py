@@ -108,6 +108,35 @@ def test_max_entries_keeps_the_newest():
     assert len(dev_trace(memory.history())) == 3
 
 
+def test_max_entries_holds_while_the_history_is_read():
+    """Reading the history while recording (each read takes what the recorder holds) never grows it past
+    max_entries; max_entries=1 is allowed and keeps the last event."""
+    memory.record_history(max_entries=10)
+    for _ in range(30):
+        paddle_rt.malloc(256, "rt_cpu:0").free()
+        assert len(dev_trace(memory.history())) <= 10
+    assert len(dev_trace(memory.history())) == 10
+    memory.record_history(False)
+    memory.record_history(max_entries=1)
+    x = paddle_rt.malloc(512, "rt_cpu:0")
+    x.free()
+    assert [(e["action"], e["addr"]) for e in dev_trace(memory.history())] == [("free", x.ptr)]
+
+
+def test_stacks_setting_changes_while_recording():
+    """record_history(stacks=...) while recording applies to the allocations that follow, both ways."""
+    memory.record_history(stacks=False)
+    paddle_rt.malloc(512, "rt_cpu:0").free()
+    memory.record_history(stacks=True)
+    paddle_rt.malloc(1536, "rt_cpu:0").free()
+    memory.record_history(stacks=False)
+    paddle_rt.malloc(2560, "rt_cpu:0").free()
+    frames = {e["requested"]: e["frames"] for e in dev_trace(memory.history()) if e["action"] == "alloc"}
+    assert frames[512] == [] and frames[2560] == []
+    assert frames[1536][0]["name"] == "test_stacks_setting_changes_while_recording"
+    assert {e["action"] for e in dev_trace(memory.history())} <= ACTIONS
+
+
 def test_stacks_off_and_c_path_have_no_frames():
     memory.record_history(stacks=False)
     paddle_rt.malloc(512, "rt_cpu:0").free()
