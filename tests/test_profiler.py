@@ -70,6 +70,33 @@ def test_key_averages_count_the_operations_done():
     assert len(prof.key_averages().table(row_limit=1).splitlines()) == 6
 
 
+def test_key_averages_agree_with_the_events():
+    """Every figure of a key_averages row is the events' own: durations and queue delays in microseconds, bytes."""
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        with profiler.profile(plugin=False) as prof:
+            workload(s)
+    ops = [e for e in prof.events if e["kind"] == "op"]
+    rows = prof.key_averages()
+    assert sorted(r.kind for r in rows) == sorted({e["op"] for e in ops})
+    assert [r.total_us for r in rows] == sorted((r.total_us for r in rows), reverse=True)
+    for r in rows:
+        mine = [e for e in ops if e["op"] == r.kind]
+        durs = [(e["end_ns"] - e["start_ns"]) / 1000.0 for e in mine]
+        queue = [(e["start_ns"] - e["enqueue_ns"]) / 1000.0 for e in mine]
+        assert r.count == len(mine) and r.bytes == sum(e["bytes"] for e in mine)
+        assert r.total_us == pytest.approx(sum(durs)) and r.mean_us == pytest.approx(sum(durs) / len(durs))
+        assert (r.min_us, r.max_us) == (pytest.approx(min(durs)), pytest.approx(max(durs)))
+        assert r.queue_mean_us == pytest.approx(sum(queue) / len(queue))
+    table = rows.table(sort_by="bytes").splitlines()
+    assert table[1].split() == ["operation", "count", "total", "us", "mean", "us", "min", "us", "max", "us", "queue",
+                                "us", "bytes"]
+    first = rows.by_kind()["memcpy_d2d"]
+    assert table[3].split() == ["memcpy_d2d", "3", f"{first.total_us:.1f}", f"{first.mean_us:.2f}",
+                                f"{first.min_us:.2f}", f"{first.max_us:.2f}", f"{first.queue_mean_us:.2f}",
+                                str(3 << 16)]
+    assert table[-1] == f"13 operations, {sum(r.total_us for r in rows):.1f} us of stream time"
+
+
 def test_events_have_allocations_and_operations():
     with paddle_rt.Stream("rt_cpu:0") as s:
         with profiler.profile() as prof:
