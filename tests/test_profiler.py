@@ -95,6 +95,13 @@ def test_key_averages_agree_with_the_events():
                                 f"{first.min_us:.2f}", f"{first.max_us:.2f}", f"{first.queue_mean_us:.2f}",
                                 str(3 << 16)]
     assert table[-1] == f"13 operations, {sum(r.total_us for r in rows):.1f} us of stream time"
+    # the columns line up: names left-aligned, figures right-aligned, every line as wide as the rules
+    assert table[0] == table[2] == table[-2] == "-" * len(table[1])
+    for line, r in zip(table[3:-2], sorted(rows, key=lambda r: r.bytes, reverse=True)):
+        assert len(line) == len(table[1]) and line.startswith(r.kind + " ") and line.endswith(" " + str(r.bytes))
+    assert table[1].startswith("operation ") and table[1].endswith(" bytes")
+    by_kind = rows.table(sort_by="kind").splitlines()[3:-2]      # names ascending; every other key descending
+    assert [line.split()[0] for line in by_kind] == sorted(r.kind for r in rows)
 
 
 def test_events_have_allocations_and_operations():
