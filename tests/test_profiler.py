@@ -104,6 +104,28 @@ def test_key_averages_agree_with_the_events():
     assert [line.split()[0] for line in by_kind] == sorted(r.kind for r in rows)
 
 
+def test_stream_names_and_chrome_trace_times(tmp_path):
+    """stream_name names a stream by its device and tag (the current stream marked "(default)", tag 0 the default
+    stream, a tag not of that device by its number), and the Chrome trace's times are microseconds since the start."""
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        with profiler.profile(plugin=False) as prof:
+            s.add_callback(lambda: None)
+            s.synchronize()
+            d = paddle_rt.current_stream("rt_cpu:0")
+            d.add_callback(lambda: None)
+            d.synchronize()
+    mine, cur = [e for e in prof.events if e["kind"] == "op"]
+    assert prof.stream_name("rt_cpu:0", mine["stream"]) == s.name
+    assert prof.stream_name("rt_cpu:0", cur["stream"]) == f"{d.name} (default)"
+    assert prof.stream_name("rt_cpu:1", mine["stream"]) == f"stream 0x{mine['stream']:x}"
+    assert prof.stream_name("rt_cpu:0", 0) == "default stream"
+    doc = json.loads(open(prof.export_chrome_trace(str(tmp_path / "t.json"))).read())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert [e["ts"] for e in slices] == [pytest.approx((e["start_ns"] - prof.start_ns) / 1000.0) for e in (mine, cur)]
+    assert [e["args"]["enqueue_us"] for e in slices] == [
+        pytest.approx((e["enqueue_ns"] - prof.start_ns) / 1000.0) for e in (mine, cur)]
+
+
 def test_events_have_allocations_and_operations():
     with paddle_rt.Stream("rt_cpu:0") as s:
         with profiler.profile() as prof:
