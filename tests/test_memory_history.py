@@ -108,6 +108,35 @@ def test_max_entries_keeps_the_newest():
     assert len(dev_trace(memory.history())) == 3
 
 
+def test_max_entries_holds_while_the_history_is_read():
+    """Reading the history while recording (each read takes what the recorder holds) never grows it past
+    max_entries; max_entries=1 is allowed and keeps the last event."""
+    memory.record_history(max_entries=10)
+    for _ in range(30):
+        paddle_rt.malloc(256, "rt_cpu:0").free()
+        assert len(dev_trace(memory.history())) <= 10
+    assert len(dev_trace(memory.history())) == 10
+    memory.record_history(False)
+    memory.record_history(max_entries=1)
+    x = paddle_rt.malloc(512, "rt_cpu:0")
+    x.free()
+    assert [(e["action"], e["addr"]) for e in dev_trace(memory.history())] == [("free", x.ptr)]
+
+
+def test_stacks_setting_changes_while_recording():
+    """record_history(stacks=...) while recording applies to the allocations that follow, both ways."""
+    memory.record_history(stacks=False)
+    paddle_rt.malloc(512, "rt_cpu:0").free()
+    memory.record_history(stacks=True)
+    paddle_rt.malloc(1536, "rt_cpu:0").free()
+    memory.record_history(stacks=False)
+    paddle_rt.malloc(2560, "rt_cpu:0").free()
+    frames = {e["requested"]: e["frames"] for e in dev_trace(memory.history()) if e["action"] == "alloc"}
+    assert frames[512] == [] and frames[2560] == []
+    assert frames[1536][0]["name"] == "test_stacks_setting_changes_while_recording"
+    assert {e["action"] for e in dev_trace(memory.history())} <= ACTIONS
+
+
 def test_stacks_off_and_c_path_have_no_frames():
     memory.record_history(stacks=False)
     paddle_rt.malloc(512, "rt_cpu:0").free()
@@ -181,7 +210,7 @@ def test_bad_arguments_and_paths(tmp_path):
     with pytest.raises(paddle_rt.InvalidArgument, match="not a paddle_rt memory snapshot"):
         memory.load_snapshot(str(notjson))
     notjson.write_text('{"format": "paddle_rt.memory_snapshot", "version": 99, "devices": {}}')
-    with pytest.raises(paddle_rt.InvalidArgument, match="version"):
+    with pytest.raises(paddle_rt.InvalidArgument, match="has version 99; this paddle_rt reads version 1"):
         memory.load_snapshot(str(notjson))
 
 
@@ -214,14 +243,17 @@ def test_dump_trace_writes_requested_sizes_and_replays(tmp_path):
 
 def test_dump_trace_without_history_or_with_two_devices_is_refused(tmp_path):
     memory.clear_history()
-    with pytest.raises(paddle_rt.InvalidArgument, match="no allocation was recorded"):
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"^dump_trace: no allocation was recorded \(call paddle_rt"):
         memory.dump_trace(tmp_path / "x.csv")
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"no allocation on rt_cpu:0 .*recorded: nothing\)$"):
+        memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:0")
     memory.record_history()
     a = paddle_rt.malloc(100, "rt_cpu:0")
     b = paddle_rt.malloc(100, "rt_cpu:1")
-    with pytest.raises(paddle_rt.InvalidArgument, match="2 devices"):
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"2 devices were recorded \(rt_cpu:0, rt_cpu:1\); name one"):
         memory.dump_trace(tmp_path / "x.csv")
-    with pytest.raises(paddle_rt.InvalidArgument, match="no allocation on rt_cpu:2"):
+    with pytest.raises(paddle_rt.InvalidArgument,
+                       match=r"no allocation on rt_cpu:2 .*recorded: \['rt_cpu:0', 'rt_cpu:1'\]\)$"):
         memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:2")
     assert not (tmp_path / "x.csv").exists()
     _, allocs, _ = memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:1")
@@ -229,6 +261,35 @@ def test_dump_trace_without_history_or_with_two_devices_is_refused(tmp_path):
     assert (tmp_path / "x.csv").read_text().splitlines()[1].split(",")[2:] == ["allocate", hex(b.ptr), "100", "0"]
     a.free()
     b.free()
+
+
+def test_dump_trace_keeps_only_device_allocations_and_frees(tmp_path):
+    """Pinned host memory and the allocator's segment events of the same device are recorded too, but the log holds
+    the device's allocations and frees only (a pinned block or a segment in it would replay as device memory)."""
+    paddle_rt.empty_cache("rt_cpu:0")
+    memory.record_history()
+    h = paddle_rt.malloc_host(4096, "rt_cpu:0")
+    a = paddle_rt.malloc(3 << 20, "rt_cpu:0")           # a new segment: segment_alloc is recorded
+    a.free()
+    h.free()
+    paddle_rt.empty_cache("rt_cpu:0")                     # segment_free, empty_cache
+    kinds = {e["action"] for e in dev_trace(memory.history())}
+    assert {"segment_alloc", "alloc", "free"} <= kinds
+    _, allocs, peak = memory.dump_trace(tmp_path / "x.csv", device="rt_cpu:0")
+    assert (allocs, peak) == (1, 3 << 20)
+    rows = [line.split(",")[2:5] for line in (tmp_path / "x.csv").read_text().splitlines()[1:]]
+    assert rows == [["allocate", hex(a.ptr), str(3 << 20)], ["free", hex(a.ptr), str(3 << 20)]]
+
+
+def test_dump_trace_of_only_frees_names_the_device_and_writes_nothing(tmp_path):
+    """A history holding only frees of blocks allocated before it started has nothing to replay: the error names the
+    call and the device, and no file is left behind."""
+    before = paddle_rt.malloc(2048, "rt_cpu:0")
+    memory.record_history()
+    before.free()
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"^dump_trace\(rt_cpu:0\): no allocation was recorded"):
+        memory.dump_trace(tmp_path / "x.csv.gz")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_clear_history_while_recording_forgets_what_the_recorder_still_holds():

@@ -70,6 +70,62 @@ def test_key_averages_count_the_operations_done():
     assert len(prof.key_averages().table(row_limit=1).splitlines()) == 6
 
 
+def test_key_averages_agree_with_the_events():
+    """Every figure of a key_averages row is the events' own: durations and queue delays in microseconds, bytes."""
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        with profiler.profile(plugin=False) as prof:
+            workload(s)
+    ops = [e for e in prof.events if e["kind"] == "op"]
+    rows = prof.key_averages()
+    assert sorted(r.kind for r in rows) == sorted({e["op"] for e in ops})
+    assert [r.total_us for r in rows] == sorted((r.total_us for r in rows), reverse=True)
+    for r in rows:
+        mine = [e for e in ops if e["op"] == r.kind]
+        durs = [(e["end_ns"] - e["start_ns"]) / 1000.0 for e in mine]
+        queue = [(e["start_ns"] - e["enqueue_ns"]) / 1000.0 for e in mine]
+        assert r.count == len(mine) and r.bytes == sum(e["bytes"] for e in mine)
+        assert r.total_us == pytest.approx(sum(durs)) and r.mean_us == pytest.approx(sum(durs) / len(durs))
+        assert (r.min_us, r.max_us) == (pytest.approx(min(durs)), pytest.approx(max(durs)))
+        assert r.queue_mean_us == pytest.approx(sum(queue) / len(queue))
+    table = rows.table(sort_by="bytes").splitlines()
+    assert table[1].split() == ["operation", "count", "total", "us", "mean", "us", "min", "us", "max", "us", "queue",
+                                "us", "bytes"]
+    first = rows.by_kind()["memcpy_d2d"]
+    assert table[3].split() == ["memcpy_d2d", "3", f"{first.total_us:.1f}", f"{first.mean_us:.2f}",
+                                f"{first.min_us:.2f}", f"{first.max_us:.2f}", f"{first.queue_mean_us:.2f}",
+                                str(3 << 16)]
+    assert table[-1] == f"13 operations, {sum(r.total_us for r in rows):.1f} us of stream time"
+    # the columns line up: names left-aligned, figures right-aligned, every line as wide as the rules
+    assert table[0] == table[2] == table[-2] == "-" * len(table[1])
+    for line, r in zip(table[3:-2], sorted(rows, key=lambda r: r.bytes, reverse=True)):
+        assert len(line) == len(table[1]) and line.startswith(r.kind + " ") and line.endswith(" " + str(r.bytes))
+    assert table[1].startswith("operation ") and table[1].endswith(" bytes")
+    by_kind = rows.table(sort_by="kind").splitlines()[3:-2]      # names ascending; every other key descending
+    assert [line.split()[0] for line in by_kind] == sorted(r.kind for r in rows)
+
+
+def test_stream_names_and_chrome_trace_times(tmp_path):
+    """stream_name names a stream by its device and tag (the current stream marked "(default)", tag 0 the default
+    stream, a tag not of that device by its number), and the Chrome trace's times are microseconds since the start."""
+    with paddle_rt.Stream("rt_cpu:0") as s:
+        with profiler.profile(plugin=False) as prof:
+            s.add_callback(lambda: None)
+            s.synchronize()
+            d = paddle_rt.current_stream("rt_cpu:0")
+            d.add_callback(lambda: None)
+            d.synchronize()
+    mine, cur = [e for e in prof.events if e["kind"] == "op"]
+    assert prof.stream_name("rt_cpu:0", mine["stream"]) == s.name
+    assert prof.stream_name("rt_cpu:0", cur["stream"]) == f"{d.name} (default)"
+    assert prof.stream_name("rt_cpu:1", mine["stream"]) == f"stream 0x{mine['stream']:x}"
+    assert prof.stream_name("rt_cpu:0", 0) == "default stream"
+    doc = json.loads(open(prof.export_chrome_trace(str(tmp_path / "t.json"))).read())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert [e["ts"] for e in slices] == [pytest.approx((e["start_ns"] - prof.start_ns) / 1000.0) for e in (mine, cur)]
+    assert [e["args"]["enqueue_us"] for e in slices] == [
+        pytest.approx((e["enqueue_ns"] - prof.start_ns) / 1000.0) for e in (mine, cur)]
+
+
 def test_events_have_allocations_and_operations():
     with paddle_rt.Stream("rt_cpu:0") as s:
         with profiler.profile() as prof:
