@@ -34,7 +34,7 @@ def test_as_strided_offset_counts_from_the_storage():
 @pytest.mark.parametrize("shape,strides,offset,match", [
     ((3,), (4,), 0, "reaches element 8 of the storage, which holds 8 elements"),
     ((2, 2), (4, 1), 4, "reaches element 9"),
-    ((2,), (-1,), 0, "stride -1 of dimension 0 must be an int >= 0"),
+    ((2,), (-1,), 0, "the stride of dimension 0 must be an int >= 0, not -1"),
     ((2,), (1, 1), 0, "1 dimensions but 2 strides"),
     ((2,), (1,), -1, "offset must be an int >= 0"),
 ])

@@ -1,6 +1,6 @@
 # Allocation: memory from paddle_rt.malloc (allocation.pyx). Subclassed by the stream-ordered pool (AsyncAllocation).
 cimport cython
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, int64_t
 from paddle_rt._core.allocator cimport AllocatorCore
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor
 
@@ -25,6 +25,11 @@ cdef class Allocation:
 
 # DLPack exports: the "dltensor" capsule of a filled managed tensor (its deleter runs if the capsule cannot be made,
 # and when the capsule dies unconsumed).
+# A managed tensor over host-addressable `data` (CPU device, lanes 1, shape and strides copied; strides NULL: compact)
+# that holds a reference to `owner` (its manager_ctx) until `deleter` runs; MemoryError when it cannot be allocated.
+cdef prt_DLManagedTensor* dl_managed_new(void* data, int ndim, const int64_t* shape, const int64_t* strides,
+                                          int code, int bits, object owner,
+                                          void (*deleter)(prt_DLManagedTensor*) noexcept) except NULL
 cdef object dl_capsule(prt_DLManagedTensor* m)
 cdef void dl_capsule_destructor(object capsule) noexcept
 

@@ -295,24 +295,8 @@ cdef class Allocation:
         if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
             raise BufferError(f"{self.device}: __dlpack__ can only export to the CPU device (1, 0), "
                               f"got {tuple(dl_device)}")
-        m = <prt_DLManagedTensor*>c_malloc(sizeof(prt_DLManagedTensor) + 2 * sizeof(int64_t))
-        if m == NULL:
-            raise MemoryError()
-        memset(m, 0, sizeof(prt_DLManagedTensor))
-        m.dl_tensor.data = <void*>self.ptr
-        m.dl_tensor.device.device_type = kDLCPU
-        m.dl_tensor.device.device_id = 0
-        m.dl_tensor.ndim = 1
-        m.dl_tensor.dtype.code = kDLUInt
-        m.dl_tensor.dtype.bits = 8
-        m.dl_tensor.dtype.lanes = 1
-        m.dl_tensor.shape = <int64_t*>(<char*>m + sizeof(prt_DLManagedTensor))
-        m.dl_tensor.shape[0] = self.size
-        m.dl_tensor.strides = NULL
-        m.dl_tensor.byte_offset = 0
-        m.manager_ctx = <void*>self
-        m.deleter = _dl_deleter
-        Py_INCREF(self)
+        cdef int64_t n = self.size
+        m = dl_managed_new(<void*>self.ptr, 1, &n, NULL, kDLUInt, 8, self, _dl_deleter)
         self.exports += 1
         return dl_capsule(m)
 
@@ -322,6 +306,37 @@ cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
     a.exports -= 1
     Py_DECREF(a)
     c_free(m)
+
+
+cdef prt_DLManagedTensor* dl_managed_new(void* data, int ndim, const int64_t* shape, const int64_t* strides,
+                                          int code, int bits, object owner,
+                                          void (*deleter)(prt_DLManagedTensor*) noexcept) except NULL:
+    cdef int i
+    cdef prt_DLManagedTensor* m = <prt_DLManagedTensor*>c_malloc(sizeof(prt_DLManagedTensor) +
+                                                                 2 * max(ndim, 1) * sizeof(int64_t))
+    if m == NULL:
+        raise MemoryError()
+    memset(m, 0, sizeof(prt_DLManagedTensor))
+    m.dl_tensor.data = data
+    m.dl_tensor.device.device_type = kDLCPU
+    m.dl_tensor.device.device_id = 0
+    m.dl_tensor.ndim = ndim
+    m.dl_tensor.dtype.code = code
+    m.dl_tensor.dtype.bits = bits
+    m.dl_tensor.dtype.lanes = 1
+    m.dl_tensor.shape = <int64_t*>(<char*>m + sizeof(prt_DLManagedTensor))
+    m.dl_tensor.strides = NULL
+    if strides != NULL:
+        m.dl_tensor.strides = m.dl_tensor.shape + ndim
+    for i in range(ndim):
+        m.dl_tensor.shape[i] = shape[i]
+        if strides != NULL:
+            m.dl_tensor.strides[i] = strides[i]
+    m.dl_tensor.byte_offset = 0
+    m.manager_ctx = <void*>owner
+    m.deleter = deleter
+    Py_INCREF(owner)
+    return m
 
 
 cdef object dl_capsule(prt_DLManagedTensor* m):

@@ -259,19 +259,21 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
 
 
 # 0: not ours, 1: live block, 2: inside a chunk (not a live block start), 3: start of a free block.
-cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
-    cdef prt_chunk_map.iterator it
+cdef Chunk* _chunk_holding(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """Lock held: the chunk whose [base, base + size) holds ptr, or NULL."""
+    cdef prt_chunk_map.iterator it = c.cx.chunks.upper_bound(ptr)
     cdef Chunk* ch
-    if c.cx.live.find(ptr) != NULL:
-        return 1
-    it = c.cx.chunks.upper_bound(ptr)
     if it == c.cx.chunks.begin():
-        return 0
+        return NULL
     dec(it)
     ch = <Chunk*>(deref(it).second)
-    if ptr >= ch.base + ch.size:
-        return 0
-    return 2
+    return ch if ptr < ch.base + ch.size else NULL
+
+
+cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    if c.cx.live.find(ptr) != NULL:
+        return 1
+    return 2 if _chunk_holding(c, ptr) != NULL else 0
 
 
 cdef size_t _core_live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
@@ -279,18 +281,11 @@ cdef size_t _core_live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     start is one lookup; an address inside a block walks its chunk's blocks down from the top (parked blocks stay
     linked, so nothing is flushed)."""
     cdef Block* b = <Block*>c.cx.live.find(ptr)
-    cdef prt_chunk_map.iterator it
     cdef Chunk* ch
     if b != NULL:
         return b.size
-    it = c.cx.chunks.upper_bound(ptr)
-    if it == c.cx.chunks.begin():
-        return 0
-    dec(it)
-    ch = <Chunk*>deref(it).second
-    if ptr >= ch.base + ch.size:
-        return 0
-    b = ch.tail
+    ch = _chunk_holding(c, ptr)
+    b = ch.tail if ch != NULL else NULL
     while b != NULL and b.addr > ptr:
         b = b.prev
     if b == NULL or b.allocated != 1 or ptr >= b.addr + b.size:
@@ -448,12 +443,11 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
 
 
 cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
-    cdef prt_chunk_map.iterator it = c.cx.chunks.upper_bound(ptr)
-    cdef Chunk* ch
+    cdef Chunk* ch = _chunk_holding(c, ptr)
     cdef prt_free_set.iterator fi
     cdef int p
     cdef Block* q
-    if it == c.cx.chunks.begin():
+    if ch == NULL:
         return 0
     for p in range(N_QUICK_SLOTS):
         q = c.q_head[p]
@@ -461,8 +455,6 @@ cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
             if q.addr == ptr:
                 return 1
             q = q.qnext
-    dec(it)
-    ch = <Chunk*>(deref(it).second)
     # walk the pool's free index for a free block starting at ptr (error path only)
     fi = c.cx.free_blocks[ch.pool].begin()
     while fi != c.cx.free_blocks[ch.pool].end():

@@ -13,7 +13,7 @@ from paddle_rt._core.device cimport Device, resolve_device, device_host_addressa
 from paddle_rt._core.stream cimport Stream, stream_of_device
 from paddle_rt._core.memcpy cimport upload_async
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
-from paddle_rt._core.allocation cimport dl_capsule, Allocation
+from paddle_rt._core.allocation cimport dl_capsule, dl_managed_new, Allocation
 from paddle_rt._core.device_ext cimport (
     BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16,
 )
@@ -107,13 +107,17 @@ cdef int _check_shape(object shape, int64_t* out) except -1:
     if n > MAX_NDIM:
         raise errors.InvalidArgument(f"a tensor has at most {MAX_NDIM} dimensions, not {n} (shape {shape})")
     for i in range(n):
-        d = shape[i]
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-            raise errors.InvalidArgument(f"shape {shape}: dimension {i} must be an int >= 0, not {d!r}")
-        if d > INT64_MAX_PY:
-            raise errors.InvalidArgument(f"shape {shape}: dimension {i} ({d}) does not fit a 64-bit size")
-        out[i] = d
+        out[i] = _size_operand(shape[i], f"shape {shape}", f"dimension {i}")
     return n
+
+
+cdef int64_t _size_operand(object v, str where, str what) except -1:
+    """A dimension or stride from a user as an int64 >= 0 (Python or numpy int), else InvalidArgument naming it."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise errors.InvalidArgument(f"{where}: {what} must be an int >= 0, not {v!r}")
+    if v > INT64_MAX_PY:
+        raise errors.InvalidArgument(f"{where}: {what} ({v}) does not fit a 64-bit size")
+    return v
 
 
 INT64_MAX_PY = (1 << 63) - 1
@@ -516,12 +520,7 @@ cdef class Tensor(TensorDesc):
         if len(strides) != nd:
             raise errors.InvalidArgument(f"{where}: {nd} dimensions but {len(strides)} strides")
         for i in range(nd):
-            v = strides[i]
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise errors.InvalidArgument(f"{where}: stride {v!r} of dimension {i} must be an int >= 0")
-            if v > INT64_MAX_PY:
-                raise errors.InvalidArgument(f"{where}: stride {v} of dimension {i} does not fit 64 bits")
-            st[i] = v
+            st[i] = _size_operand(strides[i], where, f"the stride of dimension {i}")
         mem = self.storage.memory
         if mem is not None:
             base_ptr = (<Allocation>mem).ptr
@@ -706,30 +705,8 @@ cdef dict _array_interface(Tensor t, str typestr):
 
 # ---- DLPack --------------------------------------------------------------------------------------------------------
 cdef object _dlpack_capsule(Tensor t):
-    cdef prt_DLManagedTensor* m
-    cdef int i
     code, bits = _DTYPES[t.dtype_code][2]
-    m = <prt_DLManagedTensor*>c_malloc(sizeof(prt_DLManagedTensor) + 2 * MAX_NDIM * sizeof(int64_t))
-    if m == NULL:
-        raise MemoryError()
-    memset(m, 0, sizeof(prt_DLManagedTensor))
-    m.dl_tensor.data = <void*>t.data
-    m.dl_tensor.device.device_type = kDLCPU
-    m.dl_tensor.device.device_id = 0
-    m.dl_tensor.ndim = t.ndim_
-    m.dl_tensor.dtype.code = code
-    m.dl_tensor.dtype.bits = bits
-    m.dl_tensor.dtype.lanes = 1
-    m.dl_tensor.shape = <int64_t*>(<char*>m + sizeof(prt_DLManagedTensor))
-    m.dl_tensor.strides = m.dl_tensor.shape + MAX_NDIM
-    for i in range(t.ndim_):
-        m.dl_tensor.shape[i] = t.shape_[i]
-        m.dl_tensor.strides[i] = t.strides_[i]
-    m.dl_tensor.byte_offset = 0
-    m.manager_ctx = <void*>t
-    m.deleter = _dl_deleter
-    Py_INCREF(t)
-    return dl_capsule(m)
+    return dl_capsule(dl_managed_new(<void*>t.data, t.ndim_, t.shape_, t.strides_, code, bits, t, _dl_deleter))
 
 
 cdef void _dl_deleter(prt_DLManagedTensor* m) noexcept with gil:
