@@ -11,6 +11,12 @@ __all__ = [
 STATUS_NAMES = {0: "C_SUCCESS", 1: "C_WARNING", 2: "C_FAILED", 3: "C_ERROR", 4: "C_INTERNAL_ERROR"}
 
 
+def _keep(exc, **details):
+    """The details an error carries, as attributes users read (``exc.device``, ``exc.requested``, ...)."""
+    for name, value in details.items():
+        setattr(exc, name, value)
+
+
 class PaddleRTError(RuntimeError):
     """Base class of every paddle_rt error."""
 
@@ -94,13 +100,8 @@ class OutOfMemoryError(PaddleRTError, MemoryError):
 
     def __init__(self, message, device=None, requested=None, allocated=None, reserved=None, capacity=None,
                  free=None, call="malloc"):
-        self.device = device
-        self.call = call
-        self.requested = requested
-        self.allocated = allocated
-        self.reserved = reserved
-        self.capacity = capacity
-        self.free = free
+        _keep(self, device=device, call=call, requested=requested, allocated=allocated, reserved=reserved,
+              capacity=capacity, free=free)
         super().__init__(message)
 
 
@@ -162,12 +163,8 @@ class CollectiveError(PaddleRTError):
     None when unknown) say which."""
 
     def __init__(self, message, collective=None, device=None, rank=None, nranks=None, seq=None, missing_ranks=None):
-        self.collective = collective
-        self.device = device
-        self.rank = rank
-        self.nranks = nranks
-        self.seq = seq
-        self.missing_ranks = missing_ranks
+        _keep(self, collective=collective, device=device, rank=rank, nranks=nranks, seq=seq,
+              missing_ranks=missing_ranks)
         super().__init__(message)
 
 
