@@ -29,7 +29,8 @@ def wanted(name):
     return not ONLY or name.rsplit(".", 1)[-1] in ONLY
 DEBUG = os.environ.get("PADDLE_RT_DEBUG", "") not in ("", "0")
 
-common_compile = ["-g0" if not DEBUG else "-g", "-O0" if DEBUG else "-O2", "-pthread",
+# Sanitizer builds use -O1 (what ASan and TSan recommend: usable stacks, and a build about twice as fast as -O2).
+common_compile = ["-g0" if not DEBUG else "-g", "-O0" if DEBUG else ("-O1" if SANITIZE else "-O2"), "-pthread",
                   "-fno-strict-aliasing", "-Wno-unused-function"]
 common_link = ["-pthread"]
 if SANITIZE:
@@ -60,11 +61,17 @@ ENGINE_SOURCES = {
     )],
 }
 # The operator layer's host kernels are loops the compiler should vectorise (-O3); the rest keeps -O2.
-ENGINE_EXTRA_FLAGS = {"paddle_rt._core.op": ["-O3"] if not DEBUG else []}
+ENGINE_EXTRA_FLAGS = {"paddle_rt._core.op": ["-O3"] if not (DEBUG or SANITIZE) else []}
 ENGINE_FLAGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fPIC"]
 
 
 class build_ext(_build_ext):
+    def finalize_options(self):
+        super().finalize_options()
+        # pip builds without -j: compile the extensions on every CPU (PADDLE_RT_BUILD_JOBS=N to choose)
+        if not self.parallel:
+            self.parallel = int(os.environ.get("PADDLE_RT_BUILD_JOBS", "0") or 0) or os.cpu_count() or 1
+
     def build_extension(self, ext):
         sources = ENGINE_SOURCES.get(ext.name)
         if not self.force and not newer_group(list(ext.sources) + list(ext.depends) + (sources or []),
@@ -130,7 +137,7 @@ def cython_extensions():
     if not exts:
         return current
     return current + cythonize(
-        exts,
+        exts, nthreads=int(os.environ.get("PADDLE_RT_BUILD_JOBS", "0") or 0) or os.cpu_count() or 1,
         compiler_directives={"language_level": "3", "embedsignature": True, "binding": False,
                              "boundscheck": False, "wraparound": False, "cdivision": True},
         include_path=[SRC],
