@@ -293,18 +293,24 @@ cdef size_t _core_live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     return b.addr + b.size - ptr
 
 
+cdef size_t _ask_locked(AllocatorCore* c, uintptr_t ptr, bint extent) noexcept nogil:
+    """Under c's lock: _core_live_extent (extent) or _core_owns of ptr."""
+    cdef size_t r
+    c.cx.mu.lock()
+    r = _core_live_extent(c, ptr) if extent else <size_t>_core_owns(c, ptr)
+    c.cx.mu.unlock()
+    return r
+
+
 cdef int64_t raw_live_extent(object device, int kind, uintptr_t ptr) except -2:
     cdef DeviceAllocator a
-    cdef size_t n
+    cdef size_t n = 0
     for a in list(_allocators):
-        if a.core.torn_down or a.core.kind != kind or (device is not None and a.device is not device):
-            continue
-        with nogil:
-            a.core.cx.mu.lock()
-            n = _core_live_extent(a.core, ptr)
-            a.core.cx.mu.unlock()
-        if n:
-            return <int64_t>n
+        if not (a.core.torn_down or a.core.kind != kind or (device is not None and a.device is not device)):
+            with nogil:
+                n = _ask_locked(a.core, ptr, 1)
+            if n:
+                return <int64_t>n
     return -1
 
 
@@ -315,16 +321,13 @@ def owner_of(ptr):
 
 cdef object _owner_of(uintptr_t ptr, AllocatorCore* exclude):
     cdef DeviceAllocator a
-    cdef int r
+    cdef size_t r = 0
     for a in list(_allocators):
-        if a.core == exclude or a.core.torn_down:
-            continue
-        with nogil:
-            a.core.cx.mu.lock()
-            r = _core_owns(a.core, ptr)
-            a.core.cx.mu.unlock()
-        if r:
-            return f"{a.device}{' (pinned host memory)' if a.core.kind == KIND_HOST else ''}"
+        if a.core != exclude and not a.core.torn_down:
+            with nogil:
+                r = _ask_locked(a.core, ptr, 0)
+            if r:
+                return f"{a.device}{' (pinned host memory)' if a.core.kind == KIND_HOST else ''}"
     return None
 
 
