@@ -305,8 +305,9 @@ cdef size_t _ask_locked(AllocatorCore* c, uintptr_t ptr, bint extent) noexcept n
 cdef int64_t raw_live_extent(object device, int kind, uintptr_t ptr) except -2:
     cdef DeviceAllocator a
     cdef size_t n = 0
-    for a in list(_allocators):
-        if not (a.core.torn_down or a.core.kind != kind or (device is not None and a.device is not device)):
+    # a device's allocator is one lookup (copies and memsets of tensors come here); only "any device" walks them all
+    for a in ([existing_allocator(<Device>device, kind)] if isinstance(device, Device) else list(_allocators)):
+        if a is not None and not a.core.torn_down and a.core.kind == kind:
             with nogil:
                 n = _ask_locked(a.core, ptr, 1)
             if n:
