@@ -166,6 +166,7 @@ def test_missing_file_and_unknown_device(tmp_path):
 
 
 def test_rmm_log_is_replayed_with_a_per_event_timeline(tmp_path):
+    paddle_rt.empty_cache("rt_cpu:1")            # what earlier tests left cached (tests never assume an empty device)
     before = paddle_rt.memory_reserved("rt_cpu:1")
     data = plot.load_memory_data(write_trace(tmp_path / "log.csv", LOG), device="rt_cpu:1", conf="growth:exact")
     assert data["kind"] == "rmm_trace"
@@ -179,7 +180,7 @@ def test_rmm_log_is_replayed_with_a_per_event_timeline(tmp_path):
     s = plot.segment_summary(d["segments"])      # the segments at the end of the log
     assert s["allocated"] == d["allocated"][-1] and s["reserved"] == d["reserved"][-1]
     assert data["replay"]["peak_reserved"] == max(d["reserved"])
-    assert paddle_rt.memory_reserved("rt_cpu:1") == before == 0               # the replay gave everything back
+    assert paddle_rt.memory_reserved("rt_cpu:1") == before                    # the replay gave everything back
     paddle_rt.get_allocator("rt_cpu:1").configure(growth=None)
 
 

@@ -79,3 +79,15 @@ def test_core_layers_call_down():
                       ("tensor", "ops"), ("tensor", "op"), ("tensor", "op_descriptors"), ("ccl_mpi", "ccl")):
         assert core + low in g[core + high], f"{high} no longer imports {low}"
         assert core + high not in g[core + low], f"{low} imports {high}"
+
+
+def test_allocator_modules_stay_readable():
+    """Issue 34's structure rule: no module of the caching allocator (allocator.pyx and its alloc_* helpers) exceeds
+    1,000 lines; segments, the snapshot and the growth rules live in their own modules (docs/design.md)."""
+    import glob
+    import os
+    core = os.path.join(graph.ROOT, "paddle_rt", "_core")
+    files = [f for pat in ("allocator.p*", "alloc_*.p*") for f in glob.glob(os.path.join(core, pat))]
+    assert len(files) >= 10                       # allocator.pyx/.pxd, alloc_segment, alloc_snapshot, alloc_policy...
+    lengths = {os.path.basename(f): sum(1 for _ in open(f)) for f in files}
+    assert {name: n for name, n in lengths.items() if n > 1000} == {}

@@ -22,9 +22,21 @@ cdef size_t growth_size(AllocatorCore* c, int pool, uintptr_t stream, size_t siz
 cdef int vmm_back(AllocatorCore* c, Block* b, size_t size, AllocError* err) noexcept nogil
 # Grow the range of (pool, stream) at its end so that its last block is free and holds `size` bytes (not yet backed).
 cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
+# vmm_grow, then the pages under the block's first `size` bytes mapped: ready to hand out.
+cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
 # Unmap and release every whole free page, trim the ranges' free ends, free empty ranges. Returns bytes released.
 cdef size_t vmm_release(AllocatorCore* c) noexcept nogil
 # Interpreter exit: everything unmapped, released and freed.
 cdef void vmm_teardown(AllocatorCore* c) noexcept nogil
 # The mapped pages of range ch as (offset, length) runs, at most cap; returns the count.
 cdef size_t vmm_mapped_runs(Chunk* ch, size_t g, size_t* out, size_t cap) noexcept nogil
+
+# Where an address lies (lock held).
+# The chunk whose [base, base + size) holds ptr, or NULL.
+cdef Chunk* chunk_holding(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# 1: the start of a live block, 2: inside a chunk otherwise, 0: not in this allocator.
+cdef int owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# Bytes from ptr to the end of the live block holding it; 0 when no live block holds it.
+cdef size_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# Whether ptr is the start of a free block (parked in a quick-reuse slot or in the free index): a double free.
+cdef int is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil

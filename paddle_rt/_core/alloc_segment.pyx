@@ -1,6 +1,7 @@
 # cython: freethreading_compatible = False
-"""Segments (chunks) of the caching allocator: asking the plugin for a chunk, giving idle chunks back, and the size
-of the chunk a miss asks for (the mechanism around alloc_policy's growth rules). Called by allocator.pyx with the
+"""Segments (chunks) of the caching allocator: asking the plugin for a chunk, giving idle chunks back, the size
+of the chunk a miss asks for (the mechanism around alloc_policy's growth rules), expandable ranges, and where an
+address lies among the segments. Called by allocator.pyx with the
 allocator's lock held and no GIL; never on the cached allocation path."""
 from libc.stdint cimport uintptr_t, int64_t, SIZE_MAX
 from libc.stdlib cimport malloc as c_malloc, calloc as c_calloc, free as c_free
@@ -10,7 +11,7 @@ from cython.operator cimport dereference as deref, preincrement as inc, predecre
 
 from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.alloc_types cimport (
-    AllocatorCore, AllocError, Block, Chunk, KIND_HOST, POOL_LARGE, ST_RESERVED_BYTES, ST_SEGMENT,
+    AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_LARGE, ST_RESERVED_BYTES, ST_SEGMENT,
     ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES,
 )
 from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
@@ -20,7 +21,7 @@ from paddle_rt._core.alloc_policy cimport (
     consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended,
 )
 from paddle_rt._core.stream cimport stream_device_idle
-from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key
+from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key, prt_chunk_map
 from paddle_rt._core.includes.trace_support cimport prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE
 from paddle_rt._core.trace cimport trace_mask
 
@@ -411,6 +412,16 @@ cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, 
     return t
 
 
+
+cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t size,
+                            AllocError* err) noexcept nogil:
+    """vmm_grow, then the pages under the block's first `size` bytes mapped (vmm_back): the block is ready to hand
+    out. NULL with err set."""
+    cdef Block* b = vmm_grow(c, pool, stream, size, err)
+    if b != NULL and b.chunk.holes and vmm_back(c, b, size, err) != 0:
+        return NULL
+    return b
+
 cdef void _free_range(AllocatorCore* c, Chunk* ch) noexcept nogil:
     """Give an empty range (no block, nothing mapped) back to the plugin."""
     cdef int r, j = 0
@@ -511,3 +522,60 @@ cdef size_t vmm_mapped_runs(Chunk* ch, size_t g, size_t* out, size_t cap) noexce
         out[2 * n + 1] = i * g - out[2 * n]
         n += 1
     return n
+
+
+# Where an address lies among the segments (lock held; the ownership questions of free, owns and raw copies).
+cdef Chunk* chunk_holding(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """Lock held: the chunk whose [base, base + size) holds ptr, or NULL."""
+    cdef prt_chunk_map.iterator it = c.cx.chunks.upper_bound(ptr)
+    cdef Chunk* ch
+    if it == c.cx.chunks.begin():
+        return NULL
+    dec(it)
+    ch = <Chunk*>(deref(it).second)
+    return ch if ptr < ch.base + ch.size else NULL
+
+
+cdef int owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    if c.cx.live.find(ptr) != NULL:
+        return 1
+    return 2 if chunk_holding(c, ptr) != NULL else 0
+
+
+cdef size_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """Lock held: bytes from ptr to the end of the live block holding it, 0 when no live block holds it. A block's
+    start is one lookup; an address inside a block walks its chunk's blocks down from the top (parked blocks stay
+    linked, so nothing is flushed)."""
+    cdef Block* b = <Block*>c.cx.live.find(ptr)
+    cdef Chunk* ch
+    if b != NULL:
+        return b.size
+    ch = chunk_holding(c, ptr)
+    b = ch.tail if ch != NULL else NULL
+    while b != NULL and b.addr > ptr:
+        b = b.prev
+    if b == NULL or b.allocated != 1 or ptr >= b.addr + b.size:
+        return 0
+    return b.addr + b.size - ptr
+
+
+cdef int is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    cdef Chunk* ch = chunk_holding(c, ptr)
+    cdef prt_free_set.iterator fi
+    cdef int p
+    cdef Block* q
+    if ch == NULL:
+        return 0
+    for p in range(N_QUICK_SLOTS):
+        q = c.q_head[p]
+        while q != NULL:
+            if q.addr == ptr:
+                return 1
+            q = q.qnext
+    # walk the pool's free index for a free block starting at ptr (error path only)
+    fi = c.cx.free_blocks[ch.pool].begin()
+    while fi != c.cx.free_blocks[ch.pool].end():
+        if deref(fi).addr == ptr:
+            return 1
+        inc(fi)
+    return 0

@@ -8,25 +8,14 @@ tie the one in the oldest chunk (placement then does not depend on where the plu
 the lowest address, as Paddle). A freed block merges with both neighbours inside its chunk. Every byte held from the plugin belongs to a chunk;
 a chunk that is one whole free block is *idle* and can be given back.
 
-Two policies:
-
-* ``paddle_compat:1`` reproduces Paddle's auto-growth allocator exactly: one pool, a split leaves the free remainder
-  at the low end, a miss asks the plugin for ``max(size, chunk_size)`` (``chunk_size`` 0 = exactly the rounded
-  request), idle chunks go back only on ``empty_cache`` and when an allocation fails.
-* the default (paddle_rt's own) separates small requests (up to ``small_size``, default 128 KiB: scalars, biases,
-  norms, small index tensors) into a small pool of ``small_chunk``-sized chunks (default 2 MiB) so that they never
-  pin or fragment the big chunks. A miss in the large pool first gives the pool's idle chunks back and asks for at
-  least the request plus what went back (``consolidate:fold``: the request did not fit them, and the device should
-  not keep holding bytes nothing asks for), and grows by a target of ``grow_ratio * reserved`` (default 0.5), at
-  least ``grow_min`` (4 MiB) and at most ``max(grow_step, grow_fraction * reserved)`` (12 MiB, or 1/4 of what is held
-  beyond 48 MiB), rounded up to a whole number of requests of the missing size (``grow_round:up``; at least one
-  request: a request above the target gets a chunk of exactly its size). Growth follows the current demand, so the
-  number of device allocations stays small while the unused tail of the newest chunk stays small against the total;
-  a chunk holding a whole number of same-sized requests leaves no useless remainder for the next one (layers repeat
-  their sizes). The rule and its parameters are alloc_policy.chunk_for_miss and alloc_config's keys.
-  A split puts the allocation at the low end of the free block. A freed small-pool block waits unmerged in a
-  quick-reuse slot (by size and stream, up to 8 per slot) for the next request of exactly its size; every slot is
-  merged back before the allocator grows, releases, snapshots or reports stats, so no memory is held because of it.
+Two policies (docs/memory.md has the rules and every key): ``paddle_compat:1`` reproduces Paddle's auto-growth
+allocator exactly (one pool, the free remainder of a split at the low end, a miss asks for ``max(size, chunk_size)``,
+idle chunks go back only on ``empty_cache`` and when an allocation fails). The default (paddle_rt's own) keeps
+small requests (up to ``small_size``) in a pool of their own with quick-reuse slots (a freed small block waits
+unmerged for the next request of exactly its size; every slot is merged back before the allocator grows, releases,
+snapshots or reports stats), and sizes the chunk a miss asks for from the current demand
+(alloc_policy.chunk_for_miss; growth in place on plugins with the virtual-memory extension:
+docs/expandable_segments.md). A split puts the allocation at the low end of the free block.
 
 Out of memory (a plugin returning ``C_FAILED``, or success with a NULL pointer, or the ``limit`` reached): the ladder
 is best fit -> grow -> retry with exactly the request -> give back every idle chunk and retry -> (``malloc`` and
@@ -53,7 +42,6 @@ cimport cython
 from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
-from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc, predecrement as dec
 
 from paddle_rt._core.device_ext cimport (
@@ -70,13 +58,15 @@ from paddle_rt._core.alloc_policy cimport (
     made_for_one_request, growth_base, ramp_ended, borrows_from_large,
 )
 from paddle_rt._core.alloc_blocks cimport (
-    _take, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush, _first_block,
+    _take, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush,
 )
 from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
-    release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow,
-    vmm_teardown, vmm_mapped_runs,
+    release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow_backed,
+    owns as _owns, live_extent as _live_extent, is_free_block_start as _is_free_block_start,
+    vmm_teardown,
 )
+from paddle_rt._core cimport alloc_snapshot
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
 from paddle_rt._core.includes.alloc_support cimport (
@@ -258,46 +248,11 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     raise errors.PaddleRTError(f"{dev}: allocator error {e.kind}")
 
 
-# 0: not ours, 1: live block, 2: inside a chunk (not a live block start), 3: start of a free block.
-cdef Chunk* _chunk_holding(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
-    """Lock held: the chunk whose [base, base + size) holds ptr, or NULL."""
-    cdef prt_chunk_map.iterator it = c.cx.chunks.upper_bound(ptr)
-    cdef Chunk* ch
-    if it == c.cx.chunks.begin():
-        return NULL
-    dec(it)
-    ch = <Chunk*>(deref(it).second)
-    return ch if ptr < ch.base + ch.size else NULL
-
-
-cdef int _core_owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
-    if c.cx.live.find(ptr) != NULL:
-        return 1
-    return 2 if _chunk_holding(c, ptr) != NULL else 0
-
-
-cdef size_t _core_live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
-    """Lock held: bytes from ptr to the end of the live block holding it, 0 when no live block holds it. A block's
-    start is one lookup; an address inside a block walks its chunk's blocks down from the top (parked blocks stay
-    linked, so nothing is flushed)."""
-    cdef Block* b = <Block*>c.cx.live.find(ptr)
-    cdef Chunk* ch
-    if b != NULL:
-        return b.size
-    ch = _chunk_holding(c, ptr)
-    b = ch.tail if ch != NULL else NULL
-    while b != NULL and b.addr > ptr:
-        b = b.prev
-    if b == NULL or b.allocated != 1 or ptr >= b.addr + b.size:
-        return 0
-    return b.addr + b.size - ptr
-
-
 cdef size_t _ask_locked(AllocatorCore* c, uintptr_t ptr, bint extent) noexcept nogil:
-    """Under c's lock: _core_live_extent (extent) or _core_owns of ptr."""
+    """Under c's lock: the live extent (extent) or the owner code of ptr (alloc_segment.live_extent, owns)."""
     cdef size_t r
     c.cx.mu.lock()
-    r = _core_live_extent(c, ptr) if extent else <size_t>_core_owns(c, ptr)
+    r = _live_extent(c, ptr) if extent else <size_t>_owns(c, ptr)
     c.cx.mu.unlock()
     return r
 
@@ -399,9 +354,7 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
                        AllocError* err) noexcept nogil:
     cdef Block* b = NULL
     if err.kind == ERR_NONE:
-        b = vmm_grow(c, pool, stream, size, err)
-        if b != NULL and b.chunk.holes and vmm_back(c, b, size, err) != 0:
-            b = NULL
+        b = vmm_grow_backed(c, pool, stream, size, err)
     if b == NULL and err.kind == ERR_OOM:
         c.num_alloc_retries += 1
         _release_idle(c, -1, 0, 0)
@@ -410,9 +363,7 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         if b != NULL:
             return b
         if err.kind == ERR_NONE:
-            b = vmm_grow(c, pool, stream, size, err)
-            if b != NULL and b.chunk.holes and vmm_back(c, b, size, err) != 0:
-                b = NULL
+            b = vmm_grow_backed(c, pool, stream, size, err)
         if b == NULL and err.kind == ERR_OOM:
             c.num_ooms += 1
     if b != NULL:
@@ -431,7 +382,7 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     if _free_locked(c, <uintptr_t>ptr) >= 0:
         c.cx.mu.unlock()
         return 0
-    owns = _core_owns(c, <uintptr_t>ptr)
+    owns = _owns(c, <uintptr_t>ptr)
     if owns == 2:
         # the start of a free block is a double free; anything else inside a chunk is an interior pointer
         err.kind = ERR_INTERIOR
@@ -444,28 +395,6 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     err.requested = 0
     err.allocated = err.reserved = 0
     return _raise(c, &err)
-
-
-cdef int _is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
-    cdef Chunk* ch = _chunk_holding(c, ptr)
-    cdef prt_free_set.iterator fi
-    cdef int p
-    cdef Block* q
-    if ch == NULL:
-        return 0
-    for p in range(N_QUICK_SLOTS):
-        q = c.q_head[p]
-        while q != NULL:
-            if q.addr == ptr:
-                return 1
-            q = q.qnext
-    # walk the pool's free index for a free block starting at ptr (error path only)
-    fi = c.cx.free_blocks[ch.pool].begin()
-    while fi != c.cx.free_blocks[ch.pool].end():
-        if deref(fi).addr == ptr:
-            return 1
-        inc(fi)
-    return 0
 
 
 cdef size_t core_block_size(AllocatorCore* c, void* ptr) noexcept nogil:
@@ -727,7 +656,7 @@ cdef class DeviceAllocator:
         cdef int r
         with nogil:
             self.core.cx.mu.lock()
-            r = _core_owns(self.core, p)
+            r = _owns(self.core, p)
             self.core.cx.mu.unlock()
         return r == 1
 
@@ -859,63 +788,7 @@ cdef class DeviceAllocator:
         also carries ``expandable`` True, ``granularity``, ``reserved_size`` (its virtual range), ``mapped_size`` and
         ``mapped_pages``: the mapped parts as ``[offset, length]`` runs from its address; its ``total_size`` is the
         extent its blocks cover, and an inactive block may lie over unmapped pages."""
-        cdef vector[size_t] runs, run_at, tmp
-        cdef size_t n, j
-        cdef vector[Block] blocks
-        cdef vector[Chunk] chunks
-        cdef prt_chunk_map.iterator it
-        cdef Chunk* ch
-        cdef Block* b
-        cdef AllocatorCore* c = self.core
-        cdef size_t i
-        with nogil:
-            c.cx.mu.lock()
-            _q_flush(c)
-            it = c.cx.chunks.begin()
-            while it != c.cx.chunks.end():
-                ch = <Chunk*>(deref(it).second)
-                chunks.push_back(ch[0])
-                run_at.push_back(runs.size())
-                if ch.expandable and c.gran:
-                    tmp.resize(2 * (ch.size // c.gran + 1))
-                    n = vmm_mapped_runs(ch, c.gran, tmp.data(), ch.size // c.gran + 1)
-                    for j in range(2 * n):
-                        runs.push_back(tmp[j])
-                inc(it)
-            run_at.push_back(runs.size())
-            c.cx.mu.unlock()
-        # walk each chunk's blocks: find the first block through the live table or free index (under the lock)
-        with nogil:
-            c.cx.mu.lock()
-            for i in range(chunks.size()):
-                b = _first_block(c, &chunks[i])
-                while b != NULL:
-                    blocks.push_back(b[0])
-                    b = b.next
-            c.cx.mu.unlock()
-        segs = []
-        bi = 0
-        dev = str(self.device)
-        for i in range(chunks.size()):
-            seg = {"device": dev, "address": chunks[i].base, "total_size": chunks[i].size,
-                   "stream": chunks[i].stream, "segment_type": "small" if chunks[i].pool == POOL_SMALL else "large",
-                   "allocated_size": 0, "active_size": 0, "requested_size": 0, "blocks": []}
-            if chunks[i].expandable:
-                pages = [[runs[j], runs[j + 1]] for j in range(run_at[i], run_at[i + 1], 2)]
-                seg.update(expandable=True, granularity=self.core.gran, reserved_size=chunks[i].vsize,
-                           mapped_pages=pages, mapped_size=sum(p[1] for p in pages))
-            while bi < blocks.size() and blocks[bi].addr < chunks[i].base + chunks[i].size and \
-                    blocks[bi].addr >= chunks[i].base:
-                blk = blocks[bi]
-                seg["blocks"].append({"address": blk.addr, "size": blk.size, "requested_size": blk.requested,
-                                      "state": "active_allocated" if blk.allocated else "inactive"})
-                if blk.allocated:
-                    seg["allocated_size"] += blk.size
-                    seg["active_size"] += blk.size
-                    seg["requested_size"] += blk.requested
-                bi += 1
-            segs.append(seg)
-        return segs
+        return alloc_snapshot.segments(self.core, str(self.device))
 
     def reserve(self, nbytes):
         """Grow the large pool (default stream) by one step of ``nbytes`` (rounded up to the plugin's alignment, and to
@@ -954,9 +827,7 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     c.cx.mu.lock()
     before = c.stats[0][ST_RESERVED_BYTES].current
     if c.vmm_on:
-        b = vmm_grow(c, POOL_LARGE, 0, size, &err)
-        if b != NULL and b.chunk.holes and vmm_back(c, b, size, &err) != 0:
-            b = NULL
+        b = vmm_grow_backed(c, POOL_LARGE, 0, size, &err)
     else:
         b = _new_chunk(c, POOL_LARGE, 0, size, &err)
     before = c.stats[0][ST_RESERVED_BYTES].current - before
@@ -1028,7 +899,7 @@ cdef bint core_streams_idle(AllocatorCore* c) noexcept nogil:
 cdef int core_lookup(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef int r
     c.cx.mu.lock()
-    r = _core_owns(c, ptr)
+    r = _owns(c, ptr)
     c.cx.mu.unlock()
     return r
 

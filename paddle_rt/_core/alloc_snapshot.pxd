@@ -1,0 +1,6 @@
+# The allocator's snapshot (alloc_snapshot.pyx). Only allocator.pyx cimports it. With the GIL, the allocator's lock
+# not held: it takes the lock itself.
+from paddle_rt._core.alloc_types cimport AllocatorCore
+
+# Every segment of `c` with its blocks, as DeviceAllocator.snapshot documents; `device` names them.
+cdef list segments(AllocatorCore* c, str device)
