@@ -591,6 +591,34 @@ def test_using_a_device_after_fork_raises_until_reinitialised(run_python, build_
     assert res.stdout.split("RESULT ", 1)[1].split() == ["0", "td_fork:1"]
 
 
+
+def test_device_string_after_fork_names_the_childs_device(run_python, build_plugin):
+    """A device string resolved before fork() resolves, in the child after reinitialize_after_fork(), to the child's
+    new Device (the string cache never hands out the parent's)."""
+    so = build_plugin("minimal", {"DEVICE_TYPE": dtype("td_fork2"), "NDEV": 2})
+    code = """
+    import os, paddle_rt
+    old = paddle_rt.device("td_fork2:1")
+    paddle_rt.malloc(64, device="td_fork2:1").free()
+    pid = os.fork()
+    if pid == 0:
+        code = 10
+        try:
+            paddle_rt.reinitialize_after_fork()
+            d = paddle_rt.device("td_fork2:1")
+            code = 11 if d is old else 12
+            paddle_rt.malloc(64, device="td_fork2:1").free()
+            code = 0 if d is not old and paddle_rt.device("td_fork2:1") is d else code
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print("RESULT", os.waitstatus_to_exitcode(status), paddle_rt.device("td_fork2:1") is old)
+    """
+    res = run_python(code, env={"PADDLE_RT_PLUGIN_PATH": str(so), "PADDLE_RT_NO_RT_CPU": "1",
+                                "CUSTOM_DEVICE_ROOT": None, "PADDLE_RT_DEFAULT_DEVICE": None})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("RESULT ", 1)[1].split() == ["0", "True"]
+
 def test_teardown_hooks_run_in_order_before_deinit(run_python, build_plugin, tmp_path):
     so = build_plugin("variant", {"DEVICE_TYPE": dtype("td_order"), "LIFECYCLE": None})
     log = tmp_path / "order.log"
