@@ -18,6 +18,13 @@ import threading
 
 import pytest
 
+# mutmut's coverage pass (docs/testing.md) runs the tests in this process with MUTANT_UNDER_TEST=stats; a child
+# process (the CLI, run_python) inheriting it would try to record coverage without mutmut's configuration and fail.
+# mutmut keeps the value in this process too, so the variable is dropped from the environment children inherit.
+# While a mutant runs, the variable stays: children run the mutant, and a test through the CLI can kill it.
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    del os.environ["MUTANT_UNDER_TEST"]
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN_SOURCES = os.path.join(REPO_ROOT, "tests", "plugins")
 # The workload traces: RMM allocation logs of real PyTorch workloads that some tests and benchmarks replay (docs/tools.md,
