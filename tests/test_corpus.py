@@ -105,9 +105,19 @@ def test_summary_counts_the_targets():
     rows += [{"trace": "w", "verdict": "within 1.15", "ratio": 1.1, "device_allocs": 1, "torch_allocs": 2},
              {"trace": "m", "verdict": "MISS", "ratio": 1.3, "device_allocs": 1, "torch_allocs": 2}]
     s = corpus.summary(rows)
-    assert (s["goal"], s["within_limit"], s["targets_met"]) == (8, 9, False)
+    assert (s["traces"], s["goal"], s["goal_share"], s["within_limit"], s["targets_met"]) == (10, 8, 0.8, 9, False)
     assert s["misses"] == [("w", 1.1, 1, 2), ("m", 1.3, 1, 2)]
     rows[-1]["verdict"] = "within 1.15"
     assert corpus.summary(rows)["targets_met"] is True
     rows[0]["verdict"] = "within 1.15"
     assert corpus.summary(rows)["targets_met"] is False          # 7 of 10 at the full goal: under 80%
+
+
+def test_summary_of_no_rows_and_the_rounding_of_misses():
+    assert corpus.summary([]) == {"traces": 0, "goal": 0, "goal_share": 0.0, "within_limit": 0, "targets_met": False,
+                                  "misses": []}
+    rows = [{"trace": "a", "verdict": "within 1.15", "ratio": 1.123456, "device_allocs": 7, "torch_allocs": 5},
+            {"trace": "b", "verdict": "goal", "ratio": 1.01, "device_allocs": 1, "torch_allocs": 5}]
+    s = corpus.summary(rows)
+    assert s["misses"] == [("a", 1.123, 7, 5)] and s["goal_share"] == 0.5 and s["within_limit"] == 2
+    assert corpus.summary_text(s).splitlines()[1] == "not at the full goal: a (1.123x, 7 allocations > 5)"

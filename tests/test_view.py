@@ -274,6 +274,22 @@ def test_counter_only_chrome_trace(tmp_path):
     assert run["segments"] == [] and "counters only" in run["note"]
 
 
+def test_counter_only_chrome_trace_keeps_its_oom_and_empty_cache_marks(tmp_path):
+    doc = {"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "gpu:0"}}]
+           + [{"ph": "C", "name": "memory", "pid": 1, "ts": i * 1000.0, "args": {"allocated": v, "reserved": 2 * v}}
+              for i, v in enumerate([0, 10, 50, 20])]
+           + [{"ph": "i", "cat": "memory", "name": "oom", "pid": 1, "ts": 1500.0, "args": {"size": 4096, "stream": 7}},
+              {"ph": "i", "cat": "memory", "name": "empty_cache", "pid": 1, "ts": 3000.0}]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    (run,) = view_data.load_source(str(p))
+    assert run["markers"] == [{"kind": "oom", "t": 1.5, "size": 4096, "stream": "7", "stack": -1, "req": -1},
+                              {"kind": "empty_cache", "t": 3.0, "size": 0, "stream": "0", "stack": -1, "req": -1}]
+    assert (run["label"], run["device"], run["kind"], run["time_unit"], run["events"]) == \
+        (f"t.json gpu:0", "gpu:0", "chrome_trace", "ms", 4)
+    assert run["t_range"] == (0.0, 3.0) and run["exact"] is True and run["baseline"] is False
+
+
 def test_mapped_pages_of_expandable_segments():
     seg = {"addr": 0, "size": 8 << 20, "mapped_ranges": [[0, 2 << 20], [4 << 20, 2 << 20]]}
     assert view_page._unmapped_ranges(seg) == [[2 << 20, 2 << 20], [6 << 20, 2 << 20]]
