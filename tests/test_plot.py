@@ -312,3 +312,39 @@ def test_round_trip_of_a_profiler_trace(tmp_path):
     d = data["devices"][0]
     assert max(d["allocated"]) >= 4 * MiB and d["time_unit"] == "ms"
     assert_png(plot.plot_memory(data, str(tmp_path / "trace.png")))
+
+
+def test_panels_say_what_they_show():
+    """What a reader of the image sees: the timeline's legend (peak and end of each series, the markers once each),
+    its colours and styles, axes and title; the segment map's title (totals, "hole"/"holes") and legend."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+    from paddle_rt.tools import figures
+    d = {"device": "rt_cpu:0", "time_unit": "event", "time": [0, 1, 2, 3], "note": None,
+         "reserved": [0, 4 * MiB, 4 * MiB, 2 * MiB], "allocated": [0, 3 * MiB, MiB, MiB],
+         "requested": [0, 3 * MiB - 512, MiB - 512, MiB // 2], "markers": [(1, "oom"), (2, "empty_cache"), (3, "oom")]}
+    ax = Figure().subplots()
+    figures._draw_timeline(ax, d)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "reserved (peak 4.0 MiB, end 2.0 MiB)", "allocated (peak 3.0 MiB, end 1.0 MiB)",
+        "live requested (peak 3.0 MiB, end 0.5 MiB)", "out of memory", "empty_cache"]
+    steps, marks = ax.get_lines()[:3], ax.get_lines()[3:]
+    assert [to_hex(x.get_color()) for x in steps] == [figures.COLOR_RESERVED, figures.COLOR_ALLOCATED,
+                                                     figures.COLOR_REQUESTED]
+    assert [(x.get_linestyle(), x.get_linewidth()) for x in steps] == [("-", 1.6), ("-", 1.6), ("--", 1.0)]
+    assert [(to_hex(x.get_color()), x.get_linestyle()) for x in marks] == [("#c0392b", "--"), ("#7f7f7f", ":"),
+                                                                           ("#c0392b", "--")]
+    assert len(ax.collections) == 1                              # the area under "allocated" only
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_ylim()[0], ax.get_title(loc="left")) == \
+        ("event", "MiB", 0.0, "rt_cpu:0: memory over time")
+    block = {"address": 0, "size": MiB, "state": "active_allocated"}
+    for holes, word in ((1, "hole"), (2, "holes")):
+        blocks = [block] + [{"address": (1 + i) * MiB, "size": MiB, "state": "inactive"} for i in range(holes)]
+        seg = {"address": 0, "total_size": (1 + holes) * MiB, "segment_type": "large", "blocks": blocks}
+        ax = Figure().subplots()
+        figures._draw_segments(ax, {"device": "rt_cpu:0", "segments": [seg]})
+        assert ax.get_title(loc="left") == (f"rt_cpu:0: segments (1)\nreserved {1 + holes}.0 MiB, allocated 1.0 MiB, "
+                                            f"free {holes}.0 MiB in {holes} {word}, largest hole 1.0 MiB")
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["allocated block", "free hole (cached)"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == [f"0x0 large {1 + holes}.0 MiB"]
