@@ -1,9 +1,9 @@
 """The `stress` marker (issue 33): threads x streams x pools x record_stream x operators x collectives at small device
 capacities, with rt_cpu's faults on and off, every result checked against numpy, memory back to 0 at the end.
 
-The total time is PADDLE_RT_STRESS_SECONDS (default 60), split over the configurations below; `.ci/run` gives it 90 s
-(about 1.5 minutes with start-up). Each configuration runs tests/stress_workload.py in a child process (the device capacity is read at
-load), and fails on any wrong result, a hung thread, a crash, or memory not back to 0."""
+The total time is PADDLE_RT_STRESS_SECONDS (default 60), split over the configurations below; `.ci/run` gives it 90 s.
+Each configuration runs tests/stress_workload.py in a child process (the device capacity is read at load), and fails
+on any wrong result, a hung thread, a crash, or memory not back to 0."""
 import json
 import os
 import subprocess
