@@ -28,6 +28,8 @@ ONLY = {n for n in os.environ.get("PADDLE_RT_ONLY", "").split(",") if n}
 def wanted(name):
     return not ONLY or name.rsplit(".", 1)[-1] in ONLY
 DEBUG = os.environ.get("PADDLE_RT_DEBUG", "") not in ("", "0")
+# Parallel compiles (pip builds without -j): PADDLE_RT_BUILD_JOBS, else every CPU.
+BUILD_JOBS = int(os.environ.get("PADDLE_RT_BUILD_JOBS", "0") or 0) or os.cpu_count() or 1
 
 # Sanitizer builds use -O1 (what ASan and TSan recommend: usable stacks, and a build about twice as fast as -O2).
 common_compile = ["-g0" if not DEBUG else "-g", "-O0" if DEBUG else ("-O1" if SANITIZE else "-O2"), "-pthread",
@@ -68,9 +70,8 @@ ENGINE_FLAGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fPIC"]
 class build_ext(_build_ext):
     def finalize_options(self):
         super().finalize_options()
-        # pip builds without -j: compile the extensions on every CPU (PADDLE_RT_BUILD_JOBS=N to choose)
-        if not self.parallel:
-            self.parallel = int(os.environ.get("PADDLE_RT_BUILD_JOBS", "0") or 0) or os.cpu_count() or 1
+        if not self.parallel:                    # pip builds without -j
+            self.parallel = BUILD_JOBS
 
     def build_extension(self, ext):
         sources = ENGINE_SOURCES.get(ext.name)
@@ -137,7 +138,7 @@ def cython_extensions():
     if not exts:
         return current
     return current + cythonize(
-        exts, nthreads=int(os.environ.get("PADDLE_RT_BUILD_JOBS", "0") or 0) or os.cpu_count() or 1,
+        exts, nthreads=BUILD_JOBS,
         compiler_directives={"language_level": "3", "embedsignature": True, "binding": False,
                              "boundscheck": False, "wraparound": False, "cdivision": True},
         include_path=[SRC],

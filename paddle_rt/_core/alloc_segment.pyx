@@ -1,8 +1,8 @@
 # cython: freethreading_compatible = False
 """Segments (chunks) of the caching allocator: asking the plugin for a chunk, giving idle chunks back, the size
 of the chunk a miss asks for (the mechanism around alloc_policy's growth rules), expandable ranges, and where an
-address lies among the segments. Called by allocator.pyx with the
-allocator's lock held and no GIL; never on the cached allocation path."""
+address lies among the segments. Called by allocator.pyx with the allocator's lock held and no GIL; never on the
+cached allocation path."""
 from libc.stdint cimport uintptr_t, int64_t, SIZE_MAX
 from libc.stdlib cimport malloc as c_malloc, calloc as c_calloc, free as c_free
 from libc.string cimport memset
@@ -412,7 +412,6 @@ cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, 
     return t
 
 
-
 cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t size,
                             AllocError* err) noexcept nogil:
     """vmm_grow, then the pages under the block's first `size` bytes mapped (vmm_back): the block is ready to hand
@@ -421,6 +420,7 @@ cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t
     if b != NULL and b.chunk.holes and vmm_back(c, b, size, err) != 0:
         return NULL
     return b
+
 
 cdef void _free_range(AllocatorCore* c, Chunk* ch) noexcept nogil:
     """Give an empty range (no block, nothing mapped) back to the plugin."""

@@ -248,11 +248,11 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     raise errors.PaddleRTError(f"{dev}: allocator error {e.kind}")
 
 
-cdef size_t _ask_locked(AllocatorCore* c, uintptr_t ptr, bint extent) noexcept nogil:
-    """Under c's lock: the live extent (extent) or the owner code of ptr (alloc_segment.live_extent, owns)."""
+cdef size_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """alloc_segment.live_extent under c's lock (core_lookup is the same for the owner code)."""
     cdef size_t r
     c.cx.mu.lock()
-    r = _live_extent(c, ptr) if extent else <size_t>_owns(c, ptr)
+    r = _live_extent(c, ptr)
     c.cx.mu.unlock()
     return r
 
@@ -264,7 +264,7 @@ cdef int64_t raw_live_extent(object device, int kind, uintptr_t ptr) except -2:
     for a in ([existing_allocator(<Device>device, kind)] if isinstance(device, Device) else list(_allocators)):
         if a is not None and not a.core.torn_down and a.core.kind == kind:
             with nogil:
-                n = _ask_locked(a.core, ptr, 1)
+                n = _live_extent_locked(a.core, ptr)
             if n:
                 return <int64_t>n
     return -1
@@ -277,11 +277,11 @@ def owner_of(ptr):
 
 cdef object _owner_of(uintptr_t ptr, AllocatorCore* exclude):
     cdef DeviceAllocator a
-    cdef size_t r = 0
+    cdef int r = 0
     for a in list(_allocators):
         if a.core != exclude and not a.core.torn_down:
             with nogil:
-                r = _ask_locked(a.core, ptr, 0)
+                r = core_lookup(a.core, ptr)
             if r:
                 return f"{a.device}{' (pinned host memory)' if a.core.kind == KIND_HOST else ''}"
     return None
@@ -655,9 +655,7 @@ cdef class DeviceAllocator:
         cdef uintptr_t p = ptr
         cdef int r
         with nogil:
-            self.core.cx.mu.lock()
-            r = _owns(self.core, p)
-            self.core.cx.mu.unlock()
+            r = core_lookup(self.core, p)
         return r == 1
 
     def empty_cache(self):
