@@ -7,9 +7,11 @@ pip install ".[mpi]" brings both (the mpich wheel).
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -44,6 +46,24 @@ def run_ranks(n, scenario, env=None, timeout=150, keep_going=False):
                                                                         *scenario.split()]
     p = subprocess.run(cmd, cwd=parent, env=child, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
+
+
+def _workers_left(scenario, wait_s=10.0):
+    """Pids of worker processes of this scenario still running wait_s seconds after mpiexec returned."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if WORKER.encode() in argv and scenario.encode() in argv:
+                left.append(int(pid))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def ok_ranks(out, scenario):
@@ -147,9 +167,17 @@ def test_without_disable_auto_cleanup_mpich_ends_the_job_when_a_rank_exits():
 def test_a_rank_killed_by_a_signal_ends_the_job(keep_going):
     """What the README says MPICH does: a rank killed with SIGKILL makes MPICH's process manager end the others
     (with or without -disable-auto-cleanup) before any exception; the job ends with the signal's code (the collective
-    limit is an hour: the survivors were ended, not failed)."""
+    limit is an hour: the survivors were ended, not failed). With -disable-auto-cleanup, MPICH's process manager may
+    itself fail writing to the dead rank's socket (a race in hydra: 'HYDU_sock_write ... Bad file descriptor'); it
+    then ends the job with 255, or is itself ended by SIGPIPE; the survivors are ended all the same (none is left)."""
     rc, out = run_ranks(3, "killed", env={"RT_CPU_CCL_TIMEOUT_MS": NEVER_MS}, keep_going=keep_going)
-    assert rc == 9, out
+    if keep_going and rc == 255:
+        assert "mpiexec@" in out, out          # hydra says why it gave up
+    elif keep_going and rc == -signal.SIGPIPE:
+        pass                                   # the same race, mpiexec ended by the broken socket itself
+    else:
+        assert rc == 9, out
+    assert _workers_left("killed") == [], out
     assert ok_ranks(out, "killed") == [] and "raised" not in out, out
 
 
