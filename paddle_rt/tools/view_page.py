@@ -142,7 +142,7 @@ def _unmapped_ranges(seg):
 def _marker_text(run, m):
     unit = run["time_unit"]
     what = {"oom": "out of memory", "empty_cache": "empty_cache", "growth": "growth (new segment)"}[m["kind"]]
-    lines = [f"<b>{what}</b>", f"{run['label']}", f"t = {_fmt_t(m['t'], unit)}",
+    lines = [f"<b>{what}</b>", html.escape(run["label"]), f"t = {_fmt_t(m['t'], unit)}",
              f"size {fmt_bytes(m['size'])}" + (" released" if m["kind"] == "empty_cache" else "")]
     if m.get("req", -1) is not None and m.get("req", -1) >= 0 and m["kind"] == "oom":
         lines.append(f"requested {fmt_bytes(m['req'])}")
