@@ -2,6 +2,7 @@
 drawing (a real PNG), the ``plot`` command and its errors, and the message when matplotlib (the extra) is missing."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -348,3 +349,509 @@ def test_panels_say_what_they_show():
                                             f"free {holes}.0 MiB in {holes} {word}, largest hole 1.0 MiB")
         assert [t.get_text() for t in ax.get_legend().get_texts()] == ["allocated block", "free hole (cached)"]
         assert [t.get_text() for t in ax.get_yticklabels()] == [f"0x0 large {1 + holes}.0 MiB"]
+
+
+# -- what the figures hold (matplotlib objects inspected in-process, not pixels) -------------------------------------
+
+def _drawn(draw, d):
+    """The axes ``draw`` (figures._draw_timeline or _draw_segments) fills for ``d``, laid out (a renderer ran)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    draw(ax, d)
+    fig.canvas.draw()
+    return ax
+
+
+def _legend_is_right_of(ax):
+    """The legend sits outside the plot, to its right, its top at the top of the axes: it hides no curve or bar."""
+    leg, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    return leg.x0 >= box.x1 and 0 <= box.y1 - leg.y1 < 12      # (12 px: the legend's own padding)
+
+
+@needs_mpl
+def test_timeline_draws_each_series_in_mib_as_steps_with_its_peak_and_end():
+    """The timeline a user reads: reserved and allocated as steps (a level holds until the next event) in MiB over
+    the times given, the area under "allocated" filled, each legend entry with that series' peak and last value
+    (thousands separated), the markers as vertical lines at their times (labelled once per kind), the note in the
+    title, and the legend beside the plot."""
+    from paddle_rt.tools import figures
+    d = {"device": "rt_cpu:3", "time_unit": "ms", "time": [0.0, 1.5, 4.0, 6.0], "note": "partial history",
+         "reserved": [2 * MiB, 2048 * MiB, 6 * MiB, 6 * MiB], "allocated": [MiB, 1536 * MiB, 3 * MiB // 2, 0],
+         "requested": None, "markers": [(4.0, "empty_cache"), (1.5, "empty_cache"), (6.0, "oom")]}
+    ax = _drawn(figures._draw_timeline, d)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "reserved (peak 2,048.0 MiB, end 6.0 MiB)", "allocated (peak 1,536.0 MiB, end 0.0 MiB)", "empty_cache",
+        "out of memory"]                                          # no "live requested": that series is absent
+    lines = ax.get_lines()
+    reserved, allocated, marks = lines[0], lines[1], lines[2:]
+    for line, series in ((reserved, d["reserved"]), (allocated, d["allocated"])):
+        assert line.get_drawstyle() == "steps-post"
+        assert list(line.get_xdata()) == d["time"]
+        assert list(line.get_ydata()) == [v / MiB for v in series]
+    assert [m.get_xdata()[0] for m in marks] == [4.0, 1.5, 6.0]
+    labels = [m.get_label() for m in marks]                      # a label starting with "_" is not in the legend
+    assert labels[0] == "empty_cache" and labels[1].startswith("_") and labels[2] == "out of memory"
+    assert marks[0].get_linestyle() == marks[1].get_linestyle() != marks[2].get_linestyle()   # OOM marks differ
+    (area,) = ax.collections                                      # the area under "allocated", to its top
+    ext = area.get_paths()[0].get_extents()
+    assert (ext.x0, ext.x1, ext.y0, ext.y1) == (0.0, 6.0, 0.0, 1536.0)
+    assert ax.get_xlabel() == "time (ms)" and ax.get_ylim()[0] == 0.0
+    assert ax.get_title(loc="left") == "rt_cpu:3: memory over time (partial history)"
+    assert _legend_is_right_of(ax)
+    quiet_end = dict(d, time=[0.0, 1.0, 2.0, 10.0], reserved=[MiB, 4 * MiB, MiB, 0], allocated=[MiB, 3 * MiB, 0, 0],
+                     markers=[(1.0, "oom")])                 # room at the top right: the legend stays outside
+    assert _legend_is_right_of(_drawn(figures._draw_timeline, quiet_end))
+
+
+@needs_mpl
+def test_timeline_without_history_says_why_instead_of_drawing():
+    """A device with no timeline (a snapshot taken without record_history) gets its note, or "no timeline", in the
+    middle of an empty panel: no curve, no legend, no ticks."""
+    from paddle_rt.tools import figures
+    for note, shown in (("call record_history() first", "call record_history() first"), (None, "no timeline")):
+        d = {"device": "rt_cpu:1", "time_unit": "ms", "time": [], "note": note, "reserved": [], "allocated": [],
+             "requested": None, "markers": []}
+        ax = _drawn(figures._draw_timeline, d)
+        assert [t.get_text() for t in ax.texts] == [shown]
+        assert ax.get_lines() == [] and ax.get_legend() is None
+        assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
+        assert ax.get_title(loc="left") == "rt_cpu:1: memory over time"
+
+
+def test_long_series_keep_the_first_time_and_the_maximum_of_each_bucket():
+    """A series longer than the point budget is cut into buckets: each keeps its first time and the maximum of each
+    series over the bucket, so no peak is lost; a short series is drawn as it is."""
+    n, limit = 103, 10
+    time = list(range(n))
+    a = [(i * 37) % 101 for i in range(n)]
+    b = [n - i for i in range(n)]
+    t, ra, rb = plot._reduce(time, a, b, limit=limit)
+    t = [int(x) for x in t]
+    assert len(t) == len(ra) == len(rb) == limit and t[0] == 0 and t == sorted(set(t))
+    bounds = t + [n]
+    for k in range(limit):
+        assert ra[k] == max(a[bounds[k]:bounds[k + 1]]) and rb[k] == max(b[bounds[k]:bounds[k + 1]])
+    short = plot._reduce([0.5, 1.5], [3, 4], limit=2)
+    assert short == ([0.5, 1.5], [3, 4])
+
+
+def _bars(ax):
+    """{row: {"outline" | "allocated" | "free": [(offset MiB, width MiB)]}} of a segment map, and the hatches."""
+    from matplotlib.colors import to_hex
+    from paddle_rt.tools import figures
+    rows, hatches = {}, {}
+    for c in ax.collections:
+        face = c.get_facecolor()
+        kind = "outline" if not len(face) or face[0][3] == 0 else \
+            {figures.COLOR_ALLOCATED: "allocated", figures.COLOR_FREE: "free"}[to_hex(face[0])]
+        hatches.setdefault(kind, set()).add(c.get_hatch())
+        for p in c.get_paths():
+            e = p.get_extents()
+            row = round(e.y0 + e.height / 2)
+            assert abs(e.y0 + e.height / 2 - row) < 1e-9 and 0.5 <= e.height < 1    # on its row, apart from the next
+            rows.setdefault(row, {}).setdefault(kind, []).append((round(e.x0, 6), round(e.width, 6)))
+    return rows, hatches
+
+
+@needs_mpl
+def test_segment_map_draws_each_block_at_its_offset_in_address_order():
+    """Each segment is a row (lowest address at the top), its outline as long as the segment, its allocated blocks
+    and its free holes (hatched) at their offsets from the segment's start, adjacent blocks of one kind drawn as
+    one bar, whatever order the blocks are listed in."""
+    from paddle_rt.tools import figures
+    lo, hi = BASE, BASE + 0x4000000
+    interleaved = {"address": lo, "total_size": 4 * MiB, "segment_type": "large", "blocks": [
+        {"address": lo, "size": MiB, "state": "active_allocated"},
+        {"address": lo + MiB, "size": MiB, "state": "inactive"},
+        {"address": lo + 2 * MiB, "size": MiB, "state": "active_allocated"},
+        {"address": lo + 3 * MiB, "size": MiB, "state": "inactive"}]}
+    merged = {"address": hi, "total_size": 6 * MiB, "segment_type": "large", "blocks": [
+        {"address": hi + 3 * MiB, "size": MiB, "state": "inactive"},
+        {"address": hi + MiB, "size": 2 * MiB, "state": "active_allocated"},
+        {"address": hi, "size": MiB, "state": "active_allocated"},
+        {"address": hi + 4 * MiB, "size": 2 * MiB, "state": "active_pending_free"}]}
+    ax = _drawn(figures._draw_segments, {"device": "rt_cpu:0", "segments": [merged, interleaved]})
+    rows, hatches = _bars(ax)
+    assert rows == {0: {"outline": [(0, 4)], "allocated": [(0, 1), (2, 1)], "free": [(1, 1), (3, 1)]},
+                    1: {"outline": [(0, 6)], "allocated": [(0, 3)], "free": [(3, 3)]}}
+    assert hatches["free"] == {"//"} and hatches["allocated"] == {None}            # the holes stand out
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"0x{lo:x} large 4.0 MiB", f"0x{hi:x} large 6.0 MiB"]
+    assert ax.get_ylim() == (1.5, -0.5) and ax.get_xlim()[0] == 0
+    assert ax.get_xlabel() == "offset in segment (MiB)"
+    assert ax.get_title(loc="left").split("\n")[1] == \
+        "reserved 10.0 MiB, allocated 5.0 MiB, free 5.0 MiB in 4 holes, largest hole 2.0 MiB"
+    assert _legend_is_right_of(ax)
+
+
+@needs_mpl
+def test_segment_map_sizes_in_bytes_kib_and_mib():
+    """Sizes read as bytes below 1 KiB, KiB below 1 MiB, MiB from there (one decimal); no free block is "0 holes"."""
+    from paddle_rt.tools import figures
+    sizes = [1023, 1024, 1536, MiB, 3 * MiB // 2]
+    segs = [{"address": 0x1000 * (i + 1), "total_size": n, "segment_type": "small", "blocks": []}
+            for i, n in enumerate(sizes)]
+    ax = _drawn(figures._draw_segments, {"device": "rt_cpu:2", "segments": segs})
+    assert [t.get_text().split(" ", 2)[2] for t in ax.get_yticklabels()] == \
+        ["1023 B", "1.0 KiB", "1.5 KiB", "1.0 MiB", "1.5 MiB"]
+    assert ax.get_title(loc="left") == ("rt_cpu:2: segments (5)\nreserved 2.5 MiB, allocated 0 B, free 0 B in "
+                                        "0 holes, largest hole 0 B")
+    hole = {"address": 0x100, "total_size": 2048, "segment_type": "small", "blocks": [
+        {"address": 0x100, "size": 512, "state": "active_allocated"},
+        {"address": 0x300, "size": 1536, "state": "inactive"}]}
+    ax = _drawn(figures._draw_segments, {"device": "rt_cpu:2", "segments": [hole]})
+    assert ax.get_title(loc="left").split("\n")[1] == \
+        "reserved 2.0 KiB, allocated 512 B, free 1.5 KiB in 1 hole, largest hole 1.5 KiB"
+
+
+@needs_mpl
+def test_segment_map_of_more_segments_than_rows_keeps_those_with_most_free_bytes():
+    """Beyond MAX_SEGMENT_ROWS segments, the rows drawn are those with the most free bytes, still in address order,
+    and the title says so while its totals count every segment."""
+    from paddle_rt.tools import figures
+    n = plot.MAX_SEGMENT_ROWS + 5
+    segs, free_of = [], {}
+    for i in range(n):
+        a = BASE + i * 0x1000000
+        free = ((i * 7) % n) * 4096                          # all different: 0, 4 KiB, ... in a shuffled order
+        free_of[a] = free
+        blocks = [{"address": a, "size": MiB - free, "state": "active_allocated"}]
+        if free:
+            blocks.append({"address": a + MiB - free, "size": free, "state": "inactive"})
+        segs.append({"address": a, "total_size": MiB, "segment_type": "large", "blocks": blocks})
+    ax = _drawn(figures._draw_segments, {"device": "rt_cpu:0", "segments": segs[::-1]})
+    kept = sorted(sorted(free_of, key=free_of.get, reverse=True)[:plot.MAX_SEGMENT_ROWS])
+    assert [int(t.get_text().split()[0], 16) for t in ax.get_yticklabels()] == kept
+    title = ax.get_title(loc="left").split("\n")
+    assert title[0] == f"rt_cpu:0: segments ({n}, showing the {plot.MAX_SEGMENT_ROWS} with the most free bytes)"
+    assert f"reserved {n}.0 MiB," in title[1] and f" in {n - 1} holes," in title[1]
+    assert len(_bars(ax)[0]) == plot.MAX_SEGMENT_ROWS
+    exact = segs[:plot.MAX_SEGMENT_ROWS]
+    ax = _drawn(figures._draw_segments, {"device": "rt_cpu:0", "segments": exact})
+    assert ax.get_title(loc="left").split("\n")[0] == f"rt_cpu:0: segments ({plot.MAX_SEGMENT_ROWS})"
+    assert len(ax.get_yticklabels()) == plot.MAX_SEGMENT_ROWS
+
+
+def _figure_of(monkeypatch, data, path, **kw):
+    """The matplotlib Figure plot_memory draws ``data`` on (the image is written too)."""
+    from paddle_rt.tools import figures
+    mpl, Figure, Canvas = figures.require_matplotlib()
+    made = []
+
+    class Kept(Figure):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(figures, "require_matplotlib", lambda: (mpl, Kept, Canvas))
+    assert plot.plot_memory(data, str(path), **kw) == str(path)
+    (fig,) = made
+    return fig
+
+
+@needs_mpl
+def test_figure_has_a_timeline_per_device_and_a_segment_map_where_there_are_segments(tmp_path, monkeypatch):
+    """The panels of the image, top to bottom: per device its timeline, then its segment map when the input has
+    segments; the title names the input file and its kind, or is the one given."""
+    snap = write_json(tmp_path / "mem.json", make_snapshot())
+    fig = _figure_of(monkeypatch, snap, tmp_path / "a.png")
+    titles = [ax.get_title(loc="left").split("\n")[0] for ax in fig.axes]
+    assert titles == ["rt_cpu:0: memory over time", "rt_cpu:0: segments (2)",
+                      "rt_cpu:1: memory over time", "rt_cpu:1: segments (1)"]
+    assert fig.get_suptitle() == "paddle_rt memory: mem.json (memory snapshot)"
+    assert_png(tmp_path / "a.png")
+    fig = _figure_of(monkeypatch, make_chrome_trace(), tmp_path / "b.png", title="step 12")
+    assert [ax.get_title(loc="left") for ax in fig.axes] == [
+        "rt_cpu:0: memory over time", "rt_cpu:0 pinned host: memory over time", "rt_cpu:1: memory over time"]
+    assert fig.get_suptitle() == "step 12"
+    trace = write_json(tmp_path / "prof.json", make_chrome_trace())
+    import pathlib
+    assert _figure_of(monkeypatch, pathlib.Path(trace), tmp_path / "c.png").get_suptitle() == \
+        "paddle_rt memory: prof.json (profiler trace)"
+    other = {"source": "/x/y/run.log", "kind": "mine", "devices": [dict(plot.from_chrome_trace(
+        make_chrome_trace())["devices"][0])]}
+    assert _figure_of(monkeypatch, other, tmp_path / "d.png").get_suptitle() == "paddle_rt memory: run.log (mine)"
+
+
+@needs_mpl
+def test_timelines_of_one_clock_share_the_time_axis(tmp_path, monkeypatch):
+    """Devices of one trace or snapshot (times in ms on one clock) are drawn over the same time range, all of each
+    in view; timelines counted in events (each device its own count) keep their own."""
+    fig = _figure_of(monkeypatch, make_chrome_trace(), tmp_path / "t.png")
+    lims = {ax.get_xlim() for ax in fig.axes}
+    assert len(lims) == 1
+    (lo, hi), = lims
+    assert -0.1 <= lo < 0.0 and 2.0 < hi <= 2.1                  # the counters run from 0 to 2 ms
+    dev = {"time_unit": "event", "note": None, "requested": None, "markers": [], "segments": None}
+    data = {"source": "s", "kind": "rmm_trace", "devices": [
+        dict(dev, device="a", time=list(range(10)), allocated=[1] * 10, reserved=[2] * 10),
+        dict(dev, device="b", time=list(range(1000)), allocated=[1] * 1000, reserved=[2] * 1000)]}
+    a, b = _figure_of(monkeypatch, data, tmp_path / "e.png").axes
+    assert a.get_xlim()[1] < 20 < 900 < b.get_xlim()[1]
+
+
+@needs_mpl
+def test_resolution_follows_dpi(tmp_path):
+    """``dpi`` sets the image's resolution: twice the dpi, twice the pixels each way."""
+    import matplotlib.image
+    small = matplotlib.image.imread(plot.plot_memory(make_chrome_trace(), str(tmp_path / "s.png"), dpi=40))
+    large = matplotlib.image.imread(plot.plot_memory(make_chrome_trace(), str(tmp_path / "l.png"), dpi=80))
+    assert large.shape[0] == 2 * small.shape[0] and large.shape[1] == 2 * small.shape[1]
+
+
+def test_nothing_to_plot_and_data_of_no_known_kind():
+    """Data without devices, or of no kind plot_memory reads, is one clear error, not an empty image."""
+    pytest.importorskip("matplotlib")
+    with pytest.raises(InvalidArgument, match="^plot: run.json: nothing to plot$"):
+        plot.plot_memory({"source": "run.json", "kind": "snapshot", "devices": []}, "x.png")
+    with pytest.raises(InvalidArgument, match="^plot_memory: data must be a path, a memory snapshot, a Chrome trace"):
+        plot.plot_memory(42, "x.png")
+
+
+# -- reading, in detail ---------------------------------------------------------------------------------------------
+
+def test_snapshot_history_sorted_by_time_with_memory_freed_from_before_it():
+    """The history is replayed in time order; a free (or segment_free) of memory the history never allocated counts
+    that memory as there from the start; a marker before the last event does not lengthen the timeline; and the
+    end agrees with the segments."""
+    S, T, A, B = BASE, BASE + 0x8000000, BASE + 0x1000000, BASE + 0x2000
+    trace = [
+        {"action": "free", "addr": A, "size": 2 * MiB, "time_ns": 13_000_000},
+        {"action": "segment_alloc", "addr": S, "size": 8 * MiB, "time_ns": 11_000_000},
+        {"action": "alloc", "addr": B, "size": MiB, "time_ns": 12_000_000},
+        {"action": "segment_free", "addr": T, "size": 4 * MiB, "time_ns": 14_000_000},
+        {"action": "oom", "addr": 0, "size": 64 * MiB, "time_ns": 12_500_000},
+        {"action": "empty_cache", "addr": 0, "size": 0, "time_ns": 14_000_000},    # at the last event: no new point
+    ]
+    seg = {"address": S, "total_size": 8 * MiB, "segment_type": "large", "blocks": [
+        {"address": S, "size": MiB, "state": "inactive"}, {"address": B, "size": MiB, "state": "active_allocated"}]}
+    snap = {"format": "paddle_rt.memory_snapshot", "version": 1,
+            "devices": {"rt_cpu:0": {"segments": [seg], "trace": trace}}}
+    d = plot.from_snapshot(snap)["devices"][0]
+    assert d["time"] == [0.0, 0.0, 1.0, 2.0, 3.0]
+    assert d["allocated"] == [2 * MiB, 2 * MiB, 3 * MiB, MiB, MiB]
+    assert d["reserved"] == [4 * MiB, 12 * MiB, 12 * MiB, 12 * MiB, 8 * MiB]
+    assert d["markers"] == [(1.5, "oom"), (3.0, "empty_cache")]
+    s = plot.segment_summary(d["segments"])
+    assert (s["allocated"], s["reserved"]) == (d["allocated"][-1], d["reserved"][-1])
+
+
+def test_devices_of_a_snapshot_share_one_clock():
+    """Every device's times count from the first event recorded on any device (one clock for all)."""
+    def dev(t_seg, t_alloc, addr):
+        return {"segments": [], "trace": [
+            {"action": "segment_alloc", "addr": addr, "size": 2 * MiB, "time_ns": t_seg},
+            {"action": "alloc", "addr": addr, "size": MiB, "time_ns": t_alloc},
+            {"action": "free", "addr": addr, "size": MiB, "time_ns": t_alloc + 1_000_000},
+            {"action": "segment_free", "addr": addr, "size": 2 * MiB, "time_ns": t_alloc + 2_000_000}]}
+    snap = {"format": "paddle_rt.memory_snapshot", "version": 1,
+            "devices": {"rt_cpu:0": dev(6_000_000, 9_000_000, BASE), "rt_cpu:1": dev(5_000_000, 7_000_000, SEG2)}}
+    d0, d1 = plot.from_snapshot(snap)["devices"]
+    assert d0["time"] == [1.0, 1.0, 4.0, 5.0, 6.0] and d1["time"] == [0.0, 0.0, 2.0, 3.0, 4.0]
+    assert d0["allocated"] == [0, 0, MiB, 0, 0] and d0["reserved"] == [0, 2 * MiB, 2 * MiB, 2 * MiB, 0]
+
+
+def test_chrome_trace_devices_without_names_markers_and_stray_events():
+    """Counters of a pid without a process name are "pid N" (a name entry without a name: the pid); markers are the
+    ``memory`` instant events of that pid, sorted, on its device memory (not on pinned host); other instants and
+    non-object entries are ignored."""
+    ev = ["junk", 5,
+          {"ph": "M", "name": "process_name", "pid": 1, "args": {}},
+          {"ph": "C", "name": "memory", "pid": 1, "ts": 300, "args": {"allocated": 30}},
+          {"ph": "C", "name": "memory", "pid": 1, "ts": 100, "args": {"allocated": 10, "reserved": 20}},
+          {"ph": "C", "name": "memory", "pid": 2, "ts": 200, "args": {"allocated": 5, "reserved": 6}},
+          {"ph": "C", "name": "memory (pinned host)", "pid": 2, "ts": 400, "args": {"allocated": 1, "reserved": 2}},
+          {"ph": "C", "name": "other counter", "pid": 2, "ts": 50, "args": {"allocated": 99}},
+          {"ph": "i", "name": "oom", "cat": "memory", "pid": 2, "ts": 250},
+          {"ph": "i", "name": "empty_cache", "cat": "memory", "pid": 2, "ts": 150},
+          {"ph": "i", "name": "oom", "cat": "other", "pid": 2, "ts": 260},
+          {"ph": "i", "name": "oom", "cat": "memory", "pid": 2, "ts": "late"},
+          {"ph": "i", "name": "sync", "cat": "memory", "pid": 2, "ts": 270}]
+    data = plot.from_chrome_trace(ev)
+    assert data["kind"] == "chrome_trace" and data["source"] == "<trace>"
+    one, two, pinned = data["devices"]
+    assert (one["device"], two["device"], pinned["device"]) == ("1", "pid 2", "pid 2 pinned host")
+    assert one["time"] == [0.0, 0.2] and one["allocated"] == [10, 30] and one["reserved"] == [20, 20]
+    assert two["time"] == [0.1] and two["markers"] == [(0.05, "empty_cache"), (0.15, "oom")]
+    assert pinned["time"] == [0.3] and pinned["allocated"] == [1] and pinned["markers"] == []
+
+
+@pytest.mark.parametrize("obj,match", [
+    ({"traceEvents": {"ph": "C"}}, 'plot: prof.json: "traceEvents" is not a list'),
+    ({"traceEvents": [{"ph": "C", "name": "memory", "pid": 1, "ts": "0", "args": {}}]},
+     'plot: prof.json: a memory counter event has no numeric "ts"'),
+    ({"traceEvents": []}, "plot: prof.json: no memory counters in this trace"),
+])
+def test_chrome_trace_errors_name_the_input(obj, match):
+    """A malformed Chrome trace is one message naming the file and what is wrong with it."""
+    with pytest.raises(InvalidArgument, match="^" + re.escape(match)):
+        plot.from_chrome_trace(obj, source="prof.json")
+
+
+def _snap(**devices):
+    return {"format": "paddle_rt.memory_snapshot", "version": 1, "devices": devices}
+
+
+@pytest.mark.parametrize("obj,match", [
+    ({"format": "paddle_rt.memory_snapshot", "version": 1, "devices": []}, 'plot: s.json: "devices" is not an object'),
+    (_snap(gpu0=[]), "plot: s.json: device 'gpu0' is not an object"),
+    (_snap(gpu0={"segments": {"address": 16}}), 'plot: gpu0: "segments" is not a list'),
+    (_snap(gpu0={"segments": [7]}), "plot: gpu0: segment 0 is not an object"),
+    (_snap(gpu0={"segments": [{"address": "0x10", "total_size": 5}]}),
+     "plot: gpu0: segment 0 address is not an integer ('0x10')"),
+    (_snap(gpu0={"segments": [{"address": 16, "total_size": 5.0}]}),
+     "plot: gpu0: segment 0 total_size is not an integer (5.0)"),
+    (_snap(gpu0={"segments": [{"address": 16, "total_size": 5, "blocks": [{"address": 16, "size": 1}, 3]}]}),
+     "plot: gpu0: segment 0 block 1 address is not an integer (None)"),
+    (_snap(gpu0={"segments": [{"address": 16, "total_size": 5, "blocks": [{"address": 16, "size": True}]}]}),
+     "plot: gpu0: segment 0 block 0 size is not an integer (True)"),
+    (_snap(gpu0={"trace": {"action": "alloc"}}), 'plot: gpu0: "trace" is not a list'),
+    (_snap(gpu0={"trace": [{"action": "alloc", "addr": 1, "size": 8}, {"addr": 2}]}),
+     'plot: gpu0: trace entry 1 has no "action"'),
+    (_snap(gpu0={"trace": [{"action": "alloc", "addr": 1, "size": True}]}),
+     "plot: gpu0: trace entry 0 size is not an integer (True)"),
+    (_snap(gpu0={"trace": [{"action": "segment_alloc", "addr": 1, "size": 2.5}]}),
+     "plot: gpu0: trace entry 0 size is not an integer (2.5)"),
+    (_snap(gpu0={"trace": [{"action": "free", "addr": 1, "size": "8"}]}),
+     "plot: gpu0: trace entry 0 size is not an integer ('8')"),
+    (_snap(gpu0={"trace": [{"action": "segment_free", "addr": 1, "size": "2"}]}),
+     "plot: gpu0: trace entry 0 size is not an integer ('2')"),
+])
+def test_snapshot_errors_name_the_input_and_the_device(obj, match):
+    """A malformed snapshot is one message naming the file, or the device and the entry, and what is wrong."""
+    with pytest.raises(InvalidArgument, match="^" + re.escape(match) + "$"):
+        plot.from_snapshot(obj, source="s.json")
+
+
+def test_undecodable_and_broken_files_are_a_clear_error(tmp_path):
+    """A binary file is "not a memory snapshot..." (its first line shown), not a decoding traceback; a file with
+    gzip's magic bytes and broken data is named as broken gzip."""
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\xff\xfe\x80 binary,\x9c stuff\n\x00\x01")
+    first = "\ufffd\ufffd\ufffd binary,\ufffd stuff"          # undecodable bytes shown as U+FFFD
+    with pytest.raises(InvalidArgument, match=r"^plot: .*junk\.bin: " + re.escape(
+            f"not a memory snapshot, a Chrome trace or an RMM allocation log (first line {first!r})") + "$"):
+        plot.load_memory_data(str(junk))
+    gz = tmp_path / "trace.json.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(InvalidArgument, match=r"^plot: .*trace\.json\.gz: broken gzip data \("):
+        plot.load_memory_data(str(gz))
+    lst = write_json(tmp_path / "bare.json", make_chrome_trace()["traceEvents"])
+    assert plot.load_memory_data(lst)["kind"] == "chrome_trace"
+
+
+def test_load_recognises_json_after_blank_space_and_a_log_by_its_header(tmp_path, monkeypatch):
+    """JSON is recognised after leading blank space; a file whose first line names RMM's Action, Pointer and Size
+    columns (spaces around the names allowed, gzip-compressed or not) is replayed with --device, --conf and the
+    progress bars given; a header without them is not a log."""
+    snap = tmp_path / "s.json"
+    snap.write_text("\n   " + json.dumps(make_snapshot()))
+    assert plot.load_memory_data(str(snap), device="rt_cpu:0")["devices"][0]["device"] == "rt_cpu:0"
+    calls = []
+    monkeypatch.setattr(plot, "from_rmm_trace", lambda *a, **k: calls.append((a, k)) or "replayed")
+    bars = object()
+    header = "Thread , Time, Action ,Pointer, Size ,Stream\n"
+    for gz in (False, True):
+        log = write_text(tmp_path / f"log{gz}.csv", header + "1,0,allocate,0x1,8,0\n", gz)
+        assert plot.load_memory_data(log, device="rt_cpu:1", conf="growth:exact", progress=bars) == "replayed"
+        assert calls.pop() == ((log,), {"device": "rt_cpu:1", "conf": "growth:exact", "progress": bars})
+    other = write_text(tmp_path / "other.csv", "Thread,Time,Action,Pointer,Stream\n1,0,allocate,0x1,0\n")
+    with pytest.raises(InvalidArgument, match=r"not a memory snapshot, a Chrome trace or an RMM allocation log "
+                                              r"\(first line 'Thread,Time,Action,Pointer,Stream'\)$"):
+        plot.load_memory_data(other)
+    assert calls == []
+
+
+# -- the command ----------------------------------------------------------------------------------------------------
+
+def test_plot_command_reports_what_it_wrote(tmp_path, capsys):
+    """``paddle-rt plot`` says which image it wrote, from how many devices and what kind of input; ``--device``
+    keeps that device only."""
+    pytest.importorskip("matplotlib")
+    from paddle_rt.__main__ import main
+    snap = write_json(tmp_path / "s.json", make_snapshot())
+    out = str(tmp_path / "o.png")
+    assert main(["plot", snap, "-o", out]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out} (2 devices, from a snapshot)"
+    assert main(["plot", snap, "-o", out, "--device", "rt_cpu:1"]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out} (1 device, from a snapshot)"
+    trace = write_json(tmp_path / "t.json", make_chrome_trace())
+    assert main(["plot", trace, "-o", out, "--device", "rt_cpu:0"]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out} (1 device, from a chrome trace)"
+
+
+def test_plot_command_passes_its_options_on(tmp_path, monkeypatch, capsys):
+    """The options reach the reading (input, --device, --conf, the progress mode: automatic by default, forced by
+    --progress, off with --no-progress) and the drawing (--output, --title); errors are one line
+    "paddle-rt plot: ..." with exit status 2, the output's folder checked before any work."""
+    import errno
+    from paddle_rt.__main__ import main
+    from paddle_rt.tools import replay
+    calls = []
+
+    def load(path, device=None, conf=None, progress=None):
+        calls.append(("load", path, device, conf, progress))
+        return {"source": path, "kind": "rmm_trace", "devices": [{}, {}, {}]}
+
+    def draw(data, path, title=None, dpi=110):
+        calls.append(("draw", len(data["devices"]), path, title))
+        return path
+
+    monkeypatch.setattr(plot, "require_matplotlib", lambda: None)
+    monkeypatch.setattr(plot, "load_memory_data", load)
+    monkeypatch.setattr(plot, "plot_memory", draw)
+    monkeypatch.setattr(replay, "progress_factory", lambda mode, stream=None: ("bars", mode))
+    out = str(tmp_path / "o.png")
+    assert main(["plot", "log.csv", "-o", out]) == 0
+    assert calls == [("load", "log.csv", None, "", ("bars", None)), ("draw", 3, out, None)]
+    assert capsys.readouterr().out.strip() == f"wrote {out} (3 devices, from a rmm trace)"
+    for flag, mode in (("--progress", True), ("--no-progress", False)):
+        calls.clear()
+        assert main(["plot", "log.csv", "--output", out, "--device", "rt_cpu:1", "--conf", "growth:exact",
+                     "--title", "my run", flag]) == 0
+        assert calls == [("load", "log.csv", "rt_cpu:1", "growth:exact", ("bars", mode)), ("draw", 3, out, "my run")]
+    capsys.readouterr()
+    for argv in (["plot", "log.csv"], ["plot", "log.csv", "-o", out, "--progress", "--no-progress"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    capsys.readouterr()
+    calls.clear()
+    assert main(["plot", "log.csv", "-o", str(tmp_path / "no" / "o.png")]) == 2
+    assert calls == [] and capsys.readouterr().err.startswith("paddle-rt plot: --output ")
+
+    def failing(exc):
+        def load(*a, **k):
+            raise exc
+        return load
+
+    for exc, said in ((InvalidArgument("plot: log.csv: broken"), "log.csv: broken"),
+                      (plot.MissingExtraError("plotting needs matplotlib"), "plotting needs matplotlib"),
+                      (OSError(errno.ENOSPC, "No space left on device", "/full/o.png"),
+                       "/full/o.png: No space left on device"),
+                      (OSError(errno.EIO, "I/O error"), f"{out}: I/O error")):
+        monkeypatch.setattr(plot, "load_memory_data", failing(exc))
+        assert main(["plot", "log.csv", "-o", out]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == f"paddle-rt plot: {said}\n" and captured.out == ""
+
+
+def test_plot_command_help_describes_every_option(capsys):
+    """``paddle-rt plot --help``: what it draws, the extra it needs, the inputs it reads, and each option."""
+    from paddle_rt.__main__ import main
+    with pytest.raises(SystemExit) as exc:
+        main(["plot", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for phrase in ("usage: paddle-rt plot", "Draw a memory timeline", 'Needs matplotlib: pip install "paddle_rt[plot]"',
+                   "INPUT is recognised by its content", "RMM's CSV format",
+                   "input memory snapshot JSON, Chrome trace JSON or RMM allocation log CSV (.gz too)",
+                   "-o OUTPUT, --output OUTPUT image to write (.png, .svg, .pdf)",
+                   "--device DEVICE only this device (snapshot, trace) / replay on it (log)",
+                   "--conf CONF allocator config key:value,... for replaying a log",
+                   "--title TITLE title above the figures",
+                   "--progress progress bars while replaying a log, even when stderr is not a terminal (tqdm)",
+                   "--no-progress no progress bars"):
+        assert re.search(r"(?<![\w])" + re.escape(phrase) + r"(?![\w])", text), phrase
