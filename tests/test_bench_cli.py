@@ -2,6 +2,8 @@
 JSON, error isolation between areas, and the bench/*.py wrappers over the same code. Speed is not asserted here."""
 import json
 import os
+import platform
+import re
 import subprocess
 import sys
 import types
@@ -201,3 +203,218 @@ def test_whole_quick_suite_json():
         check_result(x, x["area"])
     targets = {x["target"] for x in out["results"] if x["target"]}
     assert {"<= 300 ns", "<= 50 us", ">= 90%", ">= 1 M/s", ">= 50%"} <= targets
+
+
+# -- the command in this process: its table, header, JSON, options and messages ---------------------------------------
+
+def fake_areas(monkeypatch, mods):
+    """Make the suite's areas the given {name: module or None}."""
+    monkeypatch.setattr(benchmarks, "area_names", lambda: list(mods))
+    monkeypatch.setattr(benchmarks, "load_area", lambda n: mods[n])
+
+
+def columns(table):
+    """The (start, end) of each column of format_table's text, from its line of dashes."""
+    sep = table.splitlines()[1]
+    assert set(sep) <= {"-", " "}, sep
+    runs = [m.span() for m in re.finditer(r"-+", sep)]
+    assert len(runs) == 6 and all(b[0] - a[1] == 2 for a, b in zip(runs, runs[1:])), sep   # two spaces apart
+    return runs
+
+
+def cells(line, runs):
+    return [line[s:e].strip() for s, e in runs]
+
+
+def test_table_columns_and_figures():
+    """One column per heading (area, figure, median, spread, target, result) under a line of dashes; the area named
+    once per group; medians right-aligned; ratios and percentages without a space before the unit."""
+    f = benchmarks.figure
+    results = [f("alloc", "small", [4, 5, 6], "ns", at_most=10), f("alloc", "medium", [40, 50, 60], "ns"),
+               f("alloc", "large", [400, 500, 600], "ns", at_most=450), f("ratio", "speedup", [0.4, 0.5, 0.6], "x",
+                                                                          at_least=2),
+               f("ratio", "share", [95.5], "%", at_least=90)]
+    table = bench.format_table(results)
+    runs = columns(table)
+    lines = table.splitlines()
+    assert cells(lines[0], runs) == ["area", "figure", "median", "spread", "target", "result"]
+    rows = [cells(ln, runs) for ln in lines[2:7]]
+    assert rows[0] == ["alloc", "small", "5.00 ns", "4.00 ns .. 6.00 ns", "<= 10 ns", "met"]
+    assert rows[1] == ["", "medium", "50.0 ns", "40.0 ns .. 60.0 ns", "", ""]
+    assert rows[2] == ["", "large", "500 ns", "400 ns .. 600 ns", "<= 450 ns", "noise"]
+    assert rows[3] == ["ratio", "speedup", "0.50x", "0.40x .. 0.60x", ">= 2x", "MISSED"]
+    assert rows[4] == ["", "share", "95.5%", "", ">= 90%", "met"]
+    median = runs[2]
+    for ln in lines[:7]:
+        assert ln[median[1] - 1] != " ", ln                                # right-aligned under "median"
+    assert lines[7] == ""
+    assert lines[8] == "4 figures with a target: 2 met, 1 within noise (median misses, spread reaches), 1 missed"
+    assert len(lines) == 9
+
+
+def test_long_figure_names_do_not_widen_the_column_beyond_64():
+    name = "a figure with a very long name " * 4
+    runs = columns(bench.format_table([benchmarks.figure("a", name, [1, 2], "ns")]))
+    assert runs[1][1] - runs[1][0] == 64
+
+
+def test_table_of_areas_that_failed_or_were_skipped():
+    errors = [{"area": "broken", "error": "RuntimeError: boom", "traceback": "Traceback ...", "skipped": False},
+              {"area": "skips", "error": "needs 8 devices", "traceback": "", "skipped": True}]
+    table = bench.format_table([], errors)
+    runs = columns(table)
+    lines = table.splitlines()
+    assert cells(lines[2], runs) == ["broken", "(failed to run)", "", "", "", "ERROR"]
+    assert cells(lines[3], runs) == ["skips", "(skipped: needs 8 devices)", "", "", "", "skipped"]
+    assert lines[5:] == ["0 figures with a target: 0 met, 0 missed; 1 area(s) failed to run; 1 skipped",
+                         "  broken: RuntimeError: boom"]
+    only_skipped = bench.format_table([], errors[1:]).splitlines()
+    assert "ERROR" not in "\n".join(only_skipped) and "failed to run" not in "\n".join(only_skipped)
+    assert only_skipped[-1] == "0 figures with a target: 0 met, 0 missed; 1 skipped"
+    only_failed = bench.format_table([], errors[:1]).splitlines()
+    assert only_failed[-2:] == ["0 figures with a target: 0 met, 0 missed; 1 area(s) failed to run",
+                                "  broken: RuntimeError: boom"]
+    assert "skipped" not in "\n".join(only_failed)
+
+
+def _areas():
+    def good(quick):
+        seen.append(quick)
+        return [benchmarks.figure("good", "fast", [1, 2, 3], "ns", at_most=5)]
+
+    def broken(quick):
+        raise RuntimeError("plugin went away")
+
+    def cannot(quick):
+        raise benchmarks.AreaSkipped("needs 8 devices")
+    seen = []
+    return {"good": types.SimpleNamespace(measure=good), "nomeasure": None,
+            "broken": types.SimpleNamespace(measure=broken), "skips": types.SimpleNamespace(measure=cannot)}, seen
+
+
+def test_run_suite_logs_each_area_and_keeps_the_traceback(monkeypatch):
+    mods, seen = _areas()
+    fake_areas(monkeypatch, mods)
+    log = []
+    results, errors, seconds = bench.run_suite(quick=True, log=log.append)
+    assert log == ["bench: good...", "bench: broken...", "bench: skips..."]
+    assert seen == [True] and [r["name"] for r in results] == ["fast"]
+    assert set(seconds) == {"good", "broken", "skips"} and all(s >= 0 for s in seconds.values())
+    broken, skipped = errors
+    assert broken["area"] == "broken" and broken["error"] == "RuntimeError: plugin went away"
+    assert broken["traceback"].startswith("Traceback (most recent call last)")
+    assert broken["traceback"].rstrip().endswith("RuntimeError: plugin went away")
+    assert skipped == {"area": "skips", "error": "needs 8 devices", "traceback": "", "skipped": True}
+    results, errors, seconds = bench.run_suite(only=["skips", "good"])
+    assert seen == [True, False] and [e["area"] for e in errors] == ["skips"] and set(seconds) == {"good", "skips"}
+
+
+class _Tty(__import__("io").StringIO):
+    def isatty(self):
+        return True
+
+
+def test_main_progress_on_a_terminal_and_tracebacks(monkeypatch, capsys):
+    """On a terminal each area is announced on stderr (not with --json); an area that failed to run prints its
+    traceback on stderr and makes the exit status 1; a skipped area does not."""
+    mods, seen = _areas()
+    fake_areas(monkeypatch, mods)
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert bench.main(["--only", "good,skips"]) == 0
+    assert tty.getvalue() == "bench: good...\nbench: skips...\n"
+    out = capsys.readouterr().out
+    assert "(skipped: needs 8 devices)" in out and "ERROR" not in out
+    tty.seek(0)
+    tty.truncate()
+    assert bench.main(["--only", "good", "--json"]) == 0
+    assert tty.getvalue() == ""
+    capsys.readouterr()
+    assert bench.main(["--only", "good, broken"]) == 1
+    err = tty.getvalue()
+    assert "\nbroken:\nTraceback (most recent call last)" in err and "RuntimeError: plugin went away" in err
+    assert "(failed to run)" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "stderr", __import__("io").StringIO())       # not a terminal: no announcements
+    assert bench.main(["--only", "good"]) == 0
+    assert sys.stderr.getvalue() == ""
+
+
+@pytest.mark.parametrize("load,text", [(0.0, ", load 0.0 at the start and 0.0 at the end;"),
+                                       (1e6, ", load 1000000.0 at the start and 1000000.0 at the end (a busy machine: "
+                                                 "absolute figures are noisy);"),
+                                       (None, " CPUs; medians")])
+def test_header_line(monkeypatch, capsys, load, text):
+    """The header: version, quick or not, device, Python, CPUs, the load at the start and the end (a busy machine
+    says so), and the total time."""
+    mods, seen = _areas()
+    fake_areas(monkeypatch, mods)
+    monkeypatch.setattr(bench, "_load", lambda: load)
+    assert bench.main(["--only", "good", "--quick"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.startswith(f"paddle_rt {paddle_rt.__version__} benchmarks (quick) on {paddle_rt.get_device()}, "
+                           f"python {platform.python_version()}, {os.cpu_count()} CPUs")
+    assert text in head and re.search(r"; medians and spreads over the repetitions; \d+ s$", head), head
+    assert seen == [True]
+    assert bench.main(["--only", "good"]) == 0
+    assert " benchmarks on " in capsys.readouterr().out.splitlines()[0] and seen == [True, False]
+
+
+def test_json_output(monkeypatch, capsys):
+    mods, seen = _areas()
+    fake_areas(monkeypatch, mods)
+    monkeypatch.setattr(bench, "_load", lambda: 0.25)
+    assert bench.main(["--only", "skips,good", "--json", "--quick"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["paddle_rt"] == paddle_rt.__version__ and out["quick"] is True
+    assert out["device"] == str(paddle_rt.get_device())
+    assert out["machine"] == {"cpus": os.cpu_count(), "loadavg_1min": 0.25, "loadavg_1min_start": 0.25,
+                              "loadavg_1min_end": 0.25, "python": platform.python_version(),
+                              "platform": platform.platform()}
+    assert set(out["seconds"]) == {"total", "good", "skips"}
+    assert out["seconds"]["total"] >= out["seconds"]["good"]
+    assert [r["name"] for r in out["results"]] == ["fast"] and out["results"][0]["verdict"] == "met"
+    assert out["errors"] == [{"area": "skips", "error": "needs 8 devices", "traceback": "", "skipped": True}]
+
+    def no_device():
+        raise paddle_rt.DeviceError("none")
+    monkeypatch.setattr(paddle_rt, "get_device", no_device)
+    assert bench.main(["--only", "good", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["device"] == "no device" and out["quick"] is False
+
+
+def test_help_list_and_bad_only(monkeypatch, capsys):
+    """--help gives the description (the exit statuses included) and --only's metavar and default; --list the areas;
+    an unknown area is one line naming --only and the known areas."""
+    from test_cli import option_entries
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    flat = " ".join(text.split())
+    assert flat.startswith("usage: paddle-rt bench ")
+    assert "Each ratio is measured within one run" in flat and "--quick takes fewer repetitions" in flat
+    assert "The exit status is 0 when every area ran, 1 when an area failed to run" in flat
+    assert "python -m paddle_rt" not in text
+    entries = option_entries(text)
+    assert entries["--only"].startswith("--only AREA[,AREA] ") and entries["--only"].endswith("(default: every area)")
+    for option in ("--quick", "--json", "--list", "--strict"):
+        assert "(default" not in entries[option], entries[option]
+    mods, seen = _areas()
+    fake_areas(monkeypatch, mods)
+    assert bench.main(["--list"]) == 0
+    assert capsys.readouterr().out.split() == list(mods)
+    assert seen == []
+    assert bench.main(["--only", "good,zzz"]) == 2
+    assert capsys.readouterr().err == ("paddle-rt bench: --only good,zzz: unknown area(s) zzz; the areas are good, "
+                                       "nomeasure, broken, skips\n")
+
+
+def test_a_figure_without_its_fields_fails_its_area(monkeypatch):
+    fake_areas(monkeypatch, {"half": types.SimpleNamespace(measure=lambda quick: [{"area": "half", "name": "x",
+                                                                                     "value": 1.0}])})
+    results, errors, _ = bench.run_suite()
+    assert results == [] and errors[0]["skipped"] is False
+    assert errors[0]["error"] == ("TypeError: half.measure() returned a figure without ['met', 'note', 'target', "
+                                  "'unit']: {'area': 'half', 'name': 'x', 'value': 1.0}")

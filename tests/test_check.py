@@ -1,7 +1,12 @@
 """paddle_rt.tools.check: the plugin conformance suite. Every check runs in a child process, so a plugin that crashes
 or hangs fails that check while the suite finishes; skipped checks name the hooks the plugin lacks."""
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import types
 
 import pytest
 
@@ -265,3 +270,288 @@ def test_list_states_every_rule(capsys):
         assert c.name in out and c.rule in out
     assert out.count("rule: ") == len(check.CHECKS)
     assert check.main([]) == 2
+
+
+# -- the parent side in this process: how a child's end is reported, the table, the options ---------------------------
+
+class FakeChild:
+    """A check child that printed ``out``/``err`` and ended with ``rc`` (or did not end: ``hangs``)."""
+
+    def __init__(self, out="", err="", rc=0, hangs=False):
+        self.out, self.err, self.returncode, self.hangs, self.pid, self.killed = out, err, rc, hangs, 4242, []
+
+    def communicate(self, timeout=None):
+        if self.hangs and timeout is not None:
+            raise subprocess.TimeoutExpired("check", timeout)
+        return self.out, self.err
+
+    def kill(self):
+        self.killed.append("kill")
+
+
+def reported(result, detail):
+    return "some output\n" + check._MARK + json.dumps({"result": result, "detail": detail}) + "\n"
+
+
+@pytest.fixture
+def fake_child(monkeypatch):
+    """Replace the check child by a FakeChild: returns a function setting it and the calls made."""
+    calls = {"popen": [], "killpg": []}
+
+    def use(child):
+        def popen(cmd, **kw):
+            calls["popen"].append((cmd, kw))
+            return child
+        monkeypatch.setattr(check.subprocess, "Popen", popen)
+        return child
+
+    def killpg(pid, sig):
+        calls["killpg"].append((pid, sig))
+    monkeypatch.setattr(check.os, "killpg", killpg)
+    use.calls = calls
+    return use
+
+
+FAULT = "paddle_rt: fatal signal SIGABRT inside plugin 'x' (/p/libx.so), hook device_memory_allocate\n"
+
+
+@pytest.mark.parametrize("child,result,detail", [
+    (FakeChild(reported("pass", "all good")), "pass", "all good"),
+    (FakeChild(reported("warn", "hazard")), "warn", "hazard"),
+    (FakeChild(err=FAULT, rc=-signal.SIGABRT), "fail", "crashed with SIGABRT in device_memory_allocate"),
+    (FakeChild(reported("pass", "ok"), rc=-signal.SIGSEGV), "fail", "pass (ok), then crashed with SIGSEGV at exit"),
+    (FakeChild(err="one\ntwo\n\nthree\nfour\n", rc=3), "fail", "the check process exited with status 3: two | three | four"),
+    (FakeChild(rc=3), "fail", "the check process exited with status 3"),
+    (FakeChild(reported("skip", "no hooks"), rc=4), "fail", "skip (no hooks), then exited with status 4"),
+    (FakeChild(hangs=True), "fail", "hung: no result within 2 s"),
+    (FakeChild(reported("pass", "ok"), hangs=True), "fail", "pass (ok), then hung at exit (deinit_device/finalize)"),
+    (FakeChild(reported("pass", "ok"), err="Timeout (0:00:02)!\n", rc=1), "fail",
+     "pass (ok), then hung at exit (deinit_device/finalize)"),
+    (FakeChild(rc=-99), "fail", "crashed with signal 99"),
+])
+def test_how_a_conformance_childs_end_is_reported(fake_child, child, result, detail):
+    fake_child(child)
+    res = check._run_one("allocate_free", "/p/libx.so", 2.0)
+    assert (res["name"], res["group"], res["result"], res["detail"]) == ("allocate_free", "conformance", result,
+                                                                        detail)
+    assert isinstance(res["seconds"], float) and res["seconds"] >= 0
+
+
+@pytest.mark.parametrize("child,result,detail", [
+    (FakeChild(reported("pass", "double free -> C_ERROR")), "pass", "double free -> C_ERROR"),
+    (FakeChild(rc=-signal.SIGABRT), "warn", "not guarded: double free aborts (SIGABRT)"),
+    (FakeChild(rc=-signal.SIGSEGV), "warn", "not guarded: double free crashes (SIGSEGV)"),
+    (FakeChild(rc=-signal.SIGBUS), "warn", "not guarded: double free crashes (SIGBUS)"),
+    (FakeChild(rc=-signal.SIGTERM), "warn", "not guarded: double free crashes with (SIGTERM)"),
+    (FakeChild(rc=5), "warn", "not guarded: double free ends the process (exit status 5)"),
+    (FakeChild(hangs=True), "warn", "not guarded: double free hangs (no answer within 2.5 s)"),
+    (FakeChild(err=FAULT, rc=-signal.SIGABRT), "warn",
+     "not guarded: double free aborts (SIGABRT) in device_memory_allocate"),
+    (FakeChild(reported("fail", "bad"), rc=-signal.SIGSEGV), "fail", "fail (bad), then crashed with SIGSEGV at exit"),
+])
+def test_how_a_probe_childs_end_is_reported(fake_child, child, result, detail):
+    """A probe that takes the process down is that probe's warning (the misuse named), never a failure."""
+    fake_child(child)
+    res = check._run_one("probe_double_free", "/p/libx.so", 2.5)
+    assert (res["group"], res["result"], res["detail"]) == ("probe", result, detail)
+
+
+def test_a_hung_child_is_killed_with_its_process_group(fake_child):
+    """The child runs in a session of its own, so that a hang is ended with every process it started."""
+    child = fake_child(FakeChild(hangs=True))
+    check._run_one("events", "/p/libx.so", 1.0)
+    ((cmd, kw),) = fake_child.calls["popen"]
+    assert cmd == [sys.executable, "-m", "paddle_rt.tools.check", "--child", "events", "--timeout", "1.0",
+                   "/p/libx.so"]
+    assert kw["start_new_session"] is True and kw["cwd"] == check._package_parent()
+    assert kw["env"] == check._child_env("/p/libx.so")
+    assert fake_child.calls["killpg"] == [(child.pid, signal.SIGKILL)] and child.killed == []
+
+
+def test_where_a_hang_happened_from_a_faulthandler_dump(fake_child):
+    """The innermost frame in a check family's file of the thread running the check: its hook, else its line."""
+    from paddle_rt._core.rawabi import HOOK_OF
+    import paddle_rt.tools.check_memory as fam
+    lines = open(fam.__file__).read().splitlines()
+    n_hook = next(i for i, ln in enumerate(lines, 1) if "r.allocate(" in ln)
+    n_plain = next(i for i, ln in enumerate(lines, 1) if ln.strip().startswith("parts = "))
+    dump = (f"Thread 0x0001 (most recent call first):\n  File \"{fam.__file__}\", line {n_plain} in other_thread\n\n"
+            f"Current thread 0x0002 (most recent call first):\n"
+            f"  File \"{fam.__file__}\", line {n_hook} in check_allocate_free\n"
+            f"  File \"{check.__file__}\", line 92 in _child\n")
+    fake_child(FakeChild(err="Timeout (0:00:01)!\n" + dump, rc=1))
+    res = check._run_one("allocate_free", "/p/libx.so", 1.0)
+    assert res["detail"] == (f"hung: no result within 1 s in {HOOK_OF['allocate']} (check_allocate_free, "
+                             f"line {n_hook})")
+    dump = (f"Current thread 0x0002 (most recent call first):\n"
+            f"  File \"{fam.__file__}\", line {n_plain} in check_allocate_free\n"
+            f"  File \"{check.__file__}\", line 92 in _child\n")
+    fake_child(FakeChild(err=dump, rc=-signal.SIGSEGV))
+    res = check._run_one("allocate_free", "/p/libx.so", 1.0)
+    assert res["detail"] == (f"crashed with SIGSEGV in check_allocate_free, line {n_plain}: "
+                             f"{lines[n_plain - 1].strip()}")
+
+
+def test_child_environment(monkeypatch):
+    """A check child imports this paddle_rt (first on PYTHONPATH), loads no other plugin, and keeps the bundled
+    rt_cpu out unless rt_cpu is the plugin under test."""
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    monkeypatch.setenv("CUSTOM_DEVICE_ROOT", "/plugins")
+    monkeypatch.setenv("PADDLE_RT_PLUGIN_PATH", "/more/plugins")
+    monkeypatch.setenv("PADDLE_RT_NO_RT_CPU", "1")
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+    env = check._child_env(bundled_plugin_path())
+    assert env["PYTHONPATH"].split(os.pathsep) == [parent, "/somewhere/else"]
+    assert "CUSTOM_DEVICE_ROOT" not in env and "PADDLE_RT_PLUGIN_PATH" not in env
+    assert "PADDLE_RT_NO_RT_CPU" not in env and env["PYTHONFAULTHANDLER"] == "1"
+    assert os.environ["CUSTOM_DEVICE_ROOT"] == "/plugins"               # the caller's environment is untouched
+    monkeypatch.delenv("PYTHONPATH")
+    monkeypatch.delenv("PADDLE_RT_NO_RT_CPU")
+    env = check._child_env("/vendor/libnpu.so")
+    assert env["PYTHONPATH"] == parent and env["PADDLE_RT_NO_RT_CPU"] == "1"
+    assert os.path.realpath(check._bundled_path()) == os.path.realpath(bundled_plugin_path())
+
+
+def test_run_checks_always_starts_with_the_handshake(monkeypatch):
+    ran, progressed = [], []
+
+    def run_one(name, path, timeout):
+        ran.append((name, path, timeout))
+        return dict(name=name, group=check._BY_NAME[name].group, result="pass", detail="", seconds=0.5)
+    monkeypatch.setattr(check, "_run_one", run_one)
+    results = check.run_checks("rel.so", timeout=3.0, only={"memset", "probe_zero_size"}, progress=progressed.append)
+    assert ran == [(n, os.path.abspath("rel.so"), 3.0) for n in ("handshake", "memset", "probe_zero_size")]
+    assert progressed == results and [r["name"] for r in results] == ["handshake", "memset", "probe_zero_size"]
+    ran.clear()
+    assert [r["name"] for r in check.run_checks("x.so")] == CHECK_NAMES and [t for *_, t in ran] == [20.0] * len(ran)
+
+    def refused(name, path, timeout):
+        ran.append(name)
+        return dict(name=name, group="conformance", result="fail", detail="old version", seconds=0.1)
+    monkeypatch.setattr(check, "_run_one", refused)
+    ran.clear()
+    results = check.run_checks("x.so", only={"memset", "probe_zero_size"})
+    assert ran == ["handshake"]
+    assert results[1:] == [dict(name="memset", group="conformance", result="skip", detail="the plugin did not load",
+                                seconds=0.0),
+                           dict(name="probe_zero_size", group="probe", result="skip",
+                                detail="the plugin did not load", seconds=0.0)]
+
+
+def test_format_table_groups_the_probes():
+    """Conformance checks first, then one heading before the misuse probes; columns aligned; the counts last."""
+    results = [dict(name="handshake", group="conformance", result="pass", detail="rt_cpu v0.1"),
+               dict(name="memset", group="conformance", result="fail", detail="byte 3 is 0"),
+               dict(name="probe_zero_size", group="probe", result="warn", detail="not guarded"),
+               dict(name="probe_null_free", group="probe", result="skip", detail="plugin lacks x")]
+    lines = check.format_table(results).splitlines()
+    heading = "-- misuse probes (calls Paddle never makes; warn: the plugin does not guard against it)"
+    assert lines.count(heading) == 1
+    assert lines[lines.index(heading) + 1].startswith("probe_zero_size ")
+    assert lines[lines.index(heading) - 1].startswith("memset ")
+    w = len("probe_zero_size")
+    assert lines[0] == "check".ljust(w) + "  result  detail"
+    assert lines[1] == "-" * w + "  ------  ------"
+    assert lines[2] == "handshake".ljust(w) + "  pass    rt_cpu v0.1"
+    assert lines[-2:] == ["", "1 pass, 1 warn, 1 skip, 1 fail"]
+    assert heading not in check.format_table(results[:2])
+    short = check.format_table([dict(name="abc", group="conformance", result="pass", detail="d")]).splitlines()
+    assert short[0] == "check  result  detail" and short[2] == "abc    pass    d"
+
+
+def test_library_hint_lists_the_shared_libraries_beside_it(tmp_path):
+    """Versioned libraries (libx.so.1) count; the path itself is never suggested; at most five are named."""
+    lib = tmp_path / "build"
+    lib.mkdir()
+    missing = os.path.join(str(lib), "libmy.so")
+    assert check.library_hint(missing).startswith("give the plugin's shared library")
+    (lib / "libother.so.1").write_bytes(b"\x7fELF")
+    (lib / "notes.txt").write_text("x")
+    assert check.library_hint(missing) == f"shared libraries beside it: {lib / 'libother.so.1'}"
+    (lib / "libmy.so").write_text("not ELF")
+    for i in range(5):
+        (lib / f"lib{i}.so").write_bytes(b"\x7fELF")
+    hint = check.library_hint(missing)
+    assert hint == "shared libraries beside it: " + ", ".join(
+        str(lib / f"lib{i}.so") for i in range(5)) + " ..."
+    assert check.library_hint(os.path.join(str(lib), "nothere", "x.so")).startswith("give the plugin's")
+
+
+def test_main_messages_and_exit_statuses(capsys, monkeypatch, tmp_path):
+    """Each mistake is one line naming `paddle-rt check`; the exit status is 1 on a fail (with --strict: or a warn)."""
+    assert check.main(["--timeout", "soon", "x.so"]) == 2
+    assert capsys.readouterr().err == ("paddle-rt check: argument --timeout: invalid float value: 'soon' "
+                                       "(see `paddle-rt check --help`)\n")
+    assert check.main([]) == 2
+    assert capsys.readouterr().err == "paddle-rt check: the plugin's path is required (or --list)\n"
+    assert check.main([bundled_plugin_path(), "--timeout", "-1"]) == 2
+    assert capsys.readouterr().err == "paddle-rt check: --timeout -1: must be a positive number of seconds\n"
+    assert check.main([bundled_plugin_path(), "--only", "memset, zz,yy"]) == 2
+    assert capsys.readouterr().err == "paddle-rt check: --only memset, zz,yy: no check named yy, zz (see --list)\n"
+    missing = str(tmp_path / "libnope.so")
+    assert check.main([missing]) == 2
+    assert capsys.readouterr().err == (f"paddle-rt check: no such file: {missing}; give the plugin's shared library "
+                                       "(the .so its build produced; build the plugin first if it has no .so yet)\n")
+    assert check.main(["--child", "nope", "x.so"]) == 2
+    assert capsys.readouterr().err == "paddle-rt check: --child nope: no such check (see --list)\n"
+
+    verdicts = {}
+    monkeypatch.setattr(check, "run_checks", lambda path, timeout, only, progress: [
+        dict(name=n, group="conformance", result=r, detail="", seconds=0.1) for n, r in verdicts.items()])
+    verdicts.update(handshake="pass", memset="warn")
+    assert check.main([bundled_plugin_path()]) == 0
+    assert check.main([bundled_plugin_path(), "--strict"]) == 1
+    verdicts.update(memset="fail")
+    assert check.main([bundled_plugin_path()]) == 1
+    verdicts.update(memset="skip")
+    assert check.main([bundled_plugin_path(), "--strict"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"paddle_rt check {os.path.abspath(bundled_plugin_path())}"
+
+
+def test_main_passes_its_options_and_reports_progress_on_a_terminal(capsys, monkeypatch):
+    calls = []
+
+    def run_checks(path, timeout, only, progress):
+        calls.append((path, timeout, only, progress))
+        res = [dict(name="handshake", group="conformance", result="pass", detail="ok", seconds=0.25)]
+        if progress:
+            progress(res[0])
+        return res
+    monkeypatch.setattr(check, "run_checks", run_checks)
+    tty = types.SimpleNamespace(isatty=lambda: True, lines=[])
+    tty.write = tty.lines.append
+    tty.flush = lambda: None
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert check.main([bundled_plugin_path(), "--timeout", "7", "--only", " memset ,,events"]) == 0
+    assert calls[-1][:3] == (bundled_plugin_path(), 7.0, {"memset", "events"})
+    assert "".join(tty.lines) == "  handshake: pass (0.25 s)\n"
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"paddle_rt check {bundled_plugin_path()}" and out[-1] == "1 pass, 0 warn, 0 skip, 0 fail"
+    tty.lines.clear()
+    assert check.main([bundled_plugin_path(), "--json"]) == 0
+    assert calls[-1][1:] == (20.0, None, None) and tty.lines == []
+    assert json.loads(capsys.readouterr().out) == [dict(name="handshake", group="conformance", result="pass",
+                                                        detail="ok", seconds=0.25)]
+
+
+def test_help_lists_the_options_with_defaults(capsys, monkeypatch):
+    from test_cli import option_entries
+    monkeypatch.setenv("COLUMNS", "200")
+    assert check.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert " ".join(text.split()).startswith("usage: paddle-rt check ")
+    entries = option_entries(text)
+    assert entries["--timeout"].endswith("seconds allowed per check (default: 20.0)")
+    assert "handshake always runs" in entries["--only"]
+    assert "--child" not in text
+
+
+def test_list_gives_each_checks_group_and_rule(capsys):
+    assert check.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 * len(check.CHECKS)
+    for c, what, rule in zip(check.CHECKS, lines[::2], lines[1::2]):
+        assert what.split(None, 2) == [c.name, c.group, c.what]
+        assert rule.strip() == f"rule: {c.rule}"
+        assert what.index(c.what, len(c.name) + len(c.group)) == rule.index("rule: ")   # the rule under the text

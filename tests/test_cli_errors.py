@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from paddle_rt.tools import cli as clitools
 from test_cli import cli, run_cli, write_log
 
 PROG = "paddle-rt"
@@ -107,3 +108,138 @@ def test_closed_pipe_ends_quietly(tmp_path):
     p = subprocess.run(" ".join(f"'{a}'" for a in argv) + " demo | head -2; echo \"${PIPESTATUS[0]}\"", shell=True,
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, executable="/bin/bash")
     assert p.stdout.splitlines()[-1] == "141"         # 128 + SIGPIPE, as docs/cli.md says
+
+
+# -- paddle_rt.tools.cli in this process: the parts every command uses ------------------------------------------------
+
+
+def test_exit_statuses_are_the_documented_ones():
+    assert (clitools.EXIT_OK, clitools.EXIT_FAILED, clitools.EXIT_USAGE, clitools.EXIT_DOES_NOT_FIT,
+            clitools.EXIT_INTERRUPTED, clitools.EXIT_BROKEN_PIPE) == (0, 1, 2, 3, 130, 141)
+    assert clitools.program() == PROG
+
+
+def test_error_is_one_line_without_a_repeated_prefix(capsys):
+    """`paddle-rt COMMAND: message`: the message's first line, its spaces collapsed, without the "replay: " (or
+    "paddle_rt replay: ") it may start with; status 2 unless told."""
+    for text in ("replay: x.csv: no such file", "paddle_rt replay: x.csv: no such file",
+                 "paddle-rt replay: x.csv: no such file", "x.csv:   no such\tfile\nsecond line"):
+        assert clitools.error("replay", text) == 2
+        assert capsys.readouterr().err == "paddle-rt replay: x.csv: no such file\n"
+    assert clitools.error("plot", ValueError("plot: bad value")) == 2
+    assert capsys.readouterr().err == "paddle-rt plot: bad value\n"
+    assert clitools.error("check", "", 7) == 7
+    assert capsys.readouterr().err == "paddle-rt check: failed\n"
+    assert clitools.error("bench", "replay: kept") == 2                   # another command's prefix is the text
+    assert capsys.readouterr().err == "paddle-rt bench: replay: kept\n"
+
+
+def test_usage_errors_point_at_help(capsys):
+    assert clitools.usage_error("plot", "give -o OUT.png") == 2
+    captured = capsys.readouterr()
+    assert captured.err == "paddle-rt plot: give -o OUT.png (see `paddle-rt plot --help`)\n" and captured.out == ""
+    ap = clitools.command_parser("demo", description="Try ``python -m paddle_rt demo``.")
+    ap.add_argument("--count", type=int, default=3, help="how many")
+    with pytest.raises(SystemExit) as exc:
+        ap.parse_args(["--count", "x"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == ("paddle-rt demo: argument --count: invalid int value: 'x' "
+                                       "(see `paddle-rt demo --help`)\n")
+
+
+def test_help_states_each_default_once(capsys, monkeypatch):
+    """The description as written (the installed command's name, no rst quotes); every option with a default says it,
+    unless its help already does; flags, positionals and options without a default do not."""
+    from test_cli import option_entries
+    monkeypatch.setenv("COLUMNS", "200")
+    ap = clitools.command_parser("demo", description="Try ``python -m paddle_rt demo``.\n\n  indented as written")
+    ap.add_argument("path", nargs="?", default="a.csv", help="the input")
+    ap.add_argument("--count", type=int, default=3, help="how many")
+    ap.add_argument("--size", default="4K", help="bytes (default: one page)")
+    ap.add_argument("--name", default=None, help="a name")
+    ap.add_argument("--empty", default="", help="nothing")
+    ap.add_argument("--off", type=float, default=0.0, help="zero")
+    ap.add_argument("--flag", action="store_true", help="a switch")
+    ap.add_argument("--no-flag", dest="flag2", action="store_false", help="another switch")
+    text = ap.format_help()
+    assert text.startswith("usage: paddle-rt demo ")
+    assert "Try paddle-rt demo.\n\n  indented as written\n" in text
+    entries = option_entries(text)
+    assert entries["--count"].endswith("how many (default: 3)")
+    assert entries["--size"].endswith("bytes (default: one page)") and entries["--size"].count("default") == 1
+    assert entries["--off"].endswith("zero (default: 0.0)")
+    for option in ("--name", "--empty", "--flag", "--no-flag"):
+        assert "(default" not in entries[option], entries[option]
+    assert "the input" in text and "(default: a.csv)" not in text
+    assert clitools.command_parser("demo").description is None
+
+
+def test_output_path_problems(tmp_path, monkeypatch):
+    """Checked before the work: an empty path, a folder, a missing folder, a folder or file that cannot be written."""
+    assert clitools.output_path_problem("") == "the output: an empty path"
+    assert clitools.output_path_problem(tmp_path, "-o") == f"-o {tmp_path} is a folder; give a file name"
+    missing = tmp_path / "nodir" / "x.png"
+    assert clitools.output_path_problem(missing, "--plot") == \
+        f"--plot {missing}: no such folder {tmp_path / 'nodir'} (create it first)"
+    out = tmp_path / "x.png"
+    assert clitools.output_path_problem(out) is None
+    monkeypatch.chdir(tmp_path)
+    assert clitools.output_path_problem("here.png") is None               # a bare name: the current folder
+    real_access = os.access
+    denied = set()
+    # (as root every path is writable: the refusals of a read-only folder or file are simulated)
+    monkeypatch.setattr(os, "access", lambda p, mode: not (mode & os.W_OK and os.fspath(p) in denied)
+                        and real_access(p, mode))
+    denied.add(str(tmp_path))
+    assert clitools.output_path_problem(out, "--output") == f"--output {out}: not writable"
+    assert clitools.output_path_problem("here.png") is None                # "." is not the folder refused
+    denied.clear()
+    out.write_text("old")
+    denied.add(str(out))
+    assert clitools.output_path_problem(out) == f"the output {out}: not writable"
+    assert clitools.output_path_problem(tmp_path / "new.png") is None      # a new file beside it is fine
+    denied.clear()
+    monkeypatch.setattr(os, "access", lambda p, mode: not (mode & os.X_OK) and real_access(p, mode))
+    assert clitools.output_path_problem(out) == f"the output {out}: not writable"   # a folder one cannot enter
+
+
+def test_run_command_statuses(capsys):
+    """A command's status (None is 0); a paddle_rt error is one line and status 2; Ctrl-C is 130."""
+    import paddle_rt
+    seen = []
+    assert clitools.run_command("demo", lambda argv: seen.append(argv), ["--x"]) == 0 and seen == [["--x"]]
+    assert clitools.run_command("demo", lambda argv: 3, []) == 3
+
+    def bad(argv):
+        raise paddle_rt.InvalidArgument("demo: bad value\nmore detail")
+    assert clitools.run_command("demo", bad, []) == 2
+    assert capsys.readouterr().err == "paddle-rt demo: bad value\n"
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    assert clitools.run_command("replay", interrupted, []) == 130
+    assert capsys.readouterr().err == "paddle-rt replay: interrupted\n"
+
+
+def test_closed_pipe_points_stdout_at_devnull(tmp_path, monkeypatch):
+    """After the reader went away the command ends with 141 and later output goes nowhere (no second error)."""
+    target = tmp_path / "stdout.txt"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT)
+
+    class Out:
+        def fileno(self):
+            return fd
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stdout", Out())
+
+    def gone(argv):
+        raise BrokenPipeError
+    try:
+        assert clitools.run_command("demo", gone, []) == 141
+        os.write(fd, b"late output")
+    finally:
+        os.close(fd)
+    assert target.read_bytes() == b""
