@@ -121,3 +121,24 @@ def test_summary_of_no_rows_and_the_rounding_of_misses():
     s = corpus.summary(rows)
     assert s["misses"] == [("a", 1.123, 7, 5)] and s["goal_share"] == 0.5 and s["within_limit"] == 2
     assert corpus.summary_text(s).splitlines()[1] == "not at the full goal: a (1.123x, 7 allocations > 5)"
+
+
+def test_corpus_files_lists_the_logs_or_names_each_folder_without_any(tmp_path):
+    """corpus_files: the .csv and .csv.gz logs of each folder, sorted by name per folder and in the folders' order;
+    a folder without a log raises InvalidArgument naming it, or, given a problems list, is skipped with its reason."""
+    a, b, empty = tmp_path / "a", tmp_path / "b", tmp_path / "empty"
+    for d, names in ((a, ["z.csv", "m.csv.gz", "notes.txt"]), (b, ["c.csv"]), (empty, ["readme.md"])):
+        d.mkdir()
+        for n in names:
+            (d / n).write_bytes(b"")
+    want = [str(a / "m.csv.gz"), str(a / "z.csv"), str(b / "c.csv")]
+    assert corpus.corpus_files([str(a), str(b)]) == want
+    assert corpus.corpus_files([str(b), str(a)]) == want[2:] + want[:2]
+    with pytest.raises(paddle_rt.InvalidArgument, match=rf"^replay --corpus {empty} holds no allocation log"):
+        corpus.corpus_files([str(a), str(empty)])
+    problems = []
+    missing = tmp_path / "missing"
+    assert corpus.corpus_files([str(empty), str(a), str(missing), str(b)], problems) == want
+    assert problems == [f"--corpus {empty} holds no allocation log (.csv or .csv.gz)",
+                        f"--corpus {missing}: no such folder"]
+    assert corpus.corpus_files([str(a)], problems) == want[:2] and len(problems) == 2

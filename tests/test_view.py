@@ -992,6 +992,39 @@ def test_cli_main_in_process(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "m.html").exists() and not (tmp_path / "nodir").exists()
 
 
+def test_cli_passes_its_options_to_view(tmp_path, monkeypatch, capsys):
+    """``paddle-rt view``'s options reach ``view()`` as given: every --conf (repeatable), --baselines as a flag (it
+    takes no value), --device, --title; the help says what the command does and names every option."""
+    import paddle_rt.tools.view as view_mod
+    calls = []
+
+    class FakePage:
+        runs = [1, 2, 3]
+        html = "x" * (3 << 20)
+
+    def fake_view(*files, **kw):
+        calls.append((files, kw))
+        return FakePage()
+    monkeypatch.setattr(view_mod, "view", fake_view)
+    monkeypatch.chdir(tmp_path)
+    assert view_mod.main(["a.csv", "b.json", "-o", "p.html", "--conf", "growth:fixed", "--conf", "small_size:0",
+                          "--baselines", "--device", "rt_cpu:1", "--title", "T"]) == 0
+    assert calls == [(("a.csv", "b.json"), dict(output="p.html", conf=["growth:fixed", "small_size:0"],
+                                                  baselines=True, device="rt_cpu:1", title="T"))]
+    assert capsys.readouterr().out.strip() == "wrote p.html (3 runs, 3.0 MiB)"
+    assert view_mod.main(["a.csv", "-o", "q.html"]) == 0
+    assert calls[-1] == (("a.csv",), dict(output="q.html", conf=None, baselines=False, device=None, title=None))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        view_mod.main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    first = " ".join(view_mod.__doc__.split("\n\n")[0].replace("``", "").split())
+    assert first in text and "``" not in text
+    for opt in ("--output", "--conf K:V,...", "--baselines", "--device", "--title"):
+        assert opt in text, opt
+
+
 def test_log_replay_in_child_and_baselines(tmp_path, monkeypatch):
     """An allocation log is replayed in a child that imports this paddle_rt and still sees the caller's PYTHONPATH;
     its runs count events, and the baselines are reserved-bytes-only model runs on the same event axis."""
