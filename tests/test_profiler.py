@@ -418,3 +418,53 @@ def test_a_failed_start_leaves_nothing_behind(monkeypatch):
     assert not trace.sink_installed() and trace.mask() == 0
     with profiler.profile(plugin=False):                      # nothing is left "running"
         pass
+
+
+def test_chrome_trace_fields_follow_the_events(tmp_path):
+    """Each recorded event is in the Chrome trace with its own figures: an operation as a slice whose duration is its
+    run time in microseconds; an allocation or free as an instant with its address, size, stream and the device's
+    levels, followed by a 'memory' counter at those levels; each device starts with a counter of the levels it had
+    when the profile started; plugin records keep their fields; the document names its producer, bounds and unit."""
+    dev = "rt_cpu:0"
+    paddle_rt.empty_cache(dev)
+    keep = paddle_rt.malloc(3000, dev)
+    st = paddle_rt.memory_stats(dev)
+    before = (st["allocated_bytes.all.current"], st["reserved_bytes.all.current"])
+    with paddle_rt.Stream(dev) as s:
+        with profiler.profile() as prof:
+            workload(s, 2, 1, 1)
+            paddle_rt.malloc(1000, dev).free()
+    keep.free()
+    doc = json.loads(open(prof.export_chrome_trace(str(tmp_path / "t.json"))).read())
+    assert doc["displayTimeUnit"] == "ms"
+    assert doc["otherData"] == {"producer": "paddle_rt.profiler", "start_ns": prof.start_ns, "stop_ns": prof.stop_ns,
+                                "dropped_records": prof.dropped}
+    evs = doc["traceEvents"]
+    pid = {e["args"]["name"]: e["pid"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"}
+    first = [e for e in evs if e["ph"] == "C" and e["pid"] == pid[dev]][0]
+    assert first == {"ph": "C", "name": "memory", "pid": pid[dev], "ts": 0.0,
+                     "args": {"allocated": before[0], "reserved": before[1]}}
+    us = lambda t: (t - prof.start_ns) / 1000.0  # noqa: E731
+    ops = [e for e in prof.events if e["kind"] == "op"]
+    slices = [e for e in evs if e["ph"] == "X" and e["cat"] == "stream"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in slices] == [
+        (o["op"], pytest.approx(us(o["start_ns"])), pytest.approx((o["end_ns"] - o["start_ns"]) / 1000.0))
+        for o in ops]
+    assert all(e["pid"] == pid[dev] for e in slices)
+    mem = [e for e in prof.events if e["kind"] in ("alloc", "free") and e.get("device") == dev]
+    assert mem
+    inst = [e for e in evs if e["ph"] == "i" and e["cat"] == "memory" and e["name"] in ("alloc", "free")]
+    assert [(e["name"], e["args"]) for e in inst] == [
+        (m["kind"], {"addr": hex(m["addr"]), "size": m["size"], "stream": m["stream"], "allocated": m["allocated"],
+                     "reserved": m["reserved"]}) for m in mem]
+    counters = [e for e in evs if e["ph"] == "C" and e["pid"] == pid[dev]][1:]
+    assert [(c["name"], c["ts"], c["args"]) for c in counters][-len(mem):] == [
+        ("memory", pytest.approx(us(m["time_ns"])), {"allocated": m["allocated"], "reserved": m["reserved"]})
+        for m in mem]
+    plugin = [e for e in prof.events if e["kind"] == "plugin"]
+    assert plugin
+    recs = [e for e in evs if e.get("cat") == "plugin"]
+    assert [r["name"] for r in recs] == [p["name"] for p in plugin]
+    for r, p in zip(recs, plugin):
+        want = {k: p[k] for k in ("is_device", "stream_ops", "collect_start_ns", "address") if k in p}
+        assert r["args"] == want and r["pid"] == pid[p.get("device") or "plugin"]
