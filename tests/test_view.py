@@ -24,19 +24,7 @@ from test_cli import cli, run_cli
 
 plotly = pytest.importorskip("plotly", reason="the view extra (plotly) is not installed: pip install '.[view]'")
 from paddle_rt.tools import view_page  # noqa: E402
-from test_view_data import MB, _tr, two_pool_doc  # noqa: E402
-
-DEV = "rt_cpu:0"
-
-
-@pytest.fixture(autouse=True)
-def _clean():
-    memory.record_history(False)
-    memory.clear_history()
-    yield
-    memory.record_history(False)
-    memory.clear_history()
-    paddle_rt.empty_cache(DEV)
+from test_view_data import DEV, MB, _clean, _tr, two_pool_doc  # noqa: E402,F401 (_clean: the autouse fixture)
 
 
 def _alloc_site(n):

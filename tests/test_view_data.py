@@ -21,6 +21,7 @@ DEV = "rt_cpu:0"
 
 @pytest.fixture(autouse=True)
 def _clean():
+    """No history recording left on, nor cached memory of DEV, between tests (test_view*.py)."""
     memory.record_history(False)
     memory.clear_history()
     yield
