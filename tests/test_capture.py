@@ -33,7 +33,9 @@ def has_torch():
 
 
 def run(args, cwd, pythonpath=()):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, *pythonpath]))
+    """`python -m paddle_rt capture ARGS` in cwd; pythonpath's folders come first (before the paddle_rt under test's
+    folder, which is site-packages when it is installed: a stand-in module there must not be shadowed)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*pythonpath, SRC]))
     return subprocess.run([sys.executable, "-m", "paddle_rt", "capture", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
