@@ -14,6 +14,8 @@ import paddle_rt
 from paddle_rt import bench as benchmarks
 from paddle_rt.tools import bench
 
+from test_replay import _Tty
+
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))   # the paddle_rt under test
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))            # the checkout (bench/ lives there)
 KEYS = {"area", "name", "value", "unit", "target", "met", "note", "low", "high", "verdict"}
@@ -307,11 +309,6 @@ def test_run_suite_logs_each_area_and_keeps_the_traceback(monkeypatch):
     assert skipped == {"area": "skips", "error": "needs 8 devices", "traceback": "", "skipped": True}
     results, errors, seconds = bench.run_suite(only=["skips", "good"])
     assert seen == [True, False] and [e["area"] for e in errors] == ["skips"] and set(seconds) == {"good", "skips"}
-
-
-class _Tty(__import__("io").StringIO):
-    def isatty(self):
-        return True
 
 
 def test_main_progress_on_a_terminal_and_tracebacks(monkeypatch, capsys):

@@ -389,18 +389,11 @@ def test_recorded_timeline_starts_at_the_level_before_the_replay(tmp_path):
     assert res["device"] == dev and res["peak_reserved"] >= 48 * MiB
 
 
-def _long_log(path, pairs):
-    with open(path, "w") as f:
-        f.write("Thread,Time,Action,Pointer,Size,Stream\n")
-        for i in range(pairs):
-            f.write(f"0,{2 * i},allocate,0x{i + 16:x},{i % 97 + 1},0\n0,{2 * i + 1},free,0x{i + 16:x},0,0\n")
-    return str(path)
-
-
 def test_long_log_reading_bar_advances_in_steps(tmp_path):
     """A log of 20,000 lines loads without a bar, and with one the "reading" bar counts the file's bytes in a few
     steps (not one per line) up to its size."""
-    p = _long_log(tmp_path / "long.csv", 10_000)
+    p = write_trace(tmp_path / "long.csv", [ev for i in range(10_000)
+                                            for ev in (("allocate", i + 16, i % 97 + 1), ("free", i + 16, 0))])
     is_alloc, sizes, slots, nslots, peak = replay.load_trace(p)
     assert len(is_alloc) == 20_000 and nslots == 1 and peak == 97
 
