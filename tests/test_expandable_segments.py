@@ -53,6 +53,7 @@ def consistent(d):
                 allocated += b["size"]
         assert pos == seg["address"] + seg["total_size"]
         if seg.get("expandable"):
+            assert seg["total_size"] <= seg["reserved_size"], "blocks past the end of the reserved range"
             pages = set()
             for off, n in seg["mapped_pages"]:
                 assert off % G == 0 and n % G == 0 and off + n <= seg["total_size"]
@@ -203,6 +204,82 @@ print(paddle_rt.memory_stats()["num_ooms"], paddle_rt.memory_reserved())
     assert "oom" in r.stdout and r.stdout.split()[-1] == "0"
 
 
+def test_a_request_that_does_not_fit_leaves_nothing_mapped(run_python):
+    """The last try of the OOM ladder creates pages until the device is full and fails: the pages it created are
+    unmapped and released again, so only the live block's pages stay (PyTorch's expandable segments do the same)."""
+    code = """
+import paddle_rt
+paddle_rt.set_allocator_config(expandable_segments=1)
+live = paddle_rt.raw_malloc(40 << 20)
+try:
+    paddle_rt.raw_malloc(40 << 20)
+except paddle_rt.OutOfMemoryError:
+    print("oom")
+s = paddle_rt.memory_stats()
+print(s["reserved_bytes.all.current"], s["num_device_alloc"] - s["num_device_free"])
+"""
+    r = run_python(code, env={"RT_CPU_MEMORY_BYTES": str(64 << 20)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["oom", str(40 << 20), "20"]
+
+
+def test_a_larger_request_after_an_oom_gets_a_range_of_its_own_size(dev):
+    """Regression: an over-capacity request, a small one, the over-capacity one again. The second miss did not fit
+    the first range's end and got a new range sized for the part that was missing, not the request: the block ran
+    past the range and its page table (heap corruption). Each try is a typed OOM and the state stays consistent."""
+    a = on(dev)
+    too_big = dev.memory_info()[1] * 3 // 2       # half again the device's capacity
+    live = []
+    for n in (too_big, 1, too_big, 3 * MiB, too_big):
+        try:
+            p = a.raw_malloc(n)
+        except paddle_rt.OutOfMemoryError as exc:
+            assert n == too_big and "out of memory" in str(exc)
+        else:
+            assert n != too_big
+            ctypes.memset(p, 1, n)
+            live.append(p)
+        consistent(dev)
+    for p in live:
+        a.raw_free(p)
+    paddle_rt.empty_cache(dev)
+    assert consistent(dev)["reserved_bytes.all.current"] == 0
+
+
+HOSTILE_SIZES = [0, 1, 2**31 - 1, 2**32 - 1, 2**32 + 1, 2**40, 2**61 + 1, 2**62, 2**63 - 2**16, 2**63 - 1]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sizes=st.lists(st.one_of(st.integers(0, 8 * MiB), st.sampled_from(HOSTILE_SIZES)), min_size=1, max_size=8))
+def test_hostile_sizes_with_segments_are_typed_and_keep_state(sizes):
+    d = paddle_rt.device("rt_cpu:1")
+    a = paddle_rt.get_allocator(d)
+    gc.collect()
+    a.empty_cache()
+    a.configure(**{k: None for k in alloc_config.CONF_KEYS})
+    a.configure(expandable_segments=1)
+    live = []
+    try:
+        for n in sizes:
+            try:
+                p = a.raw_malloc(n)
+            except paddle_rt.OutOfMemoryError:
+                assert n > 8 * MiB
+            else:
+                live.append(p)
+                if n:
+                    ctypes.memset(p, 0x5A, 1)
+                    ctypes.memset(p + n - 1, 0x5A, 1)
+            consistent(d)
+    finally:
+        for p in live:
+            a.raw_free(p)
+        a.empty_cache()
+        s = consistent(d)
+        a.configure(**{k: None for k in alloc_config.CONF_KEYS})
+    assert s["reserved_bytes.all.current"] == 0 and _lib().rt_cpu_vmm_count(1, 0) == 0
+
+
 def test_plugin_without_the_extension_falls_back(run_python):
     code = """
 import paddle_rt
@@ -234,6 +311,28 @@ def test_stream_tags_get_ranges_of_their_own(dev):
     consistent(dev)
     paddle_rt.empty_cache(dev)
     assert paddle_rt.memory_snapshot(dev) == []
+
+
+def test_small_and_large_requests_share_the_streams_range(dev):
+    """With segments on, every size comes from the one range of its stream (the small pool has no range of its own,
+    which would end in a part-used page of its own); with them off, a small request gets a small-pool chunk."""
+    on(dev)
+    small = paddle_rt.raw_malloc(4096, dev)
+    big = paddle_rt.raw_malloc(3 * MiB, dev)
+    snap = paddle_rt.memory_snapshot(dev)
+    assert len(snap) == 1 and snap[0]["segment_type"] == "large"
+    assert {b["address"] for b in snap[0]["blocks"] if b["state"] == "active_allocated"} == {small, big}
+    s = consistent(dev)
+    assert s["reserved_bytes.all.current"] == 4 * MiB         # 3 MiB + 4 KiB in two pages, not 2 + 2 + 2
+    assert s["reserved_bytes.small_pool.current"] == 0
+    paddle_rt.raw_free(small, dev)
+    paddle_rt.raw_free(big, dev)
+    paddle_rt.empty_cache(dev)
+    a = paddle_rt.get_allocator(dev)
+    a.configure(expandable_segments=0)
+    small = paddle_rt.raw_malloc(4096, dev)
+    assert [seg["segment_type"] for seg in paddle_rt.memory_snapshot(dev)] == ["small"]
+    paddle_rt.raw_free(small, dev)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

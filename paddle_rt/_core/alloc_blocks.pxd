@@ -11,13 +11,27 @@ from paddle_rt._core.alloc_types cimport (
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
 )
-from paddle_rt._core.alloc_policy cimport splits, remainder_low
+from paddle_rt._core.alloc_policy cimport splits, remainder_low, places_high
 from paddle_rt._core.includes.alloc_support cimport prt_free_set
 from paddle_rt._core.includes.trace_support cimport prt_tracing, PRT_TRACE_MEMORY, PRT_EV_ALLOC
 from paddle_rt._core.trace cimport trace_mask, trace_memory_event
 
 
 # Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.
+cdef inline bint _takes_high(AllocatorCore* c, Block* b, size_t size) noexcept nogil:
+    """Whether a split of free block b for `size` puts the allocation at b's high end (the remainder low)."""
+    if not splits(&c.cfg, b.size, size):
+        return False
+    if remainder_low(&c.cfg):
+        return True
+    return b.chunk.expandable != 0 and b.next != NULL and places_high(b.addr - b.chunk.base, b.size, size, c.gran)
+
+
+# Where the allocation of `size` from free block b will start (_take's placement).
+cdef inline uintptr_t take_at(AllocatorCore* c, Block* b, size_t size) noexcept nogil:
+    return b.addr + (b.size - size) if _takes_high(c, b, size) else b.addr
+
+
 cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
     cdef Block* r
     cdef size_t rest
@@ -34,7 +48,7 @@ cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t request
         r.chunk = b.chunk
         r.stream = b.stream
         r.size = rest
-        if remainder_low(&c.cfg):
+        if _takes_high(c, b, size):
             r.addr = b.addr
             r.prev = b.prev
             r.next = b

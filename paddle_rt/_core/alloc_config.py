@@ -65,9 +65,10 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 
 ``expandable_segments``  ``auto``, ``1`` or ``0`` (the default for now: see DEFAULT_EXPANDABLE): segments that grow
                    in place (docs/expandable_segments.md).
-                   With it on, each pool (and each stream-ordered pool's stream tag) holds one reserved virtual range
-                   into which the allocator maps physical memory of the plugin's granularity as it grows, instead of
-                   asking ``device_memory_allocate`` for chunks; the growth keys above then do not apply. It needs the
+                   With it on, each stream tag (the default stream's, each stream-ordered pool's) holds one reserved
+                   virtual range, shared by requests of every size, into which the allocator maps physical memory of
+                   the plugin's granularity as it grows, instead of asking ``device_memory_allocate`` for chunks; the
+                   growth keys above and small_size then do not apply. It needs the
                    plugin's virtual-memory extension (paddle_rt/paddle_rt_vmm_ext.h): ``auto`` turns it on when the
                    plugin exports it and its granularity call succeeds, ``1`` requires it (InvalidArgument without),
                    ``0`` never uses it. Off in ``paddle_compat``. It can only change while the allocator holds no

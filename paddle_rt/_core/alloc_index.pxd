@@ -97,7 +97,7 @@ cdef inline void index_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* 
 
 
 cdef inline int pool_of(AllocatorCore* c, size_t size) noexcept nogil:
-    return pool_for(&c.cfg, size)
+    return pool_for(&c.cfg, size, c.vmm_on)
 
 
 cdef inline Block* best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:

@@ -18,8 +18,8 @@ cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t 
 cdef size_t growth_size(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil
 
 # Expandable segments (docs/expandable_segments.md; c.vmm_on).
-# Map the pages not yet mapped under the first `size` bytes of free block b of a range (b.chunk.holes != 0).
-cdef int vmm_back(AllocatorCore* c, Block* b, size_t size, AllocError* err) noexcept nogil
+# Map the pages not yet mapped under [at, at + size) of free block b of a range (b.chunk.holes != 0).
+cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocError* err) noexcept nogil
 # Grow the range of (pool, stream) at its end so that its last block is free and holds `size` bytes (not yet backed).
 cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
 # vmm_grow, then the pages under the block's first `size` bytes mapped: ready to hand out.

@@ -270,46 +270,67 @@ cdef void* _donor(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi) noexcept 
     return NULL
 
 
-cdef int vmm_back(AllocatorCore* c, Block* b, size_t size, AllocError* err) noexcept nogil:
-    """Map every page under the first `size` bytes of free block b (in an expandable range) that is not mapped: with
-    a donor page when one exists, else with a new physical allocation. 0, or -1 with err set (pages mapped so far
-    stay mapped: they are free memory of the range)."""
+cdef void _undo_created(AllocatorCore* c, Chunk* ch, vector[size_t]& made) noexcept nogil:
+    """Unmap and release the pages of ch that one vmm_back call created (it failed part-way)."""
+    cdef size_t i
+    cdef void* h
+    for i in made:
+        h = ch.phys[i]
+        _unmap_page(c, ch, i)
+        c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
+        c.num_device_free += 1
+
+
+cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocError* err) noexcept nogil:
+    """Map every page under [at, at + size) of free block b (in an expandable range) that is not mapped: with a
+    donor page when one exists, else with a new physical allocation. 0, or -1 with err set. On failure the pages
+    this call created are unmapped and released again (as PyTorch's expandable segments do), so a request the
+    device cannot hold leaves nothing behind; donor pages it moved stay mapped (they were reserved before)."""
     cdef Chunk* ch = b.chunk
     cdef size_t g = c.gran
-    cdef size_t lo = (b.addr - ch.base) // g
-    cdef size_t hi = (b.addr + size - ch.base + g - 1) // g
+    cdef size_t lo = (at - ch.base) // g
+    cdef size_t hi = (at + size - ch.base + g - 1) // g
     cdef size_t i
     cdef void* h
     cdef C_Status st
     cdef bint donors = True
+    cdef bint made_it
     cdef int64_t reserved
+    cdef vector[size_t] made
     for i in range(lo, hi):
         if ch.phys[i] != NULL:
             continue
         h = _donor(c, ch, lo, hi) if donors else NULL
-        if h == NULL:
+        made_it = h == NULL
+        if made_it:
             donors = False
             reserved = c.stats[0][ST_RESERVED_BYTES].current
             if c.cfg.limit != SIZE_MAX and (<size_t>reserved > c.cfg.limit or g > c.cfg.limit - <size_t>reserved):
+                _undo_created(c, ch, made)
                 err.kind = ERR_OOM
                 return -1
             st = c.vmm.create(c.cdev, g, <PaddleRtVmmPhys*>&h)
             if st == C_SUCCESS and h == NULL:
+                _undo_created(c, ch, made)
                 err.kind = ERR_PLUGIN_NULL
                 err.status = st
                 return -1
             if st != C_SUCCESS:
+                _undo_created(c, ch, made)
                 return _vmm_status(err, st)
             c.num_device_alloc += 1
         st = c.vmm.map(c.cdev, <void*>ch.base, i * g, <PaddleRtVmmPhys>h, g)
         if st != C_SUCCESS:
             c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)      # a donor's memory goes back too: nothing is left unowned
             c.num_device_free += 1
+            _undo_created(c, ch, made)
             return _vmm_status(err, st)
         c.num_maps += 1
         ch.phys[i] = h
         ch.holes -= 1
         stat_add(c, ch.pool, ST_RESERVED_BYTES, <int64_t>g)
+        if made_it:
+            made.push_back(i)
     return 0
 
 
@@ -376,17 +397,20 @@ cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, 
             break
     if ch != NULL and ch.tail != NULL and ch.tail.allocated == 0:
         have = ch.tail.size
-    need = size - have
-    if need > SIZE_MAX - g:
+    if size > SIZE_MAX - g:
         err.kind = ERR_BAD_SIZE
         return NULL
-    need = (need + g - 1) // g * g
+    need = (size - have + g - 1) // g * g
     if ch == NULL or need > ch.vsize - ch.size:
+        # a range of its own: sized for the whole request (not only the part the old range's free end lacked)
+        have = 0
+        need = (size + g - 1) // g * g
+        if c.capacity and need > c.capacity:
+            err.kind = ERR_OOM              # more than the device holds: no range (nor its page table) for it
+            return NULL
         ch = _new_range(c, pool, stream, need, err)
         if ch == NULL:
             return NULL
-        have = 0
-        need = (size + g - 1) // g * g
     t = ch.tail
     if have:
         index_remove(c, t)
@@ -417,7 +441,7 @@ cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t
     """vmm_grow, then the pages under the block's first `size` bytes mapped (vmm_back): the block is ready to hand
     out. NULL with err set."""
     cdef Block* b = vmm_grow(c, pool, stream, size, err)
-    if b != NULL and b.chunk.holes and vmm_back(c, b, size, err) != 0:
+    if b != NULL and b.chunk.holes and vmm_back(c, b, b.addr, size, err) != 0:
         return NULL
     return b
 

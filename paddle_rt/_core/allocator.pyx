@@ -58,7 +58,7 @@ from paddle_rt._core.alloc_policy cimport (
     made_for_one_request, growth_base, ramp_ended, borrows_from_large,
 )
 from paddle_rt._core.alloc_blocks cimport (
-    _take, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush,
+    _take, take_at, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush,
 )
 from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
@@ -129,10 +129,10 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
         b = best_fit(c, POOL_LARGE, stream, size)
     if b == NULL:
         return NULL
-    if b.chunk.holes and _span_unmapped(b.chunk, b.addr, size, c.gran):
+    if b.chunk.holes and _span_unmapped(b.chunk, take_at(c, b, size), size, c.gran):
         if not may_map:
             return NULL
-        if vmm_back(c, b, size, &e) != 0:
+        if vmm_back(c, b, take_at(c, b, size), size, &e) != 0:
             fail[0] = e.kind
             return NULL
     c.num_cache_hits += 1
