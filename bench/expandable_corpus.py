@@ -57,7 +57,10 @@ def main(argv=None):
               f"ns/event on/off median {statistics.median(r['on_ns'] / r['off_ns'] for r in rows):.2f}, "
               f"worst {max(r['on_ns'] / r['off_ns'] for r in rows):.2f}")
         print(f"off: {sum(r['off_verdict'] == 'goal' for r in rows)}/{n} at the full goal, "
-              f"{sum(r['off_verdict'] != 'MISS' for r in rows)}/{n} within 1.15x with allocations <= PyTorch's")
+              f"{sum(r['off_verdict'] != 'MISS' for r in rows)}/{n} within 1.15x with allocations <= PyTorch's, "
+              f"{sum(r['off_peak'] <= r['torch_peak'] for r in rows)}/{n} reserved <= PyTorch's "
+              f"(item 5 asks for all three bounds on every log: "
+              f"{sum(r['off_verdict'] != 'MISS' and r['off_peak'] <= r['torch_peak'] for r in rows)}/{n})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -22,7 +22,9 @@ ALL_KEYS = alloc_config.CONF_KEYS
 
 
 def _clear(a):
+    """The default configuration, with expandable segments off: this module tests the growth of chunks."""
     a.configure(**{k: None for k in ALL_KEYS})
+    a.configure(expandable_segments=0)
 
 
 _live = []
@@ -497,11 +499,12 @@ def test_reset_allocator_gives_fresh_process_figures(d1, run_python):
     """The in-process figures above are those of a fresh process (the replay command)."""
     path = os.path.join(TRACES, "lstm_lm_train.csv.gz")
     trace = replay.load_trace(path)
-    replay.run_once(None, "rt_cpu:1", {}, replay.load_trace(os.path.join(TRACES, "vit_infer_varbatch.csv.gz")))
+    chunks = {"expandable_segments": 0}
+    replay.run_once(None, "rt_cpu:1", chunks, replay.load_trace(os.path.join(TRACES, "vit_infer_varbatch.csv.gz")))
     paddle_rt.reset_allocator(d1)
-    r = replay.run_once(None, "rt_cpu:1", {}, trace)
+    r = replay.run_once(None, "rt_cpu:1", chunks, trace)
     child = run_python("from paddle_rt.tools import replay; "
-                       f"r = replay.run_once({path!r}, 'rt_cpu:1', {{}}); "
+                       f"r = replay.run_once({path!r}, 'rt_cpu:1', {chunks!r}); "
                        "print(r['peak_reserved'], r['device_allocs'])")
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == [str(r["peak_reserved"]), str(r["device_allocs"])]

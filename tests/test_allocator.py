@@ -44,10 +44,12 @@ def d1():
 
 
 def check_consistent(d):
-    """Stats add up and agree with the snapshot; blocks tile their segments; the plugin holds what we reserve."""
+    """Stats add up and agree with the snapshot; blocks tile their segments; the plugin holds what we reserve (an
+    expandable segment's reserved bytes are its mapped pages)."""
     s = paddle_rt.memory_stats(d)
     snap = paddle_rt.memory_snapshot(d)
-    reserved = sum(seg["total_size"] for seg in snap)
+    reserved = sum(seg["mapped_size"] if seg.get("expandable") else seg["total_size"] for seg in snap)
+    extent = sum(seg["total_size"] for seg in snap)
     allocated = sum(b["size"] for seg in snap for b in seg["blocks"] if b["state"] == "active_allocated")
     requested = sum(b["requested_size"] for seg in snap for b in seg["blocks"] if b["state"] == "active_allocated")
     cached = sum(b["size"] for seg in snap for b in seg["blocks"] if b["state"] == "inactive")
@@ -58,7 +60,7 @@ def check_consistent(d):
     assert s["active_bytes.all.current"] == allocated
     assert s["requested_bytes.all.current"] == requested
     assert s["inactive_split_bytes.all.current"] == split
-    assert allocated + cached == reserved
+    assert allocated + cached == extent and allocated <= reserved
     assert s["segment.all.current"] == len(snap)
     assert s["allocation.all.current"] == sum(1 for seg in snap for b in seg["blocks"]
                                               if b["state"] == "active_allocated")
@@ -295,6 +297,7 @@ def test_default_split_puts_allocation_low(d1):
 
 
 def test_small_pool_separates_small_requests(d1):
+    paddle_rt.get_allocator(d1).configure(expandable_segments=0)     # with segments, every size shares one range
     small = paddle_rt.raw_malloc(8, d1)
     big = paddle_rt.raw_malloc(4 * MiB, d1)
     snap = paddle_rt.memory_snapshot(d1)
@@ -310,7 +313,7 @@ def test_small_pool_separates_small_requests(d1):
 def test_idle_chunk_release_on_empty_cache_and_on_free(d1):
     # small_borrow off: b in the small pool's own chunk (with it on, b would take the free end of a's chunk and keep
     # that chunk from being idle: tests/test_alloc_policy.py)
-    paddle_rt.set_allocator_config(d1, small_borrow=0)
+    paddle_rt.set_allocator_config(d1, small_borrow=0, expandable_segments=0)
     a = paddle_rt.malloc(3 * MiB, d1)
     b = paddle_rt.malloc(100, d1)
     reserved = paddle_rt.memory_reserved(d1)
@@ -334,7 +337,7 @@ def test_idle_chunk_release_on_empty_cache_and_on_free(d1):
 def test_adaptive_growth_consolidates_idle_chunks(d1):
     """consolidate:fold: a miss in the large pool gives back the pool's idle chunks and asks for one chunk covering
     them (the default, consolidate:release, sizes the new chunk by the rule alone: tests/test_alloc_policy.py)."""
-    paddle_rt.set_allocator_config(d1, growth="exact")
+    paddle_rt.set_allocator_config(d1, growth="exact", expandable_segments=0)
     xs = [paddle_rt.raw_malloc(5 * MiB, d1) for _ in range(3)]
     for x in xs:
         paddle_rt.raw_free(x, d1)
@@ -460,10 +463,12 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("conf,retries", [("growth:exact", 1), ("paddle_compat:1", 1), ("", 0)])
+@pytest.mark.parametrize("conf,retries", [("growth:exact,expandable_segments:0", 1), ("paddle_compat:1", 1),
+                                          ("expandable_segments:0", 0)])
 def test_oom_ladder_through_capacity(conf, retries):
     """The idle 6 MiB chunk goes back before a 7 MiB request on a 10 MiB device: through the OOM ladder (a retry),
-    or, in the default adaptive mode, already by consolidation on the miss."""
+    or, in the default adaptive mode, already by consolidation on the miss (chunks: expandable segments off; their
+    ladder is in test_expandable_segments.py)."""
     r = run_python_code(OOM_CHILD, env={"RT_CPU_MEMORY_BYTES": 10 * MiB, "PADDLE_RT_ALLOC_CONF": conf})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -495,12 +500,13 @@ s = paddle_rt.memory_stats()
 print(json.dumps([res, s["num_ooms"], s["num_alloc_retries"], plugins.rt_cpu_alloc_calls(0)]))
 """
     # every 2nd call fails: the adaptive chunk fails, the exact retry succeeds -> never an OOM
-    r = run_python_code(code, env={"RT_CPU_FAIL_ALLOC_EVERY": 2})
+    chunks = {"PADDLE_RT_ALLOC_CONF": "expandable_segments:0"}     # the chunk path's ladder (adaptive, then exact)
+    r = run_python_code(code, env={"RT_CPU_FAIL_ALLOC_EVERY": 2, **chunks})
     assert r.returncode == 0, r.stderr
     res, ooms, retries, calls = json.loads(r.stdout.strip().splitlines()[-1])
     assert res == ["ok"] * 6 and ooms == 0
     # after the 1st call, every call fails: the ladder runs to the end and raises, nothing leaks
-    r = run_python_code(code, env={"RT_CPU_FAIL_ALLOC_AFTER": 1})
+    r = run_python_code(code, env={"RT_CPU_FAIL_ALLOC_AFTER": 1, **chunks})
     assert r.returncode == 0, r.stderr
     res, ooms, retries, calls = json.loads(r.stdout.strip().splitlines()[-1])
     assert res[0] == "ok" and "oom" in res and ooms >= 1 and retries >= ooms
@@ -703,7 +709,8 @@ class AllocMachine(RuleBasedStateMachine):
 
     @initialize(conf=st.sampled_from([{}, {"paddle_compat": 1}, {"release": "free"}, {"growth": "exact"},
                                       {"max_split_size": 1 << 20}, {"small_size": 0},
-                                      {"paddle_compat": 1, "chunk_size": 1 << 20}]))
+                                      {"paddle_compat": 1, "chunk_size": 1 << 20}, {"expandable_segments": 0},
+                                      {"expandable_segments": 0, "max_split_size": 1 << 20}]))
     def setup(self, conf):
         self.d = dev1()
         self.a = paddle_rt.get_allocator(self.d)
@@ -956,7 +963,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("conf", ["", "paddle_compat:1"])
+@pytest.mark.parametrize("conf", ["expandable_segments:0", "paddle_compat:1"])
 def test_success_with_null_pointer_is_a_plugin_error(conf):
     """A plugin that reports C_SUCCESS but gives a NULL pointer broke the ABI's contract: PluginError naming the
     plugin, the hook and what it returned, not OutOfMemoryError; no OOM-ladder retries; nothing changes."""
@@ -1042,7 +1049,7 @@ def _allocator_state(d):
 def test_refused_reset_allocator_changes_nothing(d1):
     """Issue 27: with 1 MiB live and a 2 MiB idle chunk, the refused reset keeps the idle chunk (it used to give it
     back: reserved 3 MiB -> 1 MiB, num_device_free 0 -> 1), the counters, the peaks and the snapshot."""
-    paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
+    paddle_rt.set_allocator_config(d1, growth="exact", small_size=0, expandable_segments=0)
     live = paddle_rt.malloc(MiB, device=d1)
     try:
         paddle_rt.malloc(2 * MiB, device=d1).free()
@@ -1061,7 +1068,7 @@ def test_refused_reset_allocator_changes_nothing(d1):
 def test_reset_allocator_refused_inside_a_stream_callback_changes_nothing(d1):
     """Nothing live, but the call comes from a callback of a busy stream of the device: the idle chunk may still be in
     use by queued work, so the reset is refused and nothing changes (not even the release-deferred counter)."""
-    paddle_rt.set_allocator_config(d1, growth="exact", small_size=0)
+    paddle_rt.set_allocator_config(d1, growth="exact", small_size=0, expandable_segments=0)
     paddle_rt.malloc(2 * MiB, device=d1).free()
     s = paddle_rt.Stream(d1)
     seen = []

@@ -63,7 +63,7 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 ``small_borrow``   ``0``/``1``: a small request that no free block of the small pool serves takes a free block of the
                    large pool before the small pool grows (off in paddle_compat, which has one pool). Default 1.
 
-``expandable_segments``  ``auto``, ``1`` or ``0`` (the default for now: see DEFAULT_EXPANDABLE): segments that grow
+``expandable_segments``  ``auto`` (default), ``1`` or ``0``: segments that grow
                    in place (docs/expandable_segments.md).
                    With it on, each stream tag (the default stream's, each stream-ordered pool's) holds one reserved
                    virtual range, shared by requests of every size, into which the allocator maps physical memory of
@@ -112,10 +112,8 @@ DEFAULT_SETTLE_AFTER = 0
 DEFAULT_GROW_REQUESTS = 32
 DEFAULT_EXACT_ABOVE = 0.95
 DEFAULT_SMALL_BORROW = True
-#: expandable_segments' default. Issue 34 asks for "auto"; it stays "0" until the chunk-policy tests written for the
-#: chunk allocator pin expandable_segments:0 (they assume chunks of the growth rule on rt_cpu, which exports the
-#: extension).
-DEFAULT_EXPANDABLE = "0"
+#: expandable_segments' default: on wherever the plugin exports the virtual-memory extension.
+DEFAULT_EXPANDABLE = "auto"
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
