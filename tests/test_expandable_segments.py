@@ -73,6 +73,7 @@ def consistent(d):
     return s
 
 
+@pytest.mark.smoke
 def test_grows_in_place_and_reuses_memory(dev):
     on(dev)
     lib = _lib()
@@ -94,6 +95,7 @@ def test_grows_in_place_and_reuses_memory(dev):
     assert s["num_device_free"] == 3 and lib.rt_cpu_vmm_count(1, 0) == 0 and lib.rt_cpu_vmm_count(1, 3) == 0
 
 
+@pytest.mark.smoke
 def test_hole_pages_are_donated_not_created(dev):
     on(dev)
     x = paddle_rt.raw_malloc(8 * MiB, dev)
@@ -155,6 +157,7 @@ def test_config_values_and_refusal_while_holding(dev):
         a.configure(expandable_segments="sometimes")
 
 
+@pytest.mark.smoke
 def test_limit_counts_mapped_bytes_and_oom_ladder(dev):
     on(dev, limit=8 * MiB)
     p = paddle_rt.raw_malloc(5 * MiB, dev)
@@ -223,6 +226,7 @@ print(s["reserved_bytes.all.current"], s["num_device_alloc"] - s["num_device_fre
     assert r.stdout.split() == ["oom", str(40 << 20), "20"]
 
 
+@pytest.mark.smoke
 def test_a_larger_request_after_an_oom_gets_a_range_of_its_own_size(dev):
     """Regression: an over-capacity request, a small one, the over-capacity one again. The second miss did not fit
     the first range's end and got a new range sized for the part that was missing, not the request: the block ran
@@ -249,6 +253,7 @@ def test_a_larger_request_after_an_oom_gets_a_range_of_its_own_size(dev):
 HOSTILE_SIZES = [0, 1, 2**31 - 1, 2**32 - 1, 2**32 + 1, 2**40, 2**61 + 1, 2**62, 2**63 - 2**16, 2**63 - 1]
 
 
+@pytest.mark.smoke
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(sizes=st.lists(st.one_of(st.integers(0, 8 * MiB), st.sampled_from(HOSTILE_SIZES)), min_size=1, max_size=8))
 def test_hostile_sizes_with_segments_are_typed_and_keep_state(sizes):
@@ -299,6 +304,7 @@ except paddle_rt.InvalidArgument as e:
     assert lines[0] == "auto False" and lines[1] == "0" and lines[2].startswith("refused:")
 
 
+@pytest.mark.smoke
 def test_stream_tags_get_ranges_of_their_own(dev):
     a = on(dev)
     p = a.raw_malloc(3 * MiB)
@@ -313,6 +319,7 @@ def test_stream_tags_get_ranges_of_their_own(dev):
     assert paddle_rt.memory_snapshot(dev) == []
 
 
+@pytest.mark.smoke
 def test_small_and_large_requests_share_the_streams_range(dev):
     """With segments on, every size comes from the one range of its stream (the small pool has no range of its own,
     which would end in a part-used page of its own); with them off, a small request gets a small-pool chunk."""
@@ -341,6 +348,7 @@ ops = st.lists(st.tuples(st.sampled_from(["alloc", "free"]), st.integers(1, 24 *
                min_size=1, max_size=40)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("mode", [0, 1])
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=ops)

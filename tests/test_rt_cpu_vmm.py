@@ -70,6 +70,7 @@ def test_granularity_default_and_env():
     assert "RT_CPU_VMM_GRANULARITY" in p.stderr
 
 
+@pytest.mark.smoke
 def test_bytes_survive_unmap_and_remap_elsewhere():
     run("""
         G = gran()
@@ -94,6 +95,7 @@ def test_bytes_survive_unmap_and_remap_elsewhere():
     """)
 
 
+@pytest.mark.smoke
 def test_refusals_change_nothing():
     run("""
         G = gran()
@@ -122,6 +124,7 @@ def test_refusals_change_nothing():
     """)
 
 
+@pytest.mark.smoke
 def test_capacity_counts_physical_bytes():
     run("""
         G = gran()
@@ -193,6 +196,7 @@ def test_lie_mode_loses_bytes():
     """, env={"RT_CPU_VMM_LIE": "remap"})
 
 
+@pytest.mark.smoke
 def test_threads_map_and_unmap_concurrently():
     run("""
         import threading
