@@ -13,6 +13,7 @@ def clean_allocator(d):
     after the test (yields d)."""
     a = paddle_rt.get_allocator(d)
     gc.collect()
+    paddle_rt.default_mem_pool(d).trim_to(0)     # blocks the stream-ordered pool caches (freed tensors of other tests)
     a.empty_cache()
     a.configure(**{k: None for k in alloc_config.CONF_KEYS})
     assert paddle_rt.memory_reserved(d) == 0, f"a previous test leaked memory on {d}"

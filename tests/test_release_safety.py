@@ -71,7 +71,7 @@ print("OK")
 
 
 def test_growth_keeps_idle_chunk_while_its_stream_is_busy():
-    run("""
+    run(PADDLE_RT_ALLOC_CONF="expandable_segments:0", code="""
 s = paddle_rt.Stream()
 h = np.zeros(8 * MiB, np.uint8)
 with paddle_rt.stream(s):
@@ -87,6 +87,39 @@ gate.set()
 s.synchronize()
 assert (h == 3).all()
 b.free()
+paddle_rt.empty_cache()
+assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
+print("OK")
+""")
+
+
+def test_segments_take_no_donor_page_while_a_stream_is_busy():
+    """With expandable segments, a page under a freed block is not unmapped for use elsewhere (a donor page) while
+    work queued before the free may still write it: the range creates new pages instead. (The memset used to land
+    on an unmapped page: SIGSEGV in device_memory_set.)"""
+    run(PADDLE_RT_ALLOC_CONF="expandable_segments:1", code="""
+assert paddle_rt.allocator_config()["expandable_active"]
+s = paddle_rt.Stream()
+h = np.zeros(8 * MiB, np.uint8)
+with paddle_rt.stream(s):
+    a = paddle_rt.malloc(8 * MiB)
+    pin = paddle_rt.malloc(MiB)               # after a: a's block is not the range's free end
+    gate = busy_fill(s, a, 3, h)
+    a.free()                                  # four whole free pages, the memset still pending
+    st0 = paddle_rt.memory_stats()
+    b = paddle_rt.malloc(32 * MiB)            # a miss: the range grows; no donor while s is busy
+st1 = paddle_rt.memory_stats()
+assert not s.query()
+assert st1["num_unmaps"] == st0["num_unmaps"]
+assert st1["num_device_alloc"] - st0["num_device_alloc"] == 16
+gate.set()
+s.synchronize()
+assert (h == 3).all()
+st2 = paddle_rt.memory_stats()
+c = paddle_rt.malloc(40 * MiB)                # idle now: a's pages may be given to the range's end
+assert paddle_rt.memory_stats()["num_unmaps"] > st2["num_unmaps"]
+for x in (b, c, pin):
+    x.free()
 paddle_rt.empty_cache()
 assert paddle_rt.memory_reserved() == 0 and plugins.rt_cpu_live_bytes(0) == 0
 print("OK")

@@ -27,6 +27,12 @@ cdef inline bint _takes_high(AllocatorCore* c, Block* b, size_t size) noexcept n
     return b.chunk.expandable != 0 and b.next != NULL and places_high(b.addr - b.chunk.base, b.size, size, c.gran)
 
 
+# How many bytes _take hands out for `size` from free block b: `size` when it splits b, else all of b (an oversize
+# block under max_split_size is not split).
+cdef inline size_t handed_out(AllocatorCore* c, Block* b, size_t size) noexcept nogil:
+    return size if splits(&c.cfg, b.size, size) else b.size
+
+
 # Where the allocation of `size` from free block b will start (_take's placement).
 cdef inline uintptr_t take_at(AllocatorCore* c, Block* b, size_t size) noexcept nogil:
     return b.addr + (b.size - size) if _takes_high(c, b, size) else b.addr

@@ -17,6 +17,21 @@ cdef inline int pool_for(const AllocConfig* cfg, size_t size, bint ranges) noexc
     return POOL_LARGE
 
 
+cdef enum:
+    QUICK_PARKED_IN_RANGES = 16    # parked blocks at most, with expandable segments (parks_quick)
+
+
+cdef inline bint parks_quick(const AllocConfig* cfg, int pool, size_t size, bint ranges, int64_t parked) noexcept nogil:
+    """Whether a freed block may wait, unmerged, in a quick-reuse slot for the next request of its size: a small
+    pool's block; with expandable segments (one range for every size) a block of at most small_size while fewer
+    than QUICK_PARKED_IN_RANGES wait (parked blocks do not merge with their free neighbours, and in a shared range
+    many of them split the free space that larger requests and whole free pages need). Parked blocks are merged
+    back before any growth or mapping."""
+    if pool == POOL_SMALL:
+        return True
+    return ranges and cfg.small_size != 0 and size <= cfg.small_size and parked < QUICK_PARKED_IN_RANGES
+
+
 cdef inline bint borrows_from_large(const AllocConfig* cfg, int pool) noexcept nogil:
     """Whether a small request that no free block of the small pool serves first looks for one in the large pool
     (small_borrow), before the small pool grows: the free end of a large chunk serves it instead of a new small
@@ -36,9 +51,9 @@ cdef inline bint splits(const AllocConfig* cfg, size_t block, size_t size) noexc
 
 
 cdef inline size_t _whole_pages(size_t lo, size_t hi, size_t g) noexcept nogil:
-    """Whole pages of g bytes inside [lo, hi) (offsets from a page-aligned base)."""
-    cdef size_t a = (lo + g - 1) // g
-    cdef size_t z = hi // g
+    """Bytes of the whole pages of g bytes (a power of two) inside [lo, hi) (offsets from a page-aligned base)."""
+    cdef size_t a = (lo + g - 1) & ~(g - 1)
+    cdef size_t z = hi & ~(g - 1)
     return z - a if z > a else 0
 
 
@@ -46,7 +61,7 @@ cdef inline bint places_high(size_t off, size_t block, size_t size, size_t g) no
     """In an expandable range, where a split of a free block (at offset `off` of the range, `block` bytes) puts an
     allocation of `size`: at the high end when that leaves more whole free pages in the remainder than the low end
     does. A whole free page can be unmapped and used elsewhere; a part-used one stays mapped, so this keeps the
-    pages under live blocks fewest."""
+    pages under live blocks fewest. g is the granularity, a power of two (the handshake checks it)."""
     return _whole_pages(off, off + block - size, g) > _whole_pages(off + size, off + block, g)
 
 

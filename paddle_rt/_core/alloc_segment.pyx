@@ -16,7 +16,7 @@ from paddle_rt._core.alloc_types cimport (
 )
 from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
 from paddle_rt._core.alloc_index cimport stat_add, new_block, drop_block, index_insert, index_remove
-from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem
+from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem, handed_out
 from paddle_rt._core.alloc_policy cimport (
     consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended,
 )
@@ -283,7 +283,8 @@ cdef void _undo_created(AllocatorCore* c, Chunk* ch, vector[size_t]& made) noexc
 
 cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocError* err) noexcept nogil:
     """Map every page under [at, at + size) of free block b (in an expandable range) that is not mapped: with a
-    donor page when one exists, else with a new physical allocation. 0, or -1 with err set. On failure the pages
+    donor page when one exists (only while the streams are idle), else with a new physical allocation. 0, or -1 with
+    err set. On failure the pages
     this call created are unmapped and released again (as PyTorch's expandable segments do), so a request the
     device cannot hold leaves nothing behind; donor pages it moved stay mapped (they were reserved before)."""
     cdef Chunk* ch = b.chunk
@@ -293,7 +294,9 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
     cdef size_t i
     cdef void* h
     cdef C_Status st
-    cdef bint donors = True
+    # a donor page is unmapped at once: only while every stream that may use this memory has finished its queued
+    # work (a freed block may still be written by work queued before its free, as with release and empty_cache)
+    cdef bint donors = streams_idle(c)
     cdef bint made_it
     cdef int64_t reserved
     cdef vector[size_t] made
@@ -441,7 +444,7 @@ cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t
     """vmm_grow, then the pages under the block's first `size` bytes mapped (vmm_back): the block is ready to hand
     out. NULL with err set."""
     cdef Block* b = vmm_grow(c, pool, stream, size, err)
-    if b != NULL and b.chunk.holes and vmm_back(c, b, b.addr, size, err) != 0:
+    if b != NULL and b.chunk.holes and vmm_back(c, b, b.addr, handed_out(c, b, size), err) != 0:
         return NULL
     return b
 

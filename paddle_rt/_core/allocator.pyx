@@ -55,10 +55,10 @@ from paddle_rt._core.alloc_index cimport (
 )
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
-    made_for_one_request, growth_base, ramp_ended, borrows_from_large,
+    made_for_one_request, growth_base, ramp_ended, borrows_from_large, parks_quick,
 )
 from paddle_rt._core.alloc_blocks cimport (
-    _take, take_at, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush,
+    _take, take_at, handed_out, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush,
 )
 from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
@@ -129,10 +129,10 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
         b = best_fit(c, POOL_LARGE, stream, size)
     if b == NULL:
         return NULL
-    if b.chunk.holes and _span_unmapped(b.chunk, take_at(c, b, size), size, c.gran):
-        if not may_map:
-            return NULL
-        if vmm_back(c, b, take_at(c, b, size), size, &e) != 0:
+    if b.chunk.holes and _span_unmapped(b.chunk, take_at(c, b, size), handed_out(c, b, size), c.gran):
+        if not may_map or c.q_blocks:
+            return NULL         # mapping may create memory: parked blocks are merged first (the caller flushes)
+        if vmm_back(c, b, take_at(c, b, size), handed_out(c, b, size), &e) != 0:
             fail[0] = e.kind
             return NULL
     c.num_cache_hits += 1
@@ -153,7 +153,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream, b.requested)
     b.requested = 0
-    if c.quick and pool == POOL_SMALL and _q_push(c, b):
+    if c.quick and parks_quick(&c.cfg, pool, b.size, c.vmm_on, c.q_blocks) and _q_push(c, b):
         return 0
     b.allocated = 0
     b = _merge_insert(c, b)
