@@ -17,7 +17,6 @@ from paddle_rt._core.includes.trace_support cimport prt_tracing, PRT_TRACE_MEMOR
 from paddle_rt._core.trace cimport trace_mask, trace_memory_event
 
 
-# Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.
 cdef inline bint _takes_high(AllocatorCore* c, Block* b, size_t size) noexcept nogil:
     """Whether a split of free block b for `size` puts the allocation at b's high end (the remainder low)."""
     if not splits(&c.cfg, b.size, size):
@@ -38,6 +37,7 @@ cdef inline uintptr_t take_at(AllocatorCore* c, Block* b, size_t size) noexcept 
     return b.addr + (b.size - size) if _takes_high(c, b, size) else b.addr
 
 
+# Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.
 cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t requested, int* fail) noexcept nogil:
     cdef Block* r
     cdef size_t rest

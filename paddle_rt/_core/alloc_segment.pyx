@@ -284,9 +284,9 @@ cdef void _undo_created(AllocatorCore* c, Chunk* ch, vector[size_t]& made) noexc
 cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocError* err) noexcept nogil:
     """Map every page under [at, at + size) of free block b (in an expandable range) that is not mapped: with a
     donor page when one exists (only while the streams are idle), else with a new physical allocation. 0, or -1 with
-    err set. On failure the pages
-    this call created are unmapped and released again (as PyTorch's expandable segments do), so a request the
-    device cannot hold leaves nothing behind; donor pages it moved stay mapped (they were reserved before)."""
+    err set. On failure the pages this call created are unmapped and released again (as PyTorch's expandable
+    segments do), so a request the device cannot hold leaves nothing behind; donor pages it moved stay mapped (they
+    were reserved before)."""
     cdef Chunk* ch = b.chunk
     cdef size_t g = c.gran
     cdef size_t lo = (at - ch.base) // g
