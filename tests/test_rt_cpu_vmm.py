@@ -124,7 +124,7 @@ def test_refusals_change_nothing():
     """)
 
 
-@pytest.mark.smoke
+# Not in the smoke set: under valgrind the 1 TiB reservation below fails (valgrind's own address-space limit).
 def test_capacity_counts_physical_bytes():
     run("""
         G = gran()
