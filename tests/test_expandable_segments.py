@@ -285,6 +285,24 @@ def test_hostile_sizes_with_segments_are_typed_and_keep_state(sizes):
     assert s["reserved_bytes.all.current"] == 0 and _lib().rt_cpu_vmm_count(1, 0) == 0
 
 
+def test_pinned_host_memory_ignores_the_key(run_python):
+    """PADDLE_RT_ALLOC_CONF=expandable_segments:1 is read by the device's and the pinned host allocator: the host one
+    stays on chunks (it used to refuse with InvalidArgument, so malloc_host failed under that setting)."""
+    code = """
+import paddle_rt
+h = paddle_rt.malloc_host(4096)
+d = paddle_rt.malloc(4096)
+host = paddle_rt.get_allocator(paddle_rt.get_device(), kind="host").config()
+dev = paddle_rt.get_allocator(paddle_rt.get_device()).config()
+print(host["expandable_active"], dev["expandable_active"])
+h.free()
+d.free()
+"""
+    r = run_python(code, env={"PADDLE_RT_ALLOC_CONF": "expandable_segments:1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"]
+
+
 def test_plugin_without_the_extension_falls_back(run_python):
     code = """
 import paddle_rt

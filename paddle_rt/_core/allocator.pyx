@@ -559,11 +559,13 @@ cdef class DeviceAllocator:
 
     def _vmm_handshake(self, int want):
         """(on, granularity) for expandable_segments `want`: on when asked (auto or 1), the allocator is a device's
-        and the plugin exports the virtual-memory extension whose granularity call returns a power of two."""
+        and the plugin exports the virtual-memory extension whose granularity call returns a power of two. Pinned
+        host memory never uses it, whatever is asked (so PADDLE_RT_ALLOC_CONF=expandable_segments:1, which both
+        allocators read, leaves malloc_host working)."""
         cdef Plugin pl = self.device.plugin
         cdef size_t g = 0
         cdef C_Status st = C_ERROR
-        if want == EXPANDABLE_OFF:
+        if want == EXPANDABLE_OFF or self.core.kind == KIND_HOST:
             return 0, 0
         if self.core.kind == KIND_DEVICE and pl.vmm.map != NULL:
             with nogil:
@@ -571,8 +573,7 @@ cdef class DeviceAllocator:
             if st == C_SUCCESS and g != 0 and (g & (g - 1)) == 0:
                 return 1, g
         if want == EXPANDABLE_ON:
-            why = ("pinned host memory does not use it" if self.core.kind == KIND_HOST else
-                   f"the plugin {pl.path} does not export the virtual-memory extension (paddle_rt_vmm_ext.h)"
+            why = (f"the plugin {pl.path} does not export the virtual-memory extension (paddle_rt_vmm_ext.h)"
                    if pl.vmm.map == NULL else
                    f"the plugin's paddle_rt_ext_vmm_granularity returned status {st} and granularity {g}")
             raise errors.InvalidArgument(f"{self.device}: allocator config expandable_segments:1: {why}")
