@@ -117,6 +117,8 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
     cdef Block* b
     cdef int pool
     cdef AllocError e
+    cdef uintptr_t at
+    cdef size_t span
     if c.q_blocks:
         b = _q_pop(c, size, stream)
         if b != NULL:
@@ -129,12 +131,15 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
         b = best_fit(c, POOL_LARGE, stream, size)
     if b == NULL:
         return NULL
-    if b.chunk.holes and _span_unmapped(b.chunk, take_at(c, b, size), handed_out(c, b, size), c.gran):
-        if not may_map or c.q_blocks:
-            return NULL         # mapping may create memory: parked blocks are merged first (the caller flushes)
-        if vmm_back(c, b, take_at(c, b, size), handed_out(c, b, size), &e) != 0:
-            fail[0] = e.kind
-            return NULL
+    if b.chunk.holes:
+        at = take_at(c, b, size)
+        span = handed_out(c, b, size)
+        if _span_unmapped(b.chunk, at, span, c.gran):
+            if not may_map or c.q_blocks:
+                return NULL     # mapping may create memory: parked blocks are merged first (the caller flushes)
+            if vmm_back(c, b, at, span, &e) != 0:
+                fail[0] = e.kind
+                return NULL
     c.num_cache_hits += 1
     return _take(c, b, size, nbytes, fail)
 
