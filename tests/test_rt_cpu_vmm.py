@@ -23,7 +23,8 @@ PRELUDE = textwrap.dedent("""
     dev0 = Dev(0)
     D = ctypes.byref(dev0)
     vp = ctypes.c_void_p
-    for n in ("granularity", "reserve", "free_range", "create", "release", "map", "unmap"):
+    for n in ("granularity", "reserve", "free_range", "create", "release", "map", "unmap", "map_pages",
+              "unmap_pages"):
         getattr(lib, "paddle_rt_ext_vmm_" + n).restype = ctypes.c_int
     lib.rt_cpu_vmm_count.restype = ctypes.c_size_t
     lib.rt_cpu_live_bytes.restype = ctypes.c_size_t
@@ -48,6 +49,13 @@ PRELUDE = textwrap.dedent("""
         return lib.paddle_rt_ext_vmm_release(D, vp(h))
     def free_range(base, n):
         return lib.paddle_rt_ext_vmm_free_range(D, vp(base), ctypes.c_size_t(n))
+    def map_pages(base, off, hs, page):
+        arr = (vp * max(1, len(hs)))(*hs)
+        return lib.paddle_rt_ext_vmm_map_pages(D, vp(base), ctypes.c_size_t(off), arr, ctypes.c_size_t(len(hs)),
+                                               ctypes.c_size_t(page))
+    def unmap_pages(base, off, n, page):
+        return lib.paddle_rt_ext_vmm_unmap_pages(D, vp(base), ctypes.c_size_t(off), ctypes.c_size_t(n),
+                                                 ctypes.c_size_t(page))
 """)
 
 
@@ -221,4 +229,91 @@ def test_threads_map_and_unmap_concurrently():
         for t in ts: t.join()
         assert not errors, errors
         assert lib.rt_cpu_vmm_count(0, 1) == 0 and lib.rt_cpu_vmm_count(0, 2) == 0
+    """)
+
+
+@pytest.mark.smoke
+def test_batched_map_keeps_each_pages_bytes_in_any_order():
+    """map_pages with physical allocations out of file order (several runs) and in order (one run): every page holds
+    its own bytes, wherever it is mapped; unmap_pages then releases each page for a single unmap or map again."""
+    run("""
+        G = gran()
+        base = reserve(16 * G)
+        hs = [create(G)[1] for _ in range(4)]
+        for k, h in enumerate(hs):                            # write a mark into each page, one at a time
+            assert vmap(base, 0, h, G) == OK
+            ctypes.memset(base, 0x10 + k, G)
+            assert unmap(base, 0, G) == OK
+        order = [hs[2], hs[0], hs[1], hs[3]]
+        assert map_pages(base, 4 * G, order, G) == OK
+        assert lib.rt_cpu_vmm_count(0, 2) == 4
+        for k, h in enumerate(order):
+            mark = 0x10 + hs.index(h)
+            assert ctypes.string_at(base + (4 + k) * G, 1)[0] == mark
+            assert ctypes.string_at(base + (5 + k) * G - 1, 1)[0] == mark
+        assert unmap(base, 5 * G, G) == OK                    # one page of a batch is a mapping of its own
+        assert unmap_pages(base, 6 * G, 2, G) == OK
+        assert unmap_pages(base, 4 * G, 1, G) == OK
+        assert lib.rt_cpu_vmm_count(0, 2) == 0
+        assert map_pages(base, 0, hs, G) == OK                # in file order: contiguous
+        for k in range(4):
+            assert ctypes.string_at(base + k * G + G // 2, 1)[0] == 0x10 + k
+        assert unmap_pages(base, 0, 4, G) == OK
+        for h in hs:
+            assert release(h) == OK
+        assert free_range(base, 16 * G) == OK
+    """)
+
+
+@pytest.mark.smoke
+def test_batched_calls_are_all_or_nothing():
+    """A batch with one bad element (a handle given twice, one mapped already, a page of the span mapped, a span past
+    the range, n == 0, a misaligned page size) maps nothing; an unmap batch over a span that is not all mappings of
+    that size unmaps nothing."""
+    run("""
+        G = gran()
+        base = reserve(8 * G)
+        a, b, c = (create(G)[1] for _ in range(3))
+        assert map_pages(base, 0, [a, b, a], G) == ERR            # a handle twice
+        assert lib.rt_cpu_vmm_count(0, 2) == 0
+        assert vmap(base, 6 * G, c, G) == OK
+        assert map_pages(base, 0, [a, c], G) == ERR               # c is mapped elsewhere
+        assert map_pages(base, 5 * G, [a, b], G) == ERR           # the second page of the span is mapped
+        assert map_pages(base, 7 * G, [a, b], G) == ERR           # past the range
+        assert map_pages(base, 0, [], G) == ERR
+        assert map_pages(base, 0, [a, b], G // 2) == ERR
+        assert map_pages(base, 0, [a, b], 2 * G) == ERR           # each handle must be exactly one page
+        assert lib.rt_cpu_vmm_count(0, 2) == 1
+        assert map_pages(base, 0, [a, b], G) == OK
+        assert unmap_pages(base, 0, 3, G) == ERR                  # page 2 is not mapped
+        assert unmap_pages(base, 0, 1, 2 * G) == ERR              # not one mapping of 2 pages
+        assert lib.rt_cpu_vmm_count(0, 2) == 3
+        ctypes.memset(base, 7, 2 * G)                             # still mapped, writable
+        assert unmap_pages(base, 0, 2, G) == OK
+        assert unmap(base, 6 * G, G) == OK
+        for h in (a, b, c):
+            assert release(h) == OK
+        assert free_range(base, 8 * G) == OK
+    """)
+
+
+def test_batched_calls_fault_injection():
+    """RT_CPU_FAIL_VMM=map_pages / unmap_pages make those calls fail and change nothing."""
+    run("""
+        G = gran()
+        base = reserve(4 * G)
+        a, b = create(G)[1], create(G)[1]
+        os.environ["RT_CPU_FAIL_VMM"] = "map_pages"
+        assert map_pages(base, 0, [a, b], G) == ERR
+        assert vmap(base, 0, a, G) == OK                          # only the batched call is refused
+        assert unmap(base, 0, G) == OK
+        os.environ["RT_CPU_FAIL_VMM"] = ""
+        assert map_pages(base, 0, [a, b], G) == OK
+        os.environ["RT_CPU_FAIL_VMM"] = "unmap_pages"
+        assert unmap_pages(base, 0, 2, G) == ERR
+        assert lib.rt_cpu_vmm_count(0, 2) == 2
+        os.environ["RT_CPU_FAIL_VMM"] = ""
+        assert unmap_pages(base, 0, 2, G) == OK
+        assert release(a) == OK and release(b) == OK
+        assert free_range(base, 4 * G) == OK
     """)

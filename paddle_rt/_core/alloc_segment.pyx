@@ -223,24 +223,76 @@ cdef int _vmm_status(AllocError* err, C_Status st) noexcept nogil:
     return -1
 
 
-cdef void _unmap_page(AllocatorCore* c, Chunk* ch, size_t i) noexcept nogil:
-    """Unmap page i of ch (mapped), keeping its physical allocation in ch.phys's caller's hands."""
-    c.vmm.unmap(c.cdev, <void*>ch.base, i * c.gran, c.gran)
-    c.num_unmaps += 1
-    ch.phys[i] = NULL
-    ch.holes += 1
-    stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>c.gran)
+cdef C_Status _map_pages(AllocatorCore* c, Chunk* ch, size_t first, void** hs, size_t n) noexcept nogil:
+    """Map the physical allocations hs[0..n) (one page each) at pages first .. first + n - 1 of ch (unmapped), all or
+    nothing: one call of the plugin's batched map when it has one, else one call per page (those made are undone
+    when one fails). The plugin's status."""
+    cdef size_t g = c.gran, k, j
+    cdef C_Status st = C_SUCCESS
+    if c.vmm.map_pages != NULL:
+        st = c.vmm.map_pages(c.cdev, <void*>ch.base, first * g, <const PaddleRtVmmPhys*>hs, n, g)
+    else:
+        for k in range(n):
+            st = c.vmm.map(c.cdev, <void*>ch.base, (first + k) * g, <PaddleRtVmmPhys>hs[k], g)
+            if st != C_SUCCESS:
+                for j in range(k):
+                    c.vmm.unmap(c.cdev, <void*>ch.base, (first + j) * g, g)
+                break
+    if st != C_SUCCESS:
+        return st
+    for k in range(n):
+        ch.phys[first + k] = hs[k]
+    ch.holes -= n
+    c.num_maps += <int64_t>n
+    stat_add(c, ch.pool, ST_RESERVED_BYTES, <int64_t>(n * g))
+    return C_SUCCESS
 
 
-cdef void* _donor(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi) noexcept nogil:
-    """A mapped page that lies wholly inside a free block of some range (not pages lo..hi of `excl`), unmapped and
-    returned (its physical allocation), or NULL. Looks at free blocks of at least one page, largest first."""
+cdef void _unmap_pages(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
+    """Unmap pages first .. first + n - 1 of ch (each mapped), keeping their physical allocations (the caller read
+    them from ch.phys): one batched call when the plugin has one, else one call per page."""
+    cdef size_t g = c.gran, k
+    if c.vmm.unmap_pages != NULL:
+        c.vmm.unmap_pages(c.cdev, <void*>ch.base, first * g, n, g)
+    else:
+        for k in range(n):
+            c.vmm.unmap(c.cdev, <void*>ch.base, (first + k) * g, g)
+    for k in range(n):
+        ch.phys[first + k] = NULL
+    ch.holes += n
+    c.num_unmaps += <int64_t>n
+    stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>(n * g))
+
+
+cdef size_t _take_pages(AllocatorCore* c, Chunk* ch, size_t a, size_t z, Chunk* excl, size_t lo, size_t hi,
+                        size_t want, vector[void*]& out) noexcept nogil:
+    """Unmap up to `want` mapped pages among pages a .. z - 1 of ch (not pages lo .. hi - 1 of excl), run by run,
+    appending their physical allocations to out. How many were taken."""
+    cdef size_t i = a, j, n, got = 0
+    while i < z and got < want:
+        if ch.phys[i] == NULL or (ch == excl and lo <= i < hi):
+            i += 1
+            continue
+        j = i
+        while j < z and got + (j - i) < want and ch.phys[j] != NULL and not (ch == excl and lo <= j < hi):
+            out.push_back(ch.phys[j])
+            j += 1
+        n = j - i
+        _unmap_pages(c, ch, i, n)
+        got += n
+        i = j
+    return got
+
+
+cdef void _donors(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t want, vector[void*]& out) noexcept nogil:
+    """Up to `want` mapped pages that lie wholly inside free blocks of any range (not pages lo .. hi - 1 of `excl`),
+    unmapped and appended to out (their physical allocations). Takes from free blocks of at least one page, largest
+    first, a run of pages per unmap."""
     cdef prt_free_key k
     cdef prt_free_set.iterator it
     cdef Block* b
     cdef Chunk* ch
-    cdef size_t i, a, z, g = c.gran
-    cdef void* h
+    cdef size_t g = c.gran, got = 0
     cdef int r
     for r in range(c.n_ranges):
         ch = c.ranges[r]
@@ -253,88 +305,98 @@ cdef void* _donor(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi) noexcept 
             it = c.cx.free_blocks[ch.pool].end()
         else:
             it = c.cx.free_blocks[ch.pool].lower_bound(k)
-        while it != c.cx.free_blocks[ch.pool].begin():
+        while it != c.cx.free_blocks[ch.pool].begin() and got < want:
             dec(it)
             if deref(it).stream != ch.stream or deref(it).size < g:
                 break
             b = <Block*>deref(it).block
             if not b.chunk.expandable:
                 continue
-            a = _page_lo(b.chunk, b.addr, g)
-            z = _page_hi(b.chunk, b.addr + b.size, g)
-            for i in range(a, z):
-                if b.chunk.phys[i] != NULL and not (b.chunk == excl and lo <= i < hi):
-                    h = b.chunk.phys[i]
-                    _unmap_page(c, b.chunk, i)
-                    return h
-    return NULL
+            got += _take_pages(c, b.chunk, _page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g),
+                               excl, lo, hi, want - got, out)
+        if got >= want:
+            return
 
 
-cdef void _undo_created(AllocatorCore* c, Chunk* ch, vector[size_t]& made) noexcept nogil:
-    """Unmap and release the pages of ch that one vmm_back call created (it failed part-way)."""
-    cdef size_t i
-    cdef void* h
-    for i in made:
-        h = ch.phys[i]
-        _unmap_page(c, ch, i)
-        c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
+cdef void _release_handles(AllocatorCore* c, vector[void*]& hs, size_t start) noexcept nogil:
+    """Give the (unmapped) physical allocations hs[start:] back to the device."""
+    cdef size_t k
+    for k in range(start, hs.size()):
+        c.vmm.release(c.cdev, <PaddleRtVmmPhys>hs[k])
         c.num_device_free += 1
 
 
 cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocError* err) noexcept nogil:
-    """Map every page under [at, at + size) of free block b (in an expandable range) that is not mapped: with a
-    donor page when one exists (only while the streams are idle), else with a new physical allocation. 0, or -1 with
-    err set. On failure the pages this call created are unmapped and released again (as PyTorch's expandable
-    segments do), so a request the device cannot hold leaves nothing behind; donor pages it moved stay mapped (they
-    were reserved before)."""
+    """Map every page under [at, at + size) of free block b (in an expandable range) that is not mapped: with donor
+    pages when there are any (only while the streams are idle), else with new physical allocations; each run of
+    missing pages with one map call when the plugin has the batched calls. 0, or -1 with err set. On failure the
+    pages this call created are unmapped and released again (as PyTorch's expandable segments do), and donor pages
+    it took but did not map go back to the device, so a request the device cannot hold leaves nothing behind; donor
+    pages it already mapped stay (they were reserved before)."""
     cdef Chunk* ch = b.chunk
     cdef size_t g = c.gran
     cdef size_t lo = (at - ch.base) // g
     cdef size_t hi = (at + size - ch.base + g - 1) // g
-    cdef size_t i
+    cdef size_t i, k, k0, nd, n
     cdef void* h
     cdef C_Status st
-    # a donor page is unmapped at once: only while every stream that may use this memory has finished its queued
-    # work (a freed block may still be written by work queued before its free, as with release and empty_cache)
-    cdef bint donors = streams_idle(c)
-    cdef bint made_it
     cdef int64_t reserved
-    cdef vector[size_t] made
+    cdef vector[size_t] miss
+    cdef vector[void*] hs
     for i in range(lo, hi):
-        if ch.phys[i] != NULL:
-            continue
-        h = _donor(c, ch, lo, hi) if donors else NULL
-        made_it = h == NULL
-        if made_it:
-            donors = False
-            reserved = c.stats[0][ST_RESERVED_BYTES].current
-            if c.cfg.limit != SIZE_MAX and (<size_t>reserved > c.cfg.limit or g > c.cfg.limit - <size_t>reserved):
-                _undo_created(c, ch, made)
-                err.kind = ERR_OOM
-                return -1
-            st = c.vmm.create(c.cdev, g, <PaddleRtVmmPhys*>&h)
-            if st == C_SUCCESS and h == NULL:
-                _undo_created(c, ch, made)
+        if ch.phys[i] == NULL:
+            miss.push_back(i)
+    n = miss.size()
+    if n == 0:
+        return 0
+    # donor pages are unmapped at once: only while every stream that may use this memory has finished its queued
+    # work (a freed block may still be written by work queued before its free, as with release and empty_cache)
+    if streams_idle(c):
+        _donors(c, ch, lo, hi, n, hs)
+    nd = hs.size()
+    reserved = c.stats[0][ST_RESERVED_BYTES].current       # donors are not counted while in hand
+    for k in range(nd, n):
+        if c.cfg.limit != SIZE_MAX and (reserved < 0 or <size_t>reserved > c.cfg.limit or
+                                        (k + 1) * g > c.cfg.limit - <size_t>reserved):
+            _release_handles(c, hs, 0)
+            err.kind = ERR_OOM
+            return -1
+        h = NULL
+        st = c.vmm.create(c.cdev, g, <PaddleRtVmmPhys*>&h)
+        if st != C_SUCCESS or h == NULL:
+            _release_handles(c, hs, 0)
+            if st == C_SUCCESS:
                 err.kind = ERR_PLUGIN_NULL
                 err.status = st
                 return -1
-            if st != C_SUCCESS:
-                _undo_created(c, ch, made)
-                return _vmm_status(err, st)
-            c.num_device_alloc += 1
-        st = c.vmm.map(c.cdev, <void*>ch.base, i * g, <PaddleRtVmmPhys>h, g)
-        if st != C_SUCCESS:
-            c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)      # a donor's memory goes back too: nothing is left unowned
-            c.num_device_free += 1
-            _undo_created(c, ch, made)
             return _vmm_status(err, st)
-        c.num_maps += 1
-        ch.phys[i] = h
-        ch.holes -= 1
-        stat_add(c, ch.pool, ST_RESERVED_BYTES, <int64_t>g)
-        if made_it:
-            made.push_back(i)
+        c.num_device_alloc += 1
+        hs.push_back(h)
+    k0 = 0
+    while k0 < n:
+        k = k0 + 1
+        while k < n and miss[k] == miss[k - 1] + 1:
+            k += 1
+        st = _map_pages(c, ch, miss[k0], &hs[k0], k - k0)
+        if st != C_SUCCESS:
+            _release_handles(c, hs, k0)
+            _undo_created(c, ch, miss, nd, k0)
+            return _vmm_status(err, st)
+        k0 = k
     return 0
+
+
+cdef void _undo_created(AllocatorCore* c, Chunk* ch, vector[size_t]& miss, size_t start, size_t end) noexcept nogil:
+    """Unmap and release pages miss[start:end] of ch, which one vmm_back call created and mapped (it failed
+    later)."""
+    cdef size_t k, i
+    cdef void* h
+    for k in range(start, end):
+        i = miss[k]
+        h = ch.phys[i]
+        _unmap_pages(c, ch, i, 1)
+        c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
+        c.num_device_free += 1
 
 
 cdef Chunk* _new_range(AllocatorCore* c, int pool, uintptr_t stream, size_t at_least, AllocError* err) noexcept nogil:
@@ -470,12 +532,12 @@ cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
     """Unmap every mapped page that lies wholly inside a free block and give its physical memory back; cut each
     range's free end back to the last page it still needs; give back ranges left with no block. Returns the bytes
     released. The caller checked that the streams are idle."""
-    cdef size_t total = 0, i, a, z, g = c.gran, keep
+    cdef size_t total = 0, g = c.gran, keep
     cdef prt_free_set.iterator it
     cdef Block* b
     cdef Block* t
     cdef Chunk* ch
-    cdef void* h
+    cdef vector[void*] hs
     cdef int p, r
     for p in range(2):
         it = c.cx.free_blocks[p].begin()
@@ -484,15 +546,11 @@ cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
             inc(it)
             if not b.chunk.expandable or b.size < g:
                 continue
-            a = _page_lo(b.chunk, b.addr, g)
-            z = _page_hi(b.chunk, b.addr + b.size, g)
-            for i in range(a, z):
-                h = b.chunk.phys[i]
-                if h != NULL:
-                    _unmap_page(c, b.chunk, i)
-                    c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
-                    c.num_device_free += 1
-                    total += g
+            hs.clear()
+            _take_pages(c, b.chunk, _page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g), NULL, 0, 0,
+                        SIZE_MAX, hs)
+            _release_handles(c, hs, 0)
+            total += hs.size() * g
     r = c.n_ranges - 1
     while r >= 0:
         ch = c.ranges[r]
@@ -522,15 +580,15 @@ cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
 cdef void vmm_teardown(AllocatorCore* c) noexcept nogil:
     """Interpreter exit: every page unmapped and released, every range given back (live blocks included)."""
     cdef Chunk* ch
-    cdef size_t i
+    cdef vector[void*] hs
+    cdef void* h
     cdef int r
     for r in range(c.n_ranges):
         ch = c.ranges[r]
-        for i in range(ch.size // c.gran):
-            if ch.phys[i] != NULL:
-                c.vmm.unmap(c.cdev, <void*>ch.base, i * c.gran, c.gran)
-                c.vmm.release(c.cdev, <PaddleRtVmmPhys>ch.phys[i])
-                ch.phys[i] = NULL
+        hs.clear()
+        _take_pages(c, ch, 0, ch.size // c.gran, NULL, 0, 0, SIZE_MAX, hs)
+        for h in hs:
+            c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
         c.vmm.free_range(c.cdev, <void*>ch.base, ch.vsize)
     c.n_ranges = 0
 

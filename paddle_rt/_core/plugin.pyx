@@ -19,6 +19,7 @@ from paddle_rt._core.device_ext cimport (
 from paddle_rt._core.includes.vmm_ext cimport (
     prt_vmm_fns, paddle_rt_ext_vmm_granularity_fn, paddle_rt_ext_vmm_reserve_fn, paddle_rt_ext_vmm_free_range_fn,
     paddle_rt_ext_vmm_create_fn, paddle_rt_ext_vmm_release_fn, paddle_rt_ext_vmm_map_fn, paddle_rt_ext_vmm_unmap_fn,
+    paddle_rt_ext_vmm_map_pages_fn, paddle_rt_ext_vmm_unmap_pages_fn,
 )
 from paddle_rt._core.includes.dl cimport dlopen, dlsym, dlerror, dlclose, RTLD_NOW, RTLD_LOCAL, RTLD_DEFAULT
 
@@ -241,6 +242,23 @@ cdef class Plugin:
         """True when the plugin exports the virtual-memory extension (all seven calls of paddle_rt_vmm_ext.h)."""
         return self.vmm.map != NULL
 
+    @property
+    def vmm_batched(self):
+        """True when the allocator maps and unmaps runs of pages with the extension's optional batched calls
+        (paddle_rt_ext_vmm_map_pages / _unmap_pages); otherwise it makes one call per page."""
+        return self.vmm.map_pages != NULL
+
+    def _set_vmm_batched(self, bint on):
+        """Tests: use (``on``, when exported) or ignore the batched calls, in allocators configured after this."""
+        self.vmm.map_pages = NULL
+        self.vmm.unmap_pages = NULL
+        if on and self.vmm.map != NULL:
+            self.vmm.map_pages = <paddle_rt_ext_vmm_map_pages_fn>dlsym(self._dl, b"paddle_rt_ext_vmm_map_pages")
+            self.vmm.unmap_pages = <paddle_rt_ext_vmm_unmap_pages_fn>dlsym(self._dl, b"paddle_rt_ext_vmm_unmap_pages")
+            if self.vmm.map_pages == NULL or self.vmm.unmap_pages == NULL:
+                self.vmm.map_pages = NULL
+                self.vmm.unmap_pages = NULL
+
     def _finalize(self):
         """Call the plugin's finalize (at interpreter exit, after every device was torn down)."""
         cdef C_Status st = C_SUCCESS
@@ -367,6 +385,13 @@ cdef int _read_extensions(Plugin p) except -1:
     if (v.granularity == NULL or v.reserve == NULL or v.free_range == NULL or v.create == NULL or
             v.release == NULL or v.map == NULL or v.unmap == NULL):
         memset(&v, 0, sizeof(v))
+    else:
+        # the optional batched calls: both or neither
+        v.map_pages = <paddle_rt_ext_vmm_map_pages_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_map_pages")
+        v.unmap_pages = <paddle_rt_ext_vmm_unmap_pages_fn>dlsym(p._dl, b"paddle_rt_ext_vmm_unmap_pages")
+        if v.map_pages == NULL or v.unmap_pages == NULL:
+            v.map_pages = NULL
+            v.unmap_pages = NULL
     p.vmm = v
     return 0
 

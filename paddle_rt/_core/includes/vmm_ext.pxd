@@ -14,8 +14,13 @@ cdef extern from "paddle_rt/paddle_rt_vmm_ext.h" nogil:
                                                   PaddleRtVmmPhys handle, size_t size) noexcept nogil
     ctypedef C_Status (*paddle_rt_ext_vmm_unmap_fn)(const C_Device device, void* base, size_t offset,
                                                     size_t size) noexcept nogil
+    ctypedef C_Status (*paddle_rt_ext_vmm_map_pages_fn)(const C_Device device, void* base, size_t offset,
+                                                        const PaddleRtVmmPhys* handles, size_t n,
+                                                        size_t page) noexcept nogil
+    ctypedef C_Status (*paddle_rt_ext_vmm_unmap_pages_fn)(const C_Device device, void* base, size_t offset, size_t n,
+                                                          size_t page) noexcept nogil
 
-# The seven calls, all set or all NULL.
+# The seven calls, all set or all NULL; then the two optional batched calls, both set or both NULL.
 cdef struct prt_vmm_fns:
     paddle_rt_ext_vmm_granularity_fn granularity
     paddle_rt_ext_vmm_reserve_fn reserve
@@ -24,3 +29,5 @@ cdef struct prt_vmm_fns:
     paddle_rt_ext_vmm_release_fn release
     paddle_rt_ext_vmm_map_fn map
     paddle_rt_ext_vmm_unmap_fn unmap
+    paddle_rt_ext_vmm_map_pages_fn map_pages
+    paddle_rt_ext_vmm_unmap_pages_fn unmap_pages

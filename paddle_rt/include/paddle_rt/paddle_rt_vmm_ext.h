@@ -6,7 +6,7 @@
  * space so that it can be used elsewhere. A plugin exports these functions (C linkage, default visibility) next to
  * InitPlugin, as those of paddle_rt/extension.h; paddle_rt finds them with dlsym on the plugin's handle after the
  * handshake. All seven must be present, or paddle_rt ignores the extension (a plugin that exports none of them works
- * as before: chunks come from device_memory_allocate). The reference plugin rt_cpu exports all of them
+ * as before: chunks come from device_memory_allocate); the two batched calls at the end are optional. The reference plugin rt_cpu exports all of them
  * (plugins/rt_cpu/rt_cpu_vmm.c). docs/expandable_segments.md, "Writing a plugin: the virtual-memory extension",
  * describes the semantics and how each call maps onto CUDA's cuMem* and Level Zero's ze*Mem* calls.
  *
@@ -84,6 +84,27 @@ typedef C_Status (*paddle_rt_ext_vmm_map_fn)(const C_Device device, void* base, 
  * paddle_rt unmaps it (paddle_rt ensures it). (CUDA: cuMemUnmap; Level Zero: zeVirtualMemUnmap.) */
 C_Status paddle_rt_ext_vmm_unmap(const C_Device device, void* base, size_t offset, size_t size);
 typedef C_Status (*paddle_rt_ext_vmm_unmap_fn)(const C_Device device, void* base, size_t offset, size_t size);
+
+/* Optional batched forms (a plugin may export both or neither; paddle_rt uses them only when both are there, and
+ * otherwise makes one map or unmap call per page). They exist because growing a range maps many pages at once, and
+ * on most drivers one call over the whole span is much cheaper than one per page (CUDA: one cuMemSetAccess over the
+ * span after the cuMemMap calls, as PyTorch's expandable segments do; rt_cpu: one mmap per run of physical memory
+ * that is contiguous in its backing file).
+ *
+ * paddle_rt_ext_vmm_map_pages: map handles[k] (a physical allocation of exactly `page` bytes, `page` a multiple of the
+ * granularity) at base + offset + k * page, for k = 0 .. n - 1. Equal to n calls of paddle_rt_ext_vmm_map, all or
+ * nothing: when any of them would fail (the same C_ERROR cases, and a handle given twice), none is mapped and the
+ * status is that failure's. n == 0 is C_ERROR.
+ * paddle_rt_ext_vmm_unmap_pages: unmap the n mappings of `page` bytes each that start at base + offset + k * page, for
+ * k = 0 .. n - 1. Equal to n calls of paddle_rt_ext_vmm_unmap, all or nothing (C_ERROR, nothing unmapped, when any of
+ * the n spans is not exactly one mapping of `page` bytes). */
+C_Status paddle_rt_ext_vmm_map_pages(const C_Device device, void* base, size_t offset, const PaddleRtVmmPhys* handles,
+                                     size_t n, size_t page);
+typedef C_Status (*paddle_rt_ext_vmm_map_pages_fn)(const C_Device device, void* base, size_t offset,
+                                                  const PaddleRtVmmPhys* handles, size_t n, size_t page);
+C_Status paddle_rt_ext_vmm_unmap_pages(const C_Device device, void* base, size_t offset, size_t n, size_t page);
+typedef C_Status (*paddle_rt_ext_vmm_unmap_pages_fn)(const C_Device device, void* base, size_t offset, size_t n,
+                                                    size_t page);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,9 @@
  *   allocation is a run of whole granules of that file, so it is memory of its own: unmapping it and mapping it at
  *   another offset (of any range of the device) keeps its bytes. Release punches the run out of the file (the pages
  *   go back to the kernel). Mapping is mmap(MAP_SHARED | MAP_FIXED) of the run over the reservation; unmapping puts
- *   PROT_NONE address space back in its place, so the range stays reserved.
+ *   PROT_NONE address space back in its place, so the range stays reserved. The batched calls (map_pages,
+ *   unmap_pages) make one mmap per run of physical allocations that are contiguous in the file (creations in a row
+ *   get contiguous runs while the file is not fragmented), so growing a range by many pages costs a few system calls.
  * - Capacity: physical bytes count against RT_CPU_MEMORY_BYTES together with device_memory_allocate's (rt_cpu.c's
  *   rt_device_charge), from create to release.
  * - One mutex guards this file's state; every call is thread-safe and a failing call changes nothing.
@@ -21,7 +23,8 @@
  * Fault injection: physical creations are calls of rt_cpu_faults.c's kind "alloc" (RT_CPU_FAIL_ALLOC_EVERY / _AFTER,
  * RT_CPU_FAULTS=alloc:..., rt_cpu_set_fault("alloc", ...)): C_FAILED, or C_SUCCESS with a NULL handle under
  * RT_CPU_OOM_NULL=1; RT_CPU_FAIL_VMM=call[,call...] (granularity, reserve,
- * free_range, create, release, map, unmap; read at each call) makes those calls return C_ERROR and do nothing.
+ * free_range, create, release, map, unmap, map_pages, unmap_pages; read at each call) makes those calls return
+ * C_ERROR and do nothing.
  *
  * Exported helpers (not part of the ABI; tests): size_t rt_cpu_vmm_count(int device, int which): physical bytes (0),
  * physical allocations (1), mappings (2), ranges (3) of the device.
@@ -59,6 +62,7 @@ typedef struct {
 typedef struct {
   int fd;            /* -1 until the first creation */
   size_t n_granules; /* of the file */
+  size_t hint;       /* no granule below it is free */
   uint64_t* used;    /* one bit per granule of the file */
   size_t bytes, count, maps, ranges;
 } vmm_device;
@@ -232,15 +236,25 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_create(const C_Device device, size_t size, 
   }
   pthread_mutex_lock(&g_mu);
   vmm_device* vd = &g_vdev[id];
-  size_t need = size / g_gran, run = 0, start = 0, i;
+  size_t need = size / g_gran, run = 0, start = 0, i, first_free = SIZE_MAX;
   if (device_file(id) != 0) goto fail;
-  for (i = 0; i < vd->n_granules && run < need; i++) {
-    if (bit_get(vd->used, i)) run = 0;
-    else if (run++ == 0) start = i;
+  /* first fit from the lowest granule that may be free, a whole word of used granules at a time */
+  for (i = vd->hint; i < vd->n_granules && run < need; i++) {
+    if (run == 0 && (i & 63) == 0 && vd->used[i >> 6] == ~(uint64_t)0) {
+      i += 63;
+      continue;
+    }
+    if (bit_get(vd->used, i)) {
+      run = 0;
+      continue;
+    }
+    if (first_free == SIZE_MAX) first_free = i;
+    if (run++ == 0) start = i;
   }
   if (run < need) goto fail; /* the file is fragmented: no run of that many free granules */
   if (ptrmap_put(&g_handles, h, (size_t)id) != 0) goto fail;
   for (i = start; i < start + need; i++) bit_set(vd->used, i, 1);
+  vd->hint = first_free == start ? start + need : first_free;
   h->magic = VMM_MAGIC;
   h->device = id;
   h->offset = start * g_gran;
@@ -269,6 +283,7 @@ static void drop_physical(struct PaddleRtVmmPhys_st* h) {
   vmm_device* vd = &g_vdev[h->device];
   fallocate(vd->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->offset, (off_t)h->size);
   for (size_t i = h->offset / g_gran; i < (h->offset + h->size) / g_gran; i++) bit_set(vd->used, i, 0);
+  if (h->offset / g_gran < vd->hint) vd->hint = h->offset / g_gran;
   vd->bytes -= h->size;
   vd->count--;
   ptrmap_remove(&g_handles, h);
@@ -292,63 +307,114 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_release(const C_Device device, PaddleRtVmmP
   return C_SUCCESS;
 }
 
+/* Map handles[0..n) (each of `page` bytes) at base + offset + k * page, all or nothing (lock held). One mmap per run
+ * of handles that are contiguous in the device's file. */
+static C_Status map_locked(int id, void* base, size_t offset, const PaddleRtVmmPhys* handles, size_t n, size_t page) {
+  vmm_range* r = find_range(id, base);
+  size_t i, k = 0, j, claimed = 0, put = 0;
+  C_Status st = C_ERROR;
+  if (!r || n == 0 || page == 0 || !aligned(offset) || !aligned(page) || n > SIZE_MAX / page) return C_ERROR;
+  size_t span = n * page, first = offset / g_gran, npages = span / g_gran;
+  if (offset > r->size || span > r->size - offset) return C_ERROR;
+  for (i = first; i < first + npages; i++)
+    if (bit_get(r->pages, i)) return C_ERROR; /* a page of the span is mapped already */
+  uintptr_t at = r->base + offset;
+  /* claim each handle (mapped_at = its destination) so that one given twice is refused */
+  for (claimed = 0; claimed < n; claimed++) {
+    struct PaddleRtVmmPhys_st* h = find_handle(id, handles[claimed]);
+    if (!h || h->mapped_at || h->size != page) goto unclaim;
+    h->mapped_at = at + claimed * page;
+  }
+  for (k = 0; k < n; k = j) {
+    for (j = k + 1; j < n && handles[j]->offset == handles[j - 1]->offset + page; j++) {
+    }
+    void* want = (void*)(at + k * page);
+    size_t len = (j - k) * page;
+    void* p = g_lie_remap ? mmap(want, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
+                          : mmap(want, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, g_vdev[id].fd,
+                                 (off_t)handles[k]->offset);
+    if (p == MAP_FAILED) {
+      st = C_FAILED;
+      goto unmap;
+    }
+  }
+  for (put = 0; put < n; put++)
+    if (ptrmap_put(&g_mappings, (void*)(at + put * page), (size_t)(uintptr_t)handles[put]) != 0) {
+      st = C_FAILED;
+      goto unmap;
+    }
+  for (i = first; i < first + npages; i++) bit_set(r->pages, i, 1);
+  r->n_maps += n;
+  g_vdev[id].maps += n;
+  return C_SUCCESS;
+unmap:
+  while (put > 0) ptrmap_remove(&g_mappings, (void*)(at + --put * page));
+  if (k > 0) mmap((void*)at, k * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+unclaim:
+  while (claimed > 0) handles[--claimed]->mapped_at = 0;
+  return st;
+}
+
+/* Unmap the n mappings of `page` bytes at base + offset + k * page, all or nothing (lock held). */
+static C_Status unmap_locked(int id, void* base, size_t offset, size_t n, size_t page) {
+  vmm_range* r = find_range(id, base);
+  size_t k, v;
+  if (!r || n == 0 || page == 0 || !aligned(offset) || !aligned(page) || n > SIZE_MAX / page) return C_ERROR;
+  size_t span = n * page;
+  if (offset > r->size || span > r->size - offset) return C_ERROR;
+  uintptr_t at = r->base + offset;
+  for (k = 0; k < n; k++) {
+    if (!ptrmap_find(&g_mappings, (void*)(at + k * page), &v)) return C_ERROR;
+    if (((struct PaddleRtVmmPhys_st*)(uintptr_t)v)->size != page) return C_ERROR;
+  }
+  if (mmap((void*)at, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+    return C_ERROR;
+  for (k = 0; k < n; k++) {
+    ptrmap_find(&g_mappings, (void*)(at + k * page), &v);
+    ((struct PaddleRtVmmPhys_st*)(uintptr_t)v)->mapped_at = 0;
+    ptrmap_remove(&g_mappings, (void*)(at + k * page));
+  }
+  for (size_t i = offset / g_gran; i < (offset + span) / g_gran; i++) bit_set(r->pages, i, 0);
+  r->n_maps -= n;
+  g_vdev[id].maps -= n;
+  return C_SUCCESS;
+}
+
 RT_EXPORT C_Status paddle_rt_ext_vmm_map(const C_Device device, void* base, size_t offset, PaddleRtVmmPhys handle,
                                          size_t size) {
   int id = vmm_device_id(device, "map");
-  if (id < 0 || size == 0 || !aligned(offset) || !aligned(size)) return C_ERROR;
+  if (id < 0) return C_ERROR;
   pthread_mutex_lock(&g_mu);
-  vmm_range* r = find_range(id, base);
-  struct PaddleRtVmmPhys_st* h = find_handle(id, handle);
-  C_Status st = C_ERROR;
-  size_t i, first = offset / g_gran, n = size / g_gran;
-  if (!r || !h || h->mapped_at || h->size != size || offset > r->size || size > r->size - offset) goto out;
-  for (i = first; i < first + n; i++)
-    if (bit_get(r->pages, i)) goto out; /* a page of the span is mapped already */
-  uintptr_t at = r->base + offset;
-  void* p = g_lie_remap
-                ? mmap((void*)at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
-                : mmap((void*)at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, g_vdev[id].fd,
-                       (off_t)h->offset);
-  if (p == MAP_FAILED) {
-    st = C_FAILED;
-    goto out;
-  }
-  if (ptrmap_put(&g_mappings, (void*)at, (size_t)(uintptr_t)h) != 0) {
-    mmap((void*)at, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    st = C_FAILED;
-    goto out;
-  }
-  for (i = first; i < first + n; i++) bit_set(r->pages, i, 1);
-  h->mapped_at = at;
-  r->n_maps++;
-  g_vdev[id].maps++;
-  st = C_SUCCESS;
-out:
+  C_Status st = map_locked(id, base, offset, &handle, 1, size);
   pthread_mutex_unlock(&g_mu);
   return st;
 }
 
 RT_EXPORT C_Status paddle_rt_ext_vmm_unmap(const C_Device device, void* base, size_t offset, size_t size) {
   int id = vmm_device_id(device, "unmap");
-  if (id < 0 || size == 0 || !aligned(offset) || !aligned(size)) return C_ERROR;
+  if (id < 0) return C_ERROR;
   pthread_mutex_lock(&g_mu);
-  vmm_range* r = find_range(id, base);
-  C_Status st = C_ERROR;
-  size_t v;
-  if (!r || offset > r->size || size > r->size - offset) goto out;
-  uintptr_t at = r->base + offset;
-  if (!ptrmap_find(&g_mappings, (void*)at, &v)) goto out;
-  struct PaddleRtVmmPhys_st* h = (struct PaddleRtVmmPhys_st*)(uintptr_t)v;
-  if (h->size != size) goto out;
-  if (mmap((void*)at, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-    goto out;
-  ptrmap_remove(&g_mappings, (void*)at);
-  for (size_t i = offset / g_gran; i < (offset + size) / g_gran; i++) bit_set(r->pages, i, 0);
-  h->mapped_at = 0;
-  r->n_maps--;
-  g_vdev[id].maps--;
-  st = C_SUCCESS;
-out:
+  C_Status st = unmap_locked(id, base, offset, 1, size);
+  pthread_mutex_unlock(&g_mu);
+  return st;
+}
+
+RT_EXPORT C_Status paddle_rt_ext_vmm_map_pages(const C_Device device, void* base, size_t offset,
+                                               const PaddleRtVmmPhys* handles, size_t n, size_t page) {
+  int id = vmm_device_id(device, "map_pages");
+  if (id < 0 || !handles) return C_ERROR;
+  pthread_mutex_lock(&g_mu);
+  C_Status st = map_locked(id, base, offset, handles, n, page);
+  pthread_mutex_unlock(&g_mu);
+  return st;
+}
+
+RT_EXPORT C_Status paddle_rt_ext_vmm_unmap_pages(const C_Device device, void* base, size_t offset, size_t n,
+                                                 size_t page) {
+  int id = vmm_device_id(device, "unmap_pages");
+  if (id < 0) return C_ERROR;
+  pthread_mutex_lock(&g_mu);
+  C_Status st = unmap_locked(id, base, offset, n, page);
   pthread_mutex_unlock(&g_mu);
   return st;
 }
