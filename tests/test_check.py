@@ -555,3 +555,19 @@ def test_list_gives_each_checks_group_and_rule(capsys):
         assert what.split(None, 2) == [c.name, c.group, c.what]
         assert rule.strip() == f"rule: {c.rule}"
         assert what.index(c.what, len(c.name) + len(c.group)) == rule.index("rule: ")   # the rule under the text
+
+
+def test_vmm_checks_pass_on_rt_cpu_and_name_a_plugin_that_loses_bytes(capsys, monkeypatch):
+    """The virtual-memory family on rt_cpu: every check passes, the batched calls included; with RT_CPU_VMM_LIE=remap
+    (map gives fresh pages instead of the physical allocation's bytes) the remap and batched checks fail and say
+    that bytes were lost, while the refusals still pass."""
+    only = "vmm_extension,vmm_remap,vmm_refusals,vmm_batched,vmm_capacity"
+    rc, by_name, _ = run(capsys, bundled_plugin_path(), "--only", only)
+    assert rc == 0 and all(by_name[n]["result"] == "pass" for n in only.split(",")), by_name
+    assert "refused whole" in by_name["vmm_batched"]["detail"]
+    monkeypatch.setenv("RT_CPU_VMM_LIE", "remap")
+    rc, by_name, _ = run(capsys, bundled_plugin_path(), "--only", only)
+    assert rc == 1
+    assert by_name["vmm_remap"]["result"] == "fail" and "did not survive" in by_name["vmm_remap"]["detail"]
+    assert by_name["vmm_batched"]["result"] == "fail" and "bytes" in by_name["vmm_batched"]["detail"]
+    assert by_name["vmm_refusals"]["result"] == "pass"

@@ -1,11 +1,13 @@
 """``paddle-rt check``'s virtual-memory family: the optional extension of paddle_rt/paddle_rt_vmm_ext.h (see
 paddle_rt.tools.check and docs/expandable_segments.md). Every check is skipped when the plugin exports none of the
-seven calls; exporting only some of them is a failure (paddle_rt then ignores the extension)."""
+seven calls; exporting only some of them is a failure (paddle_rt then ignores the extension). The two optional
+batched calls (map_pages, unmap_pages) are checked when the plugin exports them."""
 import ctypes
 
 from paddle_rt.tools.check_base import Check, Fail, Skip, _ok, _sname
 
 NAMES = ("granularity", "reserve", "free_range", "create", "release", "map", "unmap")
+BATCHED = ("map_pages", "unmap_pages")
 
 
 class _Vmm:
@@ -66,6 +68,29 @@ class _Vmm:
 
     def free_range(self, base, n):
         return self.f["free_range"](self.dev, ctypes.c_void_p(base), ctypes.c_size_t(n))
+
+    def batched(self):
+        """Load the optional batched calls: Skip without them, Fail with only one."""
+        lib = ctypes.CDLL(self.ctx.plugin.path)
+        found = {n: getattr(lib, "paddle_rt_ext_vmm_" + n, None) for n in BATCHED}
+        have = [n for n, f in found.items() if f is not None]
+        if not have:
+            raise Skip("the plugin does not export the optional batched calls (paddle_rt_ext_vmm_map_pages / "
+                       "_unmap_pages): paddle_rt makes one call per page")
+        if len(have) != len(BATCHED):
+            raise Fail(f"the plugin exports paddle_rt_ext_vmm_{have[0]} without its pair: paddle_rt ignores it")
+        for f in found.values():
+            f.restype = ctypes.c_int
+        self.f.update(found)
+
+    def map_pages(self, base, off, hs, page):
+        arr = (ctypes.c_void_p * max(1, len(hs)))(*hs)
+        return self.f["map_pages"](self.dev, ctypes.c_void_p(base), ctypes.c_size_t(off), arr,
+                                   ctypes.c_size_t(len(hs)), ctypes.c_size_t(page))
+
+    def unmap_pages(self, base, off, n, page):
+        return self.f["unmap_pages"](self.dev, ctypes.c_void_p(base), ctypes.c_size_t(off), ctypes.c_size_t(n),
+                                     ctypes.c_size_t(page))
 
 
 def check_vmm_extension(ctx):
@@ -142,6 +167,38 @@ def check_vmm_capacity(ctx):
     return f"a physical allocation of {v.g} bytes counts against device_memory_stats"
 
 
+def check_vmm_batched(ctx):
+    v = _Vmm(ctx)
+    v.batched()
+    g = v.g
+    base = v.reserve(4 * g)
+    a, b = v.create(g), v.create(g)
+    bad = []
+    for what, call in (("a batch naming one handle twice", lambda: v.map_pages(base, 0, [a, a], g)),
+                       ("a batch leaving the range", lambda: v.map_pages(base, 3 * g, [a, b], g))):
+        st = call()
+        if _ok(st):
+            bad.append(f"{what} returned {_sname(st)}")
+            v.unmap_pages(base, 0 if "twice" in what else 3 * g, 2, g)
+    # the refusals must have mapped nothing: a single map of a must work
+    ctx.status(v.map(base, 0, a, g), "paddle_rt_ext_vmm_map after refused batches (did a refused batch map a page?)")
+    data = bytes((i * 13 + 5) & 0xFF for i in range(4096))
+    ctx.status(ctx.raw.copy_h2d(base, ctx.host_with(data), 4096), "memory_copy_h2d into a mapped page")
+    ctx.status(v.unmap(base, 0, g), "paddle_rt_ext_vmm_unmap")
+    ctx.status(v.map_pages(base, 2 * g, [b, a], g), "paddle_rt_ext_vmm_map_pages of two pages")
+    if ctx.read(base + 3 * g, 4096) != data:
+        raise Fail("a page mapped by paddle_rt_ext_vmm_map_pages does not hold its physical allocation's bytes")
+    st = v.unmap_pages(base, g, 2, g)
+    if _ok(st):
+        bad.append(f"an unmap batch over an unmapped page returned {_sname(st)}")
+    ctx.status(v.unmap_pages(base, 2 * g, 2, g), "paddle_rt_ext_vmm_unmap_pages of two pages")
+    ctx.status(v.release(a), "paddle_rt_ext_vmm_release")
+    ctx.status(v.release(b), "paddle_rt_ext_vmm_release")
+    if bad:
+        raise Fail("the batched calls accepted misuse they must refuse with C_ERROR: " + "; ".join(bad))
+    return "map_pages keeps each page's bytes; bad batches are refused whole"
+
+
 CHECKS = [
     Check("vmm_extension", check_vmm_extension, "virtual-memory extension present and complete",
           "skip without it; fail when only some of the seven calls are exported or the granularity is not a power "
@@ -150,6 +207,8 @@ CHECKS = [
           "fail on an error status or lost bytes"),
     Check("vmm_refusals", check_vmm_refusals, "alignment, double map, unmap of unmapped, release while mapped",
           "fail when any of them returns success"),
+    Check("vmm_batched", check_vmm_batched, "the optional batched map and unmap calls",
+          "skip without them; fail when only one is exported, on lost bytes, or when a bad batch is accepted"),
     Check("vmm_capacity", check_vmm_capacity, "physical allocations count against device_memory_stats",
           "warn when free memory does not follow"),
 ]
