@@ -75,7 +75,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def record_history(enabled=True, max_entries=100_000, stacks=True):
     """Start (``enabled=True``) or stop recording the allocator events of every device: alloc, free, segment_alloc,
-    segment_free, oom and empty_cache, with address, size, stream and time, keeping the last ``max_entries``.
+    segment_free, segment_map, segment_unmap, oom and empty_cache, with address, size, stream and time, keeping the
+    last ``max_entries``.
     ``stacks``: each allocation made through the Python API (``malloc``, ``raw_malloc``, ``malloc_host``) and each
     out-of-memory error also keeps the Python frames of its caller (allocations made by C code without the GIL keep
     none). Calling it while recording applies the new settings and keeps what was recorded; starting after a stop
@@ -138,7 +139,11 @@ def history():
                                              "frames"}, ...],
                                   "stats": {...memory_stats() of the device...}}}}
 
-    ``action`` is alloc, free, segment_alloc, segment_free, oom or empty_cache (``size`` is the bytes released);
+    ``action`` is alloc, free, segment_alloc, segment_free, segment_map, segment_unmap, oom or empty_cache (for
+    empty_cache ``size`` is the bytes released). With expandable segments a segment is a virtual range:
+    segment_alloc and segment_free (``size`` 0) reserve and give back the range, and segment_map / segment_unmap
+    (``addr``, ``size`` = a run of pages) map and unmap physical memory inside it, so reserved bytes are the sum of
+    segment_alloc and segment_map sizes less those of segment_free and segment_unmap, in both modes;
     ``requested`` is the bytes asked for (an alloc or oom; 0 for the others);
     ``frames`` are ``{"filename", "line", "name"}``, innermost first. Pinned host memory appears as a device named
     ``"<device>/pinned"``."""

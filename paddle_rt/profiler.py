@@ -7,8 +7,8 @@
 
 While a profile runs, paddle_rt records (see :mod:`paddle_rt._core.trace`):
 
-- allocator events of every device (``alloc``, ``free``, ``segment_alloc``, ``segment_free``, ``oom``,
-  ``empty_cache``) with address, size, stream, time and the allocator's allocated/reserved bytes after the event;
+- allocator events of every device (``alloc``, ``free``, ``segment_alloc``, ``segment_free``, ``segment_map``,
+  ``segment_unmap``, ``oom``, ``empty_cache``) with address, size, stream, time and the allocator's allocated/reserved bytes after the event;
 - every operation enqueued on a paddle_rt stream (host functions, Python callbacks, copies of each kind, memsets,
   event records and waits, collectives) with its position, bytes, and enqueue, start and end times (an operation
   handed to the plugin's stream ends when the worker has synchronised that stream);

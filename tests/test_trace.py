@@ -90,21 +90,46 @@ def test_alloc_and_free_events_carry_size_stream_and_counters():
     assert a[0]["frames"] == []          # no stacks asked for
 
 
-def test_segments_and_empty_cache_are_recorded():
-    paddle_rt.empty_cache("rt_cpu:0")
+@pytest.fixture(params=[0, 1], ids=["chunks", "expandable"])
+def segments_mode(request):
+    """rt_cpu:0's allocator with expandable segments off (chunks) and on, empty before and after."""
+    a = paddle_rt.get_allocator("rt_cpu:0")
+    gc.collect()
+    paddle_rt.default_mem_pool("rt_cpu:0").trim_to(0)
+    a.empty_cache()
+    a.configure(expandable_segments=request.param)
+    yield request.param
+    gc.collect()
+    a.empty_cache()
+    a.configure(expandable_segments=None)
+
+
+def test_segments_and_empty_cache_are_recorded(segments_mode):
+    """A chunk: segment_alloc / segment_free of its size. An expandable segment: segment_alloc / segment_free of its
+    range (size 0) and segment_map / segment_unmap of its pages. Either way the event sizes add up to reserved."""
     with recording() as sub:
         a = paddle_rt.malloc(3 << 20, "rt_cpu:0")
         reserved = paddle_rt.memory_reserved("rt_cpu:0")
         a.free()
         released = paddle_rt.empty_cache("rt_cpu:0")
     seg_a, seg_f, ec = (mem(sub, k, "device") for k in ("segment_alloc", "segment_free", "empty_cache"))
-    assert len(seg_a) == 1 and seg_a[0]["size"] >= 3 << 20
-    assert seg_a[0]["reserved"] == reserved
-    assert [s["addr"] for s in seg_f] == [seg_a[0]["addr"]]
-    assert seg_f[0]["reserved"] == 0
-    assert len(ec) == 1 and ec[0]["size"] == released == seg_a[0]["size"]
     kinds = [e["kind"] for e in mem(sub, memory="device")]
-    assert kinds == ["segment_alloc", "alloc", "free", "segment_free", "empty_cache"]
+    assert len(seg_a) == 1 and [s["addr"] for s in seg_f] == [seg_a[0]["addr"]]
+    assert seg_f[0]["reserved"] == 0
+    if segments_mode:
+        maps, unmaps = mem(sub, "segment_map", "device"), mem(sub, "segment_unmap", "device")
+        assert seg_a[0]["size"] == 0 == seg_f[0]["size"]
+        assert kinds == ["segment_alloc", "segment_map", "alloc", "free", "segment_unmap", "segment_free",
+                         "empty_cache"]
+        assert maps[0]["addr"] == seg_a[0]["addr"] and maps[0]["size"] == reserved >= 3 << 20
+        assert maps[0]["reserved"] == reserved
+        assert (unmaps[0]["addr"], unmaps[0]["size"]) == (maps[0]["addr"], maps[0]["size"])
+        assert len(ec) == 1 and ec[0]["size"] == released == maps[0]["size"]
+    else:
+        assert seg_a[0]["size"] >= 3 << 20
+        assert seg_a[0]["reserved"] == reserved
+        assert len(ec) == 1 and ec[0]["size"] == released == seg_a[0]["size"]
+        assert kinds == ["segment_alloc", "alloc", "free", "segment_free", "empty_cache"]
 
 
 def test_oom_event_on_an_injected_oom():
@@ -288,8 +313,9 @@ def test_sink_is_installed_only_on_demand():
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 3 << 20)), min_size=1, max_size=40))
 def test_replaying_the_events_gives_the_allocator_counters(script):
-    """Summing alloc/free and segment_alloc/segment_free sizes from the events reproduces the allocator's allocated and
-    reserved bytes after every event, and every free names a block an earlier alloc handed out."""
+    """Summing alloc/free and segment_alloc/segment_free (and, with expandable segments, segment_map/segment_unmap)
+    sizes from the events reproduces the allocator's allocated and reserved bytes after every event, and every free
+    names a block an earlier alloc handed out."""
     dev = "rt_cpu:1"
     live = []
     base_alloc = paddle_rt.memory_allocated(dev)
@@ -314,9 +340,9 @@ def test_replaying_the_events_gives_the_allocator_counters(script):
         elif k == "free":
             assert blocks.pop(e["addr"]) == e["size"]
             allocated -= e["size"]
-        elif k == "segment_alloc":
+        elif k in ("segment_alloc", "segment_map"):
             reserved += e["size"]
-        elif k == "segment_free":
+        elif k in ("segment_free", "segment_unmap"):
             reserved -= e["size"]
         if k != "empty_cache":
             assert (e["allocated"], e["reserved"]) == (allocated, reserved)

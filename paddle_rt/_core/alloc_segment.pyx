@@ -22,7 +22,9 @@ from paddle_rt._core.alloc_policy cimport (
 )
 from paddle_rt._core.stream cimport stream_device_idle
 from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key, prt_chunk_map
-from paddle_rt._core.includes.trace_support cimport prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE
+from paddle_rt._core.includes.trace_support cimport (
+    prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE, PRT_EV_SEGMENT_MAP, PRT_EV_SEGMENT_UNMAP,
+)
 from paddle_rt._core.trace cimport trace_mask
 
 
@@ -245,6 +247,8 @@ cdef C_Status _map_pages(AllocatorCore* c, Chunk* ch, size_t first, void** hs, s
     ch.holes -= n
     c.num_maps += <int64_t>n
     stat_add(c, ch.pool, ST_RESERVED_BYTES, <int64_t>(n * g))
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
+        _trace_mem(c, PRT_EV_SEGMENT_MAP, ch.base + first * g, n * g, ch.stream)
     return C_SUCCESS
 
 
@@ -262,6 +266,8 @@ cdef void _unmap_pages(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noex
     ch.holes += n
     c.num_unmaps += <int64_t>n
     stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>(n * g))
+    if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
+        _trace_mem(c, PRT_EV_SEGMENT_UNMAP, ch.base + first * g, n * g, ch.stream)
 
 
 cdef size_t _take_pages(AllocatorCore* c, Chunk* ch, size_t a, size_t z, Chunk* excl, size_t lo, size_t hi,

@@ -29,7 +29,7 @@ from paddle_rt._core.includes.trace_support cimport (
     prt_code_line,
     PRT_TRACE_MEMORY, PRT_TRACE_STREAMS, PRT_TRACE_STACKS, PRT_TRACE_PLUGIN,
     PRT_EV_ALLOC, PRT_EV_FREE, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE, PRT_EV_OOM, PRT_EV_EMPTY_CACHE, PRT_EV_OP,
-    PRT_EV_PLUGIN,
+    PRT_EV_PLUGIN, PRT_EV_SEGMENT_MAP, PRT_EV_SEGMENT_UNMAP,
 )
 from paddle_rt._core.includes.stream_support cimport (
     PRT_OPK_OTHER, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_H2H, PRT_OPK_MEMCPY_H2D,
@@ -49,9 +49,10 @@ PLUGIN = PRT_TRACE_PLUGIN
 EVENT_KINDS = {
     PRT_EV_ALLOC: "alloc", PRT_EV_FREE: "free", PRT_EV_SEGMENT_ALLOC: "segment_alloc",
     PRT_EV_SEGMENT_FREE: "segment_free", PRT_EV_OOM: "oom", PRT_EV_EMPTY_CACHE: "empty_cache", PRT_EV_OP: "op",
-    PRT_EV_PLUGIN: "plugin",
+    PRT_EV_PLUGIN: "plugin", PRT_EV_SEGMENT_MAP: "segment_map", PRT_EV_SEGMENT_UNMAP: "segment_unmap",
 }
-MEMORY_EVENTS = frozenset(("alloc", "free", "segment_alloc", "segment_free", "oom", "empty_cache"))
+MEMORY_EVENTS = frozenset(("alloc", "free", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
+                           "empty_cache"))
 OP_KINDS = {
     PRT_OPK_OTHER: "other", PRT_OPK_NOP: "nop", PRT_OPK_HOST_FUNC: "host_func", PRT_OPK_PY_CALLBACK: "callback",
     PRT_OPK_MEMCPY_H2H: "memcpy_h2h", PRT_OPK_MEMCPY_H2D: "memcpy_h2d", PRT_OPK_MEMCPY_D2H: "memcpy_d2h",

@@ -97,6 +97,7 @@ def _history_series(device, trace, segments, t0=None):
     if have_time:
         events.sort(key=lambda ev: ev["time_ns"])
     live, segs = {}, {}
+    mapped = []           # (addr, +bytes mapped / -bytes unmapped) of expandable segments
     alloc_unknown = seg_unknown = 0
     deltas = []           # (time, d_allocated, d_reserved)
     markers = []
@@ -125,13 +126,21 @@ def _history_series(device, trace, segments, t0=None):
                 n = _int(size, f"{device}: trace entry {i} size")
                 seg_unknown += n
             deltas.append((t, 0, -n))
+        elif act in ("segment_map", "segment_unmap"):      # expandable segments: pages (un)mapped inside a range
+            n = _int(size, f"{device}: trace entry {i} size") * (1 if act == "segment_map" else -1)
+            mapped.append((_int(addr, f"{device}: trace entry {i} addr"), n))
+            deltas.append((t, 0, n))
         elif act in ("oom", "empty_cache"):
             markers.append((t, act))
         else:
             raise _error(f"plot: {device}: trace entry {i} has unknown action {act!r}")
     # what the segments hold at the end but the history never allocated was there before it started
     for seg in segments or ():
-        if seg["address"] not in segs:
+        if seg.get("expandable"):
+            if seg["address"] not in segs:       # a range reserved before the history: what it mapped before
+                lo, hi = seg["address"], seg["address"] + seg.get("reserved_size", 0)
+                seg_unknown += seg.get("mapped_size", 0) - sum(n for a, n in mapped if lo <= a < hi)
+        elif seg["address"] not in segs:
             seg_unknown += seg["total_size"]
         for b in seg.get("blocks", ()):
             if b.get("state") == "active_allocated" and b["address"] not in live:
@@ -164,6 +173,9 @@ def _check_segments(device, segments):
             raise _error(f"plot: {device}: segment {i} is not an object")
         for key in ("address", "total_size"):
             _int(seg.get(key), f"{device}: segment {i} {key}")
+        if seg.get("expandable"):
+            for key in ("reserved_size", "mapped_size"):
+                _int(seg.get(key), f"{device}: segment {i} {key}")
         for j, b in enumerate(seg.get("blocks", ())):
             for key in ("address", "size"):
                 _int(b.get(key) if isinstance(b, dict) else None, f"{device}: segment {i} block {j} {key}")

@@ -13,7 +13,7 @@ Inputs, recognised by content (gzip'd or not), :func:`detect_kind`:
   has them (alloc, free, segments), else its ``memory`` counters (timeline only).
 
 A run (:func:`build_run`) per device: the timeline of allocated and reserved bytes of the device, of each pool and of
-each stream; the marked events (oom, empty_cache, growth = a new segment); block and segment lifetimes for the
+each stream; the marked events (oom, empty_cache, growth = a new segment or pages mapped into an expandable one); block and segment lifetimes for the
 segment map at any moment; the peak and the top allocation sites live at it. Long timelines are reduced to
 min/max per bucket (:func:`paddle_rt.tools.view_levels.minmax_levels`), so that peaks survive any reduction.
 """
@@ -32,9 +32,9 @@ KINDS = ("snapshot", "history", "alloc_log", "chrome_trace")
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
 
 # event kinds (the ``kind`` column)
-ALLOC, FREE, SEG_ALLOC, SEG_FREE, OOM, EMPTY_CACHE = range(6)
+ALLOC, FREE, SEG_ALLOC, SEG_FREE, OOM, EMPTY_CACHE, SEG_MAP, SEG_UNMAP = range(8)
 ACTIONS = {"alloc": ALLOC, "free": FREE, "segment_alloc": SEG_ALLOC, "segment_free": SEG_FREE, "oom": OOM,
-           "empty_cache": EMPTY_CACHE}
+           "empty_cache": EMPTY_CACHE, "segment_map": SEG_MAP, "segment_unmap": SEG_UNMAP}
 
 BLOCK_BUDGET = 60_000           # blocks kept for the segment map; beyond, only those live at MOMENTS moments
 MOMENTS = 160
@@ -357,7 +357,16 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
         if s["address"] not in seen_seg:
             sid = new_segment(s["address"], s["total_size"], t_start)
             segs[sid]["before"] = True
-            pre_res += s["total_size"]
+            if s.get("expandable"):
+                # a range reserved before the history: what it had mapped then
+                segs[sid]["expandable"] = True
+                lo, hi = s["address"], s["address"] + s.get("reserved_size", 0)
+                net = sum(ev.size[i] * (1 if ev.kind[i] == SEG_MAP else -1) for i in range(n)
+                          if ev.kind[i] in (SEG_MAP, SEG_UNMAP) and lo <= ev.addr[i] < hi)
+                segs[sid]["mapped_before"] = s.get("mapped_size", 0) - net
+                pre_res += segs[sid]["mapped_before"]
+            else:
+                pre_res += s["total_size"]
     for s in final:
         for b in s.get("blocks") or ():
             if b.get("state") == "active_allocated" and b["address"] not in seen_alloc:
@@ -397,18 +406,36 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
             sid = new_segment(addr, ev.size[i], t)
             ev_pool[i] = sid
             d_res[i] = ev.size[i]
-            markers.append({"kind": "growth", "t": t, "size": ev.size[i], "stream": ev_stream[i],
-                            "stack": ev.stack[i], "seg": sid})
+            if ev.size[i] == 0:              # an expandable segment's range: its pages come with segment_map
+                segs[sid]["expandable"] = True
+            else:
+                markers.append({"kind": "growth", "t": t, "size": ev.size[i], "stream": ev_stream[i],
+                                "stack": ev.stack[i], "seg": sid})
         elif k == SEG_FREE:
             sid = live_segs.pop(addr, None)
             if sid is not None:
                 seg_starts.remove(addr)
                 segs[sid]["t_free"] = t
-                d_res[i] = -segs[sid]["size"]
+                d_res[i] = 0 if segs[sid].get("expandable") else -segs[sid]["size"]
                 ev_pool[i] = sid
             else:
                 d_res[i] = -ev.size[i]
                 pre_res += ev.size[i]
+        elif k in (SEG_MAP, SEG_UNMAP):
+            # pages mapped (growth in place) or unmapped inside a range; the range's extent follows its maps
+            i_seg = bisect.bisect_right(seg_starts, addr) - 1
+            sid = live_segs[seg_starts[i_seg]] if i_seg >= 0 else None
+            if sid is not None and not segs[sid].get("expandable"):
+                sid = None
+            ev_pool[i] = sid
+            if k == SEG_MAP:
+                d_res[i] = ev.size[i]
+                if sid is not None:
+                    segs[sid]["size"] = max(segs[sid]["size"], addr + ev.size[i] - segs[sid]["addr"])
+                markers.append({"kind": "growth", "t": t, "size": ev.size[i], "stream": ev_stream[i],
+                                "stack": ev.stack[i], "seg": sid})
+            else:
+                d_res[i] = -ev.size[i]
         elif k in (OOM, EMPTY_CACHE):
             markers.append({"kind": "oom" if k == OOM else "empty_cache", "t": t, "size": ev.size[i],
                             "req": ev.req[i], "stream": ev_stream[i], "stack": ev.stack[i]})
@@ -428,7 +455,7 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
     seg_pre = {}
     for s in segs:
         if s.get("before"):
-            seg_pre[s["pool"]] = seg_pre.get(s["pool"], 0) + s["size"]
+            seg_pre[s["pool"]] = seg_pre.get(s["pool"], 0) + s.get("mapped_before", s["size"])
     blk_pre_pool, blk_pre_stream = {}, {}
     # the pools' and streams' levels at the start: blocks live before the history started, in the final snapshot
     # or freed during the history

@@ -19,7 +19,9 @@ enum { PRT_TRACE_MEMORY = 1, PRT_TRACE_STREAMS = 2, PRT_TRACE_STACKS = 4, PRT_TR
 /* Kinds of records. */
 enum {
     PRT_EV_ALLOC = 1, PRT_EV_FREE = 2, PRT_EV_SEGMENT_ALLOC = 3, PRT_EV_SEGMENT_FREE = 4, PRT_EV_OOM = 5,
-    PRT_EV_EMPTY_CACHE = 6, PRT_EV_OP = 7, PRT_EV_PLUGIN = 8
+    PRT_EV_EMPTY_CACHE = 6, PRT_EV_OP = 7, PRT_EV_PLUGIN = 8,
+    /* expandable segments: a run of pages of a range mapped / unmapped (addr, size = the run) */
+    PRT_EV_SEGMENT_MAP = 9, PRT_EV_SEGMENT_UNMAP = 10
 };
 
 /* One event. Memory events: addr, size, stream (the allocator's stream tag), allocated/reserved = the allocator's

@@ -21,6 +21,8 @@ cdef extern from "engine/trace_buffer.h" nogil:
         PRT_EV_EMPTY_CACHE
         PRT_EV_OP
         PRT_EV_PLUGIN
+        PRT_EV_SEGMENT_MAP
+        PRT_EV_SEGMENT_UNMAP
 
     cdef struct prt_trace_record:
         int32_t kind
