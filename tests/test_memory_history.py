@@ -12,7 +12,7 @@ from paddle_rt.bench import _alloc_kernels as _bench_alloc
 TRACE_KEYS = {"action", "addr", "size", "requested", "stream", "time_ns", "frames"}
 SEGMENT_KEYS = {"address", "total_size", "stream", "segment_type", "allocated_size", "active_size",
                 "requested_size", "blocks"}
-ACTIONS = {"alloc", "free", "segment_alloc", "segment_free", "oom", "empty_cache"}
+ACTIONS = {"alloc", "free", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "empty_cache"}
 
 
 @pytest.fixture(autouse=True)

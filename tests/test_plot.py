@@ -638,6 +638,36 @@ def test_snapshot_history_sorted_by_time_with_memory_freed_from_before_it():
     assert (s["allocated"], s["reserved"]) == (d["allocated"][-1], d["reserved"][-1])
 
 
+def test_expandable_segments_reserve_by_their_maps():
+    """segment_alloc / segment_free of a range (size 0) reserve nothing; segment_map / segment_unmap move reserved by
+    their run; a range reserved before the history starts at what it had mapped then (its final mapped bytes less
+    the maps in the history); the end agrees with the segments' mapped bytes."""
+    R, Q = BASE, BASE + 0x40000000
+    trace = [
+        {"action": "segment_alloc", "addr": R, "size": 0, "time_ns": 1_000_000},
+        {"action": "segment_map", "addr": R, "size": 4 * MiB, "time_ns": 2_000_000},
+        {"action": "alloc", "addr": R, "size": 3 * MiB, "time_ns": 3_000_000},
+        {"action": "segment_map", "addr": Q + 2 * MiB, "size": 2 * MiB, "time_ns": 4_000_000},
+        {"action": "segment_unmap", "addr": R + 2 * MiB, "size": 2 * MiB, "time_ns": 5_000_000},
+    ]
+    segs = [{"address": R, "total_size": 4 * MiB, "expandable": True, "reserved_size": 64 * MiB,
+             "mapped_size": 2 * MiB, "blocks": [{"address": R, "size": 3 * MiB, "state": "active_allocated"},
+                                                {"address": R + 3 * MiB, "size": MiB, "state": "inactive"}]},
+            {"address": Q, "total_size": 4 * MiB, "expandable": True, "reserved_size": 64 * MiB,
+             "mapped_size": 4 * MiB, "blocks": [{"address": Q, "size": 4 * MiB, "state": "inactive"}]}]
+    snap = {"format": "paddle_rt.memory_snapshot", "version": 1,
+            "devices": {"rt_cpu:0": {"segments": segs, "trace": trace}}}
+    d = plot.from_snapshot(snap)["devices"][0]
+    assert d["reserved"] == [2 * MiB, 2 * MiB, 6 * MiB, 6 * MiB, 8 * MiB, 6 * MiB]
+    assert d["allocated"][-1] == 3 * MiB
+    s = plot.segment_summary(d["segments"])
+    assert (s["allocated"], s["reserved"]) == (d["allocated"][-1], d["reserved"][-1])
+    bad = {"format": "paddle_rt.memory_snapshot", "version": 1, "devices": {"rt_cpu:0": {"segments": [
+        dict(segs[0], mapped_size="2")], "trace": trace}}}
+    with pytest.raises(paddle_rt.InvalidArgument, match="mapped_size"):
+        plot.from_snapshot(bad)
+
+
 def test_devices_of_a_snapshot_share_one_clock():
     """Every device's times count from the first event recorded on any device (one clock for all)."""
     def dev(t_seg, t_alloc, addr):

@@ -391,3 +391,31 @@ def test_detect_kind_by_content(tmp_path):
         detect_kind(p, raw=b"Action,Pointer\n")
     with pytest.raises(ViewInputError, match="not a memory snapshot"):
         detect_kind(p, raw=b"\xff\xfeAction,Pointer,Size\n")
+
+
+def test_expandable_segments_reserve_by_their_maps():
+    """An expandable segment: segment_alloc / segment_free of its range (size 0) reserve nothing; segment_map and
+    segment_unmap move reserved by the run's bytes; the segment's extent follows its maps, so a block in pages mapped
+    later still belongs to it; a range there before the history starts at what it had mapped then."""
+    r1, r2 = 0x10000000, 0x40000000
+    trace = [_tr("segment_alloc", r1, 0, 0), _tr("segment_map", r1, 4 * MB, 1), _tr("alloc", r1, 3 * MB, 2),
+             _tr("segment_map", r1 + 4 * MB, 2 * MB, 3), _tr("alloc", r1 + 3 * MB, 3 * MB, 4),
+             _tr("free", r1, 3 * MB, 5), _tr("segment_unmap", r1, 2 * MB, 6),
+             _tr("segment_map", r2 + 2 * MB, 2 * MB, 7),           # r2 was reserved (2 MiB mapped) before
+             _tr("free", r1 + 3 * MB, 3 * MB, 8), _tr("segment_unmap", r1 + 2 * MB, 4 * MB, 9),
+             _tr("segment_free", r1, 0, 10)]
+    segments = [{"address": r2, "total_size": 4 * MB, "expandable": True, "reserved_size": 64 * MB,
+                 "mapped_size": 4 * MB, "mapped_pages": [[0, 4 * MB]], "granularity": 2 * MB, "blocks": [
+                     {"address": r2, "size": MB, "state": "active_allocated"},
+                     {"address": r2 + MB, "size": 3 * MB, "state": "inactive"}]}]
+    run = view_data.build_run(view_data.events_from_history(
+        _snapdoc({"d": {"segments": segments, "trace": trace}}))["d"])
+    pre = 2 * MB                                               # r2's pages mapped before the history
+    assert run["series"]["reserved"].tolist() == [pre + x * MB for x in (0, 4, 4, 6, 6, 6, 4, 6, 6, 2, 2)]
+    assert run["series"]["allocated"].tolist()[-1] == MB       # r2's block from before the history
+    seg1 = [sg for sg in run["segments"] if sg["addr"] == r1][0]
+    assert seg1["size"] == 6 * MB and seg1["t_free"] == 10.0
+    blocks = {b["addr"]: b for b in run["blocks"]}
+    assert run["segments"][blocks[r1 + 3 * MB]["seg"]] is seg1      # the block over the later-mapped page
+    growth = [m for m in run["markers"] if m["kind"] == "growth"]
+    assert [m["size"] for m in growth] == [4 * MB, 2 * MB, 2 * MB]

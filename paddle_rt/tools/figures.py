@@ -160,10 +160,11 @@ def _segment_ranges(seg):
 
 
 def segment_summary(segments):
-    """Totals over a list of segments: reserved, allocated, free bytes, number of free holes, largest hole."""
+    """Totals over a list of segments: reserved, allocated, free bytes, number of free holes, largest hole. An
+    expandable segment reserves its mapped bytes (its free blocks may lie over unmapped pages)."""
     reserved = allocated = free = holes = largest = 0
     for seg in segments:
-        reserved += seg["total_size"]
+        reserved += seg.get("mapped_size", seg["total_size"]) if seg.get("expandable") else seg["total_size"]
         for b in seg.get("blocks", ()):
             if b.get("state") == "active_allocated":
                 allocated += b["size"]
