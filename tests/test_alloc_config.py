@@ -144,7 +144,7 @@ DEFAULTS = {
     "grow_round": ac.ROUND_NAMES.index("up"), "consolidate": ac.CONSOLIDATE_NAMES.index("fold"),
     "grow_base": ac.BASE_NAMES.index("grown"), "grow_exact_credit": 8, "settle_after": 0, "grow_requests": 32,
     "exact_above": 0.95, "small_borrow": True, "remainder_low": False, "ties_by_address": False, "quick_reuse": True,
-    "expandable_segments": 0,   # "0" for now (alloc_config.DEFAULT_EXPANDABLE)
+    "expandable_segments": 2,   # "auto" (alloc_config.DEFAULT_EXPANDABLE): on where the plugin has the extension
 }
 
 

@@ -63,8 +63,8 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
 ``small_borrow``   ``0``/``1``: a small request that no free block of the small pool serves takes a free block of the
                    large pool before the small pool grows (off in paddle_compat, which has one pool). Default 1.
 
-``expandable_segments``  ``auto``, ``1`` or ``0`` (default ``0``: see DEFAULT_EXPANDABLE): segments that grow
-                   in place (docs/expandable_segments.md).
+``expandable_segments``  ``auto``, ``1`` or ``0`` (default ``auto``: on when the plugin exports the virtual-memory
+                   extension and its handshake passes): segments that grow in place (docs/expandable_segments.md).
                    With it on, each stream tag (the default stream's, each stream-ordered pool's) holds one reserved
                    virtual range, shared by requests of every size, into which the allocator maps physical memory of
                    the plugin's granularity as it grows, instead of asking ``device_memory_allocate`` for chunks; the
@@ -112,10 +112,9 @@ DEFAULT_SETTLE_AFTER = 0
 DEFAULT_GROW_REQUESTS = 32
 DEFAULT_EXACT_ABOVE = 0.95
 DEFAULT_SMALL_BORROW = True
-#: expandable_segments' default. Issue 34 asks for "auto". It stays "0" while the allocator's event record (memory
-#: history, profiler, trace files) has no event for a page mapped or unmapped: the viewer and plot rebuild reserved
-#: bytes from segment events, and would show a range's mapped pages as nothing (docs/expandable_segments.md).
-DEFAULT_EXPANDABLE = "0"
+#: expandable_segments' default: on wherever the plugin exports the virtual-memory extension and its handshake
+#: passes (rt_cpu does), chunks otherwise. paddle_compat forces 0 (Paddle's auto-growth chunks).
+DEFAULT_EXPANDABLE = "auto"
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
