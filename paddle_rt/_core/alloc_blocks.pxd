@@ -112,6 +112,7 @@ cdef inline Block* _q_pop(AllocatorCore* c, size_t size, uintptr_t stream) noexc
     c.q_head[i] = b.qnext
     c.q_count[i] -= 1
     c.q_blocks -= 1
+    c.q_bytes -= <int64_t>size
     b.qnext = NULL
     if b.counted_split:
         stat_add(c, b.chunk.pool, ST_INACTIVE_SPLIT_BYTES, -<int64_t>b.size)
@@ -133,6 +134,7 @@ cdef inline int _q_push(AllocatorCore* c, Block* b) noexcept nogil:
     c.q_head[i] = b
     c.q_count[i] += 1
     c.q_blocks += 1
+    c.q_bytes += <int64_t>b.size
     b.allocated = 2
     if b.prev != NULL or b.next != NULL:
         b.counted_split = 1
@@ -202,6 +204,7 @@ cdef inline void _q_flush(AllocatorCore* c) noexcept nogil:
             _merge_insert(c, b)
         c.q_count[i] = 0
     c.q_blocks = 0
+    c.q_bytes = 0
 
 
 # The lowest block of a chunk (lock held, quick slots flushed): the chunk's base block is live or free.

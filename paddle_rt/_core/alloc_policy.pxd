@@ -17,19 +17,17 @@ cdef inline int pool_for(const AllocConfig* cfg, size_t size, bint ranges) noexc
     return POOL_LARGE
 
 
-cdef enum:
-    QUICK_PARKED_IN_RANGES = 16    # parked blocks at most, with expandable segments (parks_quick)
-
-
-cdef inline bint parks_quick(const AllocConfig* cfg, int pool, size_t size, bint ranges, int64_t parked) noexcept nogil:
+cdef inline bint parks_quick(const AllocConfig* cfg, int pool, size_t size, bint ranges, int64_t parked_bytes,
+                             size_t page) noexcept nogil:
     """Whether a freed block may wait, unmerged, in a quick-reuse slot for the next request of its size: a small
-    pool's block; with expandable segments (one range for every size) a block of at most small_size while fewer
-    than QUICK_PARKED_IN_RANGES wait (parked blocks do not merge with their free neighbours, and in a shared range
-    many of them split the free space that larger requests and whole free pages need). Parked blocks are merged
-    back before any growth or mapping."""
+    pool's block; with expandable segments (one range for every size) a block of at most small_size while the
+    blocks waiting hold less than one page (parked blocks do not merge with their free neighbours, so in a shared
+    range they can keep free space from forming whole pages: bounded so, they cost at most about one page). Parked
+    blocks are merged back before any growth or mapping."""
     if pool == POOL_SMALL:
         return True
-    return ranges and cfg.small_size != 0 and size <= cfg.small_size and parked < QUICK_PARKED_IN_RANGES
+    return (ranges and cfg.small_size != 0 and size <= cfg.small_size and
+            parked_bytes + <int64_t>size <= <int64_t>page)
 
 
 cdef inline bint borrows_from_large(const AllocConfig* cfg, int pool) noexcept nogil:

@@ -173,6 +173,7 @@ cdef struct AllocatorCore:
     uintptr_t q_stream[N_QUICK_SLOTS]
     int q_count[N_QUICK_SLOTS]
     int64_t q_blocks
+    int64_t q_bytes        # bytes parked in the quick slots
     int quick              # quick reuse enabled (not in paddle_compat, not with release on free)
     size_t capacity        # device total memory at creation (0: unknown)
     int64_t deferred_pending   # frees waiting for record_stream streams (atomic; see core_wait_deferred)

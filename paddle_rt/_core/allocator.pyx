@@ -158,7 +158,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_FREE, b.addr, b.size, b.stream, b.requested)
     b.requested = 0
-    if c.quick and parks_quick(&c.cfg, pool, b.size, c.vmm_on, c.q_blocks) and _q_push(c, b):
+    if c.quick and parks_quick(&c.cfg, pool, b.size, c.vmm_on, c.q_bytes, c.gran) and _q_push(c, b):
         return 0
     b.allocated = 0
     b = _merge_insert(c, b)
