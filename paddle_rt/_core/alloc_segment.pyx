@@ -252,15 +252,22 @@ cdef C_Status _map_pages(AllocatorCore* c, Chunk* ch, size_t first, void** hs, s
     return C_SUCCESS
 
 
-cdef void _unmap_pages(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
-    """Unmap pages first .. first + n - 1 of ch (each mapped), keeping their physical allocations (the caller read
-    them from ch.phys): one batched call when the plugin has one, else one call per page."""
+cdef void _plugin_unmap(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
+    """The plugin calls that unmap pages first .. first + n - 1 of ch: one batched call when the plugin has one,
+    else one call per page."""
     cdef size_t g = c.gran, k
     if c.vmm.unmap_pages != NULL:
         c.vmm.unmap_pages(c.cdev, <void*>ch.base, first * g, n, g)
     else:
         for k in range(n):
             c.vmm.unmap(c.cdev, <void*>ch.base, (first + k) * g, g)
+
+
+cdef void _unmap_pages(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
+    """Unmap pages first .. first + n - 1 of ch (each mapped), keeping their physical allocations (the caller read
+    them from ch.phys), with the counters and the event."""
+    cdef size_t g = c.gran, k
+    _plugin_unmap(c, ch, first, n)
     for k in range(n):
         ch.phys[first + k] = NULL
     ch.holes += n
@@ -586,15 +593,24 @@ cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
 cdef void vmm_teardown(AllocatorCore* c) noexcept nogil:
     """Interpreter exit: every page unmapped and released, every range given back (live blocks included)."""
     cdef Chunk* ch
-    cdef vector[void*] hs
-    cdef void* h
+    cdef size_t i, j, npages
     cdef int r
     for r in range(c.n_ranges):
         ch = c.ranges[r]
-        hs.clear()
-        _take_pages(c, ch, 0, ch.size // c.gran, NULL, 0, 0, SIZE_MAX, hs)
-        for h in hs:
-            c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
+        npages = ch.size // c.gran
+        i = 0
+        while i < npages:             # run by run; no counter or event (the interpreter is going away)
+            if ch.phys[i] == NULL:
+                i += 1
+                continue
+            j = i
+            while j < npages and ch.phys[j] != NULL:
+                j += 1
+            _plugin_unmap(c, ch, i, j - i)
+            while i < j:
+                c.vmm.release(c.cdev, <PaddleRtVmmPhys>ch.phys[i])
+                ch.phys[i] = NULL
+                i += 1
         c.vmm.free_range(c.cdev, <void*>ch.base, ch.vsize)
     c.n_ranges = 0
 
