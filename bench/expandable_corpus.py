@@ -23,10 +23,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--only", default=None)
     args = ap.parse_args(argv)
-    paths = corpus.corpus_files(args.folders)
-    if args.only:
-        keep = set(args.only.split(","))
-        paths = [p for p in paths if corpus.trace_name(p) in keep]
+    paths = corpus.pick(corpus.corpus_files(args.folders), args.only)
     rows = []
     print("| log | peak live MiB | Paddle MiB | PyTorch MiB | on: peak MiB | on / Paddle | creations / (peak / page) "
           "| maps / unmaps | off: peak MiB | off / Paddle | off allocs (PyTorch's) | ns/event on / off |")

@@ -50,10 +50,7 @@ def main(argv=None):
     ap.add_argument("--min-seconds", type=float, default=1.0)
     ap.add_argument("--only", default=None)
     args = ap.parse_args(argv)
-    paths = corpus.corpus_files(args.folders)
-    if args.only:
-        keep = set(args.only.split(","))
-        paths = [p for p in paths if corpus.trace_name(p) in keep]
+    paths = corpus.pick(corpus.corpus_files(args.folders), args.only)
     print("| log | events | pages created / 1,000 events | on: ns/event | off: ns/event | on / off | rounds |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     rows = []

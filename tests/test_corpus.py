@@ -142,3 +142,10 @@ def test_corpus_files_lists_the_logs_or_names_each_folder_without_any(tmp_path):
     assert problems == [f"--corpus {empty} holds no allocation log (.csv or .csv.gz)",
                         f"--corpus {missing}: no such folder"]
     assert corpus.corpus_files([str(a)], problems) == want[:2] and len(problems) == 2
+
+
+def test_pick_keeps_the_named_logs_in_order():
+    paths = ["a/x.csv.gz", "b/y.csv", "c/z.csv.gz"]
+    assert corpus.pick(paths, None) == paths and corpus.pick(paths, "") == paths
+    assert corpus.pick(paths, "z, x") == ["a/x.csv.gz", "c/z.csv.gz"]
+    assert corpus.pick(paths, "nope") == []

@@ -45,6 +45,15 @@ def corpus_files(folders, problems=None):
     return out
 
 
+def pick(paths, names=None):
+    """The logs of ``paths`` whose name (:func:`trace_name`) is one of the comma-separated ``names``, in their order;
+    all of them when ``names`` is empty or None."""
+    if not names:
+        return list(paths)
+    keep = set(n.strip() for n in names.split(","))
+    return [p for p in paths if trace_name(p) in keep]
+
+
 def trace_name(path):
     name = os.path.basename(path)
     return name[:-7] if name.endswith(".csv.gz") else name[:-4]

@@ -380,28 +380,11 @@ static C_Status unmap_locked(int id, void* base, size_t offset, size_t n, size_t
   return C_SUCCESS;
 }
 
-RT_EXPORT C_Status paddle_rt_ext_vmm_map(const C_Device device, void* base, size_t offset, PaddleRtVmmPhys handle,
-                                         size_t size) {
-  int id = vmm_device_id(device, "map");
-  if (id < 0) return C_ERROR;
-  pthread_mutex_lock(&g_mu);
-  C_Status st = map_locked(id, base, offset, &handle, 1, size);
-  pthread_mutex_unlock(&g_mu);
-  return st;
-}
-
-RT_EXPORT C_Status paddle_rt_ext_vmm_unmap(const C_Device device, void* base, size_t offset, size_t size) {
-  int id = vmm_device_id(device, "unmap");
-  if (id < 0) return C_ERROR;
-  pthread_mutex_lock(&g_mu);
-  C_Status st = unmap_locked(id, base, offset, 1, size);
-  pthread_mutex_unlock(&g_mu);
-  return st;
-}
-
-RT_EXPORT C_Status paddle_rt_ext_vmm_map_pages(const C_Device device, void* base, size_t offset,
-                                               const PaddleRtVmmPhys* handles, size_t n, size_t page) {
-  int id = vmm_device_id(device, "map_pages");
+/* The four map / unmap exports: the device checked (with the call's fault-injection name), then the body under the
+ * lock. */
+static C_Status locked_map(const C_Device device, const char* call, void* base, size_t offset,
+                           const PaddleRtVmmPhys* handles, size_t n, size_t page) {
+  int id = vmm_device_id(device, call);
   if (id < 0 || !handles) return C_ERROR;
   pthread_mutex_lock(&g_mu);
   C_Status st = map_locked(id, base, offset, handles, n, page);
@@ -409,14 +392,33 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_map_pages(const C_Device device, void* base
   return st;
 }
 
-RT_EXPORT C_Status paddle_rt_ext_vmm_unmap_pages(const C_Device device, void* base, size_t offset, size_t n,
-                                                 size_t page) {
-  int id = vmm_device_id(device, "unmap_pages");
+static C_Status locked_unmap(const C_Device device, const char* call, void* base, size_t offset, size_t n,
+                             size_t page) {
+  int id = vmm_device_id(device, call);
   if (id < 0) return C_ERROR;
   pthread_mutex_lock(&g_mu);
   C_Status st = unmap_locked(id, base, offset, n, page);
   pthread_mutex_unlock(&g_mu);
   return st;
+}
+
+RT_EXPORT C_Status paddle_rt_ext_vmm_map(const C_Device device, void* base, size_t offset, PaddleRtVmmPhys handle,
+                                         size_t size) {
+  return locked_map(device, "map", base, offset, &handle, 1, size);
+}
+
+RT_EXPORT C_Status paddle_rt_ext_vmm_unmap(const C_Device device, void* base, size_t offset, size_t size) {
+  return locked_unmap(device, "unmap", base, offset, 1, size);
+}
+
+RT_EXPORT C_Status paddle_rt_ext_vmm_map_pages(const C_Device device, void* base, size_t offset,
+                                               const PaddleRtVmmPhys* handles, size_t n, size_t page) {
+  return locked_map(device, "map_pages", base, offset, handles, n, page);
+}
+
+RT_EXPORT C_Status paddle_rt_ext_vmm_unmap_pages(const C_Device device, void* base, size_t offset, size_t n,
+                                                 size_t page) {
+  return locked_unmap(device, "unmap_pages", base, offset, n, page);
 }
 
 /* The last finalize (a layer's teardown): every range, mapping and physical allocation is forgotten. */
