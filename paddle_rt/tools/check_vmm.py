@@ -27,6 +27,7 @@ class _Vmm:
         for f in found.values():
             f.restype = ctypes.c_int
         self.f = found
+        self.lib = lib
         st, ids = ctx.raw.get_device_list(ctx.ndev)
         ctx.status(st, "get_device_list")
 
@@ -71,8 +72,7 @@ class _Vmm:
 
     def batched(self):
         """Load the optional batched calls: Skip without them, Fail with only one."""
-        lib = ctypes.CDLL(self.ctx.plugin.path)
-        found = {n: getattr(lib, "paddle_rt_ext_vmm_" + n, None) for n in BATCHED}
+        found = {n: getattr(self.lib, "paddle_rt_ext_vmm_" + n, None) for n in BATCHED}
         have = [n for n, f in found.items() if f is not None]
         if not have:
             raise Skip("the plugin does not export the optional batched calls (paddle_rt_ext_vmm_map_pages / "

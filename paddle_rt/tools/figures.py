@@ -159,6 +159,14 @@ def _segment_ranges(seg):
     return alloc, free
 
 
+def mapped_before(seg, maps):
+    """An expandable segment of the final snapshot reserved before a history started: the bytes it had mapped then,
+    its final ``mapped_size`` less the net bytes that the history's ``maps`` ((addr, +mapped / -unmapped bytes)
+    pairs) mapped inside its range."""
+    lo, hi = seg["address"], seg["address"] + seg.get("reserved_size", 0)
+    return seg.get("mapped_size", 0) - sum(n for a, n in maps if lo <= a < hi)
+
+
 def segment_summary(segments):
     """Totals over a list of segments: reserved, allocated, free bytes, number of free holes, largest hole. An
     expandable segment reserves its mapped bytes (its free blocks may lie over unmapped pages)."""

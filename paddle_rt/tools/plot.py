@@ -26,7 +26,7 @@ __all__ = ["MissingExtraError", "load_memory_data", "from_snapshot", "from_chrom
 from paddle_rt.tools.cli import command_parser, error, output_path_problem
 from paddle_rt.tools.figures import (  # noqa: F401  (re-exported: the plotting API of paddle_rt.tools.plot)
     MAX_SEGMENT_ROWS, MAX_TIMELINE_POINTS, MissingExtraError, PLOT_EXTRA, _error, _reduce, draw_memory,
-    chrome_trace_events, gunzip_if_gzip, require_matplotlib, segment_summary, snapshot_devices,
+    chrome_trace_events, gunzip_if_gzip, mapped_before, require_matplotlib, segment_summary, snapshot_devices,
 )
 
 SNAPSHOT_FORMAT = "paddle_rt.memory_snapshot"
@@ -138,8 +138,7 @@ def _history_series(device, trace, segments, t0=None):
     for seg in segments or ():
         if seg.get("expandable"):
             if seg["address"] not in segs:       # a range reserved before the history: what it mapped before
-                lo, hi = seg["address"], seg["address"] + seg.get("reserved_size", 0)
-                seg_unknown += seg.get("mapped_size", 0) - sum(n for a, n in mapped if lo <= a < hi)
+                seg_unknown += mapped_before(seg, mapped)
         elif seg["address"] not in segs:
             seg_unknown += seg["total_size"]
         for b in seg.get("blocks", ()):

@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from paddle_rt.tools.figures import _error, chrome_trace_events, gunzip_if_gzip, snapshot_devices
+from paddle_rt.tools.figures import _error, chrome_trace_events, gunzip_if_gzip, mapped_before, snapshot_devices
 
 __all__ = ["KINDS", "ViewInputError", "detect_kind", "load_source", "events_from_history", "build_run",
            "live_at", "baseline_runs", "replay_in_child"]
@@ -353,17 +353,15 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
                        "t_free": float("inf"), "seg": sid})
         live_blocks[addr] = len(blocks) - 1
 
+    maps = [(ev.addr[i], ev.size[i] if ev.kind[i] == SEG_MAP else -ev.size[i]) for i in range(n)
+            if ev.kind[i] in (SEG_MAP, SEG_UNMAP)]
     for s in final:
         if s["address"] not in seen_seg:
             sid = new_segment(s["address"], s["total_size"], t_start)
             segs[sid]["before"] = True
-            if s.get("expandable"):
-                # a range reserved before the history: what it had mapped then
+            if s.get("expandable"):              # a range reserved before the history: what it had mapped then
                 segs[sid]["expandable"] = True
-                lo, hi = s["address"], s["address"] + s.get("reserved_size", 0)
-                net = sum(ev.size[i] * (1 if ev.kind[i] == SEG_MAP else -1) for i in range(n)
-                          if ev.kind[i] in (SEG_MAP, SEG_UNMAP) and lo <= ev.addr[i] < hi)
-                segs[sid]["mapped_before"] = s.get("mapped_size", 0) - net
+                segs[sid]["mapped_before"] = mapped_before(s, maps)
                 pre_res += segs[sid]["mapped_before"]
             else:
                 pre_res += s["total_size"]
