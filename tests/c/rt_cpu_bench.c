@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "paddle_rt/device_ext.h"
+#include "paddle_rt/paddle_rt_vmm_ext.h"
 
 static C_DeviceInterface f;
 static struct C_Device_st D0 = {0}, D1 = {1};
@@ -46,6 +47,74 @@ static double b_alloc_free(void) {
     f.device_memory_deallocate(&D0, p, 1024);
   }
   return (now_s() - t) / N * 1e9;
+}
+
+/* A chunk of 20 MiB from device_memory_allocate (what the chunk allocator pays per growth; never touched here). */
+static double b_chunk_alloc_free(void) {
+  enum { N = 2000 };
+  size_t n = (size_t)20 << 20;
+  double t = now_s();
+  for (int i = 0; i < N; i++) {
+    void* p;
+    f.device_memory_allocate(&D0, &p, n);
+    f.device_memory_deallocate(&D0, p, n);
+  }
+  return (now_s() - t) / N * 1e9;
+}
+
+/* The virtual-memory extension (dlsym'd in main; all NULL when the plugin does not export it). */
+static paddle_rt_ext_vmm_granularity_fn vg;
+static paddle_rt_ext_vmm_reserve_fn vreserve;
+static paddle_rt_ext_vmm_free_range_fn vfree_range;
+static paddle_rt_ext_vmm_create_fn vcreate;
+static paddle_rt_ext_vmm_release_fn vrelease;
+static paddle_rt_ext_vmm_map_fn vmap;
+static paddle_rt_ext_vmm_unmap_fn vunmap;
+enum { VPAGES = 32 };
+
+/* One page created and released (no mapping): what a growth by one page pays before its map. */
+static double b_vmm_create_release(void) {
+  enum { N = 20000 };
+  size_t g;
+  vg(&D0, &g);
+  double t = now_s();
+  for (int i = 0; i < N; i++) {
+    PaddleRtVmmPhys h;
+    vcreate(&D0, g, &h);
+    vrelease(&D0, h);
+  }
+  return (now_s() - t) / N * 1e9;
+}
+
+/* A page moved: unmapped where it is, mapped at another offset of the range (what a donor page costs the allocator:
+   two calls, each one mmap on rt_cpu). 32 pages mapped in the low half of a 64-page range move up and back. */
+static double b_vmm_move(void) {
+  enum { ROUNDS = 200 };
+  size_t g;
+  vg(&D0, &g);
+  void* base;
+  PaddleRtVmmPhys h[VPAGES];
+  vreserve(&D0, 2 * VPAGES * g, &base);
+  for (int i = 0; i < VPAGES; i++) {
+    vcreate(&D0, g, &h[i]);
+    vmap(&D0, base, (size_t)i * g, h[i], g);
+  }
+  double t = now_s();
+  for (int r = 0; r < ROUNDS; r++) {
+    size_t from = (r & 1) ? VPAGES : 0, to = (r & 1) ? 0 : VPAGES;
+    for (int i = 0; i < VPAGES; i++) {
+      vunmap(&D0, base, (from + (size_t)i) * g, g);
+      vmap(&D0, base, (to + (size_t)i) * g, h[i], g);
+    }
+  }
+  double ns = (now_s() - t) / ((double)ROUNDS * VPAGES) * 1e9;
+  size_t at = (ROUNDS & 1) ? VPAGES : 0;
+  for (int i = 0; i < VPAGES; i++) {
+    vunmap(&D0, base, (at + (size_t)i) * g, g);
+    vrelease(&D0, h[i]);
+  }
+  vfree_range(&D0, base, 2 * VPAGES * g);
+  return ns;
 }
 
 static C_Stream s0, s1;
@@ -147,6 +216,18 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < big_n; i++) big[r][i] = 1.0f;
   }
   run("device alloc+free pair (1 KiB)", "ns", b_alloc_free);
+  run("device alloc+free pair (20 MiB chunk)", "ns", b_chunk_alloc_free);
+  vg = (paddle_rt_ext_vmm_granularity_fn)dlsym(lib, "paddle_rt_ext_vmm_granularity");
+  vreserve = (paddle_rt_ext_vmm_reserve_fn)dlsym(lib, "paddle_rt_ext_vmm_reserve");
+  vfree_range = (paddle_rt_ext_vmm_free_range_fn)dlsym(lib, "paddle_rt_ext_vmm_free_range");
+  vcreate = (paddle_rt_ext_vmm_create_fn)dlsym(lib, "paddle_rt_ext_vmm_create");
+  vrelease = (paddle_rt_ext_vmm_release_fn)dlsym(lib, "paddle_rt_ext_vmm_release");
+  vmap = (paddle_rt_ext_vmm_map_fn)dlsym(lib, "paddle_rt_ext_vmm_map");
+  vunmap = (paddle_rt_ext_vmm_unmap_fn)dlsym(lib, "paddle_rt_ext_vmm_unmap");
+  if (vg && vreserve && vfree_range && vcreate && vrelease && vmap && vunmap) {
+    run("vmm page create+release (one granule)", "ns", b_vmm_create_release);
+    run("vmm page move (unmap + map, one granule)", "ns", b_vmm_move);
+  }
   run("async d2d copy (64 B), enqueue+run", "ns/op", b_stream_ops);
   run("callback + synchronize_stream round trip", "us", b_callback_roundtrip);
   run("record_event + synchronize_event round trip", "us", b_event_roundtrip);
