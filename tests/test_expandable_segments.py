@@ -364,9 +364,38 @@ def test_small_and_large_requests_share_the_streams_range(dev):
     paddle_rt.raw_free(small, dev)
 
 
+def test_best_fit_spans_the_small_and_large_free_blocks_of_a_range(dev):
+    """In a range, free blocks below small_size are indexed apart from the larger ones (alloc_index.index_of): a
+    split that leaves a small remainder moves its entry across, and best fit still finds the smallest free block
+    that fits, small or large."""
+    on(dev)
+    KiB = 1 << 10
+    a = paddle_rt.raw_malloc(200 * KiB, dev)
+    sep = paddle_rt.raw_malloc(4 * KiB, dev)
+    paddle_rt.raw_free(a, dev)                            # a free 200 KiB hole before sep: a large free block
+    p = paddle_rt.raw_malloc(150 * KiB, dev)
+    assert p == a                                         # the hole, not the range's free end
+    q = paddle_rt.raw_malloc(40 * KiB, dev)
+    assert q == a + 150 * KiB                             # the 50 KiB remainder, now a small free block
+    r = paddle_rt.raw_malloc(8 * KiB, dev)
+    assert r == a + 190 * KiB
+    paddle_rt.raw_free(p, dev)                            # 150 KiB free again, between nothing free
+    t = paddle_rt.raw_malloc(150 * KiB, dev)
+    assert t == a
+    u = paddle_rt.raw_malloc(1 * KiB, dev)
+    assert u == a + 198 * KiB                             # the last 2 KiB of the hole
+    consistent(dev)
+    for x in (t, q, r, u, sep):
+        paddle_rt.raw_free(x, dev)
+    paddle_rt.empty_cache(dev)
+    assert consistent(dev)["reserved_bytes.all.current"] == 0
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Hypothesis: random histories of allocations and frees (on two stream tags), in both modes.
-ops = st.lists(st.tuples(st.sampled_from(["alloc", "free"]), st.integers(1, 24 * MiB), st.integers(0, 1)),
+ops = st.lists(st.tuples(st.sampled_from(["alloc", "free"]),
+                         st.one_of(st.integers(1, 256 << 10), st.integers(1, 24 * MiB)),   # small and large requests
+                         st.integers(0, 1)),
                min_size=1, max_size=40)
 
 

@@ -10,6 +10,7 @@ from paddle_rt._core.alloc_types cimport (
 )
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
+    index_of,
 )
 from paddle_rt._core.alloc_policy cimport splits, remainder_low, places_high
 from paddle_rt._core.includes.alloc_support cimport prt_free_set
@@ -42,6 +43,7 @@ cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t request
     cdef Block* r
     cdef size_t rest
     cdef prt_free_set.iterator it
+    cdef int was
     rest = b.size - size
     if splits(&c.cfg, b.size, size):
         r = new_block(c)
@@ -49,6 +51,7 @@ cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t request
             fail[0] = ERR_HOST_OOM
             return NULL
         # b's index entry becomes the remainder's (re-keyed in place when the order allows)
+        was = index_of(c, b)
         it = index_find(c, b)
         split_uncount(c, b)
         r.chunk = b.chunk
@@ -72,7 +75,7 @@ cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t request
             if r.next == NULL:
                 r.chunk.tail = r
         b.size = size
-        index_rekey(c, it, r)
+        index_rekey(c, was, it, r)
         split_count(c, r)
     else:
         index_remove(c, b)
@@ -161,9 +164,11 @@ cdef inline Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
     cdef Block* p = b.prev
     cdef Block* n = b.next
     cdef prt_free_set.iterator it
+    cdef int was
     cdef bint pf = p != NULL and p.allocated == 0
     cdef bint nf = n != NULL and n.allocated == 0
     if pf:
+        was = index_of(c, p)
         it = index_find(c, p)
         split_uncount(c, p)
         if nf:
@@ -171,14 +176,15 @@ cdef inline Block* _merge_insert(AllocatorCore* c, Block* b) noexcept nogil:
         _absorb_next(c, p)           # b
         if nf:
             _absorb_next(c, p)       # n
-        index_rekey(c, it, p)
+        index_rekey(c, was, it, p)
         split_count(c, p)
         return p
     if nf:
+        was = index_of(c, n)
         it = index_find(c, n)
         split_uncount(c, n)
         _absorb_next(c, b)
-        index_rekey(c, it, b)
+        index_rekey(c, was, it, b)
         split_count(c, b)
         return b
     index_insert(c, b)

@@ -6,10 +6,10 @@ from libc.string cimport memset
 from cython.operator cimport dereference as deref
 
 from paddle_rt._core.alloc_types cimport (
-    AllocatorCore, Block, Stat, ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT,
+    AllocatorCore, Block, Stat, ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT, POOL_SMALL, POOL_LARGE,
 )
 from paddle_rt._core.alloc_policy cimport pool_for, serves, tie_rank
-from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key, prt_free_rekey
+from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key, prt_free_rekey, prt_free_move
 
 
 # Add d to counter `which` of the pool and of "all" (peak, allocated and freed totals follow).
@@ -71,29 +71,48 @@ cdef inline prt_free_key key_of(AllocatorCore* c, Block* b, void* payload) noexc
     return k
 
 
+# Which of the two indexes holds free block b: its chunk's pool; in an expandable range, where blocks of every size
+# share one range, a block below index_split(c) bytes goes in the small index. The large requests' cached path then
+# searches and re-keys among large blocks only, as with chunks. Best fit is unchanged: every block of the small index
+# is smaller than every block of the large one, and best_fit_range searches the small index first.
+cdef inline size_t index_split(AllocatorCore* c) noexcept nogil:
+    return c.gran if c.gran <= c.cfg.small_size else c.cfg.small_size + 1
+
+
+cdef inline int index_of(AllocatorCore* c, Block* b) noexcept nogil:
+    if b.chunk.expandable and b.size < index_split(c):
+        return POOL_SMALL
+    return b.chunk.pool
+
+
 cdef inline void index_insert(AllocatorCore* c, Block* b) noexcept nogil:
     cdef prt_free_key k = key_of(c, b, <void*>b)
-    c.cx.free_blocks[b.chunk.pool].insert(k)
+    c.cx.free_blocks[index_of(c, b)].insert(k)
     b.counted_split = 0
     split_count(c, b)
 
 
 cdef inline void index_remove(AllocatorCore* c, Block* b) noexcept nogil:
     cdef prt_free_key k = key_of(c, b, NULL)
-    c.cx.free_blocks[b.chunk.pool].erase(k)
+    c.cx.free_blocks[index_of(c, b)].erase(k)
     split_uncount(c, b)
 
 
 # The index entry of free block b (b's fields must still hold the key it was indexed with).
 cdef inline prt_free_set.iterator index_find(AllocatorCore* c, Block* b) noexcept nogil:
     cdef prt_free_key k = key_of(c, b, NULL)
-    return c.cx.free_blocks[b.chunk.pool].find(k)
+    return c.cx.free_blocks[index_of(c, b)].find(k)
 
 
-# Point the index entry `it` at block nb with nb's current size and address.
-cdef inline void index_rekey(AllocatorCore* c, prt_free_set.iterator it, Block* nb) noexcept nogil:
+# Point the index entry `it` (of index `was`: index_of the block it was found for) at block nb with nb's current
+# size and address.
+cdef inline void index_rekey(AllocatorCore* c, int was, prt_free_set.iterator it, Block* nb) noexcept nogil:
     cdef prt_free_key k = key_of(c, nb, <void*>nb)
-    prt_free_rekey(c.cx.free_blocks[nb.chunk.pool], it, k)
+    cdef int now = index_of(c, nb)
+    if now == was:
+        prt_free_rekey(c.cx.free_blocks[now], it, k)
+    else:
+        prt_free_move(c.cx.free_blocks[was], it, c.cx.free_blocks[now], k)
 
 
 cdef inline int pool_of(AllocatorCore* c, size_t size) noexcept nogil:
@@ -115,4 +134,14 @@ cdef inline Block* best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_t
     cdef Block* b = <Block*>deref(it).block
     if not serves(&c.cfg, b.size, size):
         return NULL
+    return b
+
+
+# Best fit in expandable ranges (index_of): the small index first, for a request that a block there can serve.
+cdef inline Block* best_fit_range(AllocatorCore* c, uintptr_t stream, size_t size) noexcept nogil:
+    cdef Block* b = NULL
+    if size < index_split(c):
+        b = best_fit(c, POOL_SMALL, stream, size)
+    if b == NULL:
+        b = best_fit(c, POOL_LARGE, stream, size)
     return b

@@ -679,10 +679,12 @@ cdef int is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
             if q.addr == ptr:
                 return 1
             q = q.qnext
-    # walk the pool's free index for a free block starting at ptr (error path only)
-    fi = c.cx.free_blocks[ch.pool].begin()
-    while fi != c.cx.free_blocks[ch.pool].end():
-        if deref(fi).addr == ptr:
-            return 1
-        inc(fi)
+    # walk the free indexes for a free block starting at ptr (error path only; a range's small blocks are indexed
+    # apart from its large ones: alloc_index.index_of)
+    for p in range(2):
+        fi = c.cx.free_blocks[p].begin()
+        while fi != c.cx.free_blocks[p].end():
+            if deref(fi).addr == ptr:
+                return 1
+            inc(fi)
     return 0

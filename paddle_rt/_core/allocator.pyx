@@ -51,7 +51,7 @@ from paddle_rt._core.device cimport Device, resolve_device, device_host_addressa
 from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
-    pool_of, best_fit,
+    pool_of, best_fit, best_fit_range,
 )
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
@@ -125,10 +125,13 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
             _count_alloc(c, b, nbytes)
             c.num_cache_hits += 1
             return b
-    pool = pool_of(c, size)
-    b = best_fit(c, pool, stream, size)
-    if b == NULL and borrows_from_large(&c.cfg, pool):
-        b = best_fit(c, POOL_LARGE, stream, size)
+    if c.vmm_on:
+        b = best_fit_range(c, stream, size)
+    else:
+        pool = pool_of(c, size)
+        b = best_fit(c, pool, stream, size)
+        if b == NULL and borrows_from_large(&c.cfg, pool):
+            b = best_fit(c, POOL_LARGE, stream, size)
     if b == NULL:
         return NULL
     if b.chunk.holes:

@@ -168,6 +168,15 @@ static inline void prt_free_rekey(prt_free_set& s, prt_free_set::iterator it, co
     s.insert(std::move(nh));
 }
 
+/* Move the entry at `it` of `from` into `to` with the key k (a free block whose size moved it to the other index):
+   the node itself moves, nothing is allocated (both sets draw on one node pool, prt_alloc_containers). */
+static inline void prt_free_move(prt_free_set& from, prt_free_set::iterator it, prt_free_set& to,
+                                 const prt_free_key& k) {
+    auto nh = from.extract(it);
+    nh.value().size = k.size; nh.value().chunk = k.chunk; nh.value().addr = k.addr; nh.value().block = k.block;
+    to.insert(std::move(nh));
+}
+
 /* The allocator's lock: one atomic exchange to take it, a release store to give it back (cheaper than a
    pthread mutex on the hot path). A waiter spins briefly, then yields, then sleeps in short steps, so a holder
    that is inside a slow plugin call does not burn a core. */

@@ -29,6 +29,7 @@ cdef extern from "engine/alloc_containers.h" nogil:
         bint empty()
 
     void prt_free_rekey(prt_free_set& s, prt_free_set.iterator it, const prt_free_key& k)
+    void prt_free_move(prt_free_set& src, prt_free_set.iterator it, prt_free_set& dst, const prt_free_key& k)
 
     cdef cppclass prt_ptr_table:
         void insert(uintptr_t, void*)
