@@ -391,6 +391,40 @@ def test_best_fit_spans_the_small_and_large_free_blocks_of_a_range(dev):
     assert consistent(dev)["reserved_bytes.all.current"] == 0
 
 
+def test_a_mapped_free_block_is_taken_before_pages_are_mapped(dev):
+    """When the best fit lies over an unmapped page and a somewhat larger free block has every page mapped, the request
+    takes the larger block and no page is mapped (alloc_blocks.mapped_fit); with no such block, pages are mapped."""
+    on(dev)
+    KiB = 1 << 10
+    x = paddle_rt.raw_malloc(2 * MiB, dev)                # page 0
+    s1 = paddle_rt.raw_malloc(64 * KiB, dev)              # at 2 MiB
+    y = paddle_rt.raw_malloc(4 * MiB, dev)                # 2 MiB + 64 KiB .. 6 MiB + 64 KiB
+    s2 = paddle_rt.raw_malloc(64 * KiB, dev)
+    assert (s1, y) == (x + 2 * MiB, x + 2 * MiB + 64 * KiB)
+    paddle_rt.raw_free(x, dev)
+    paddle_rt.raw_free(y, dev)
+    paddle_rt.empty_cache(dev)                            # unmaps the wholly free pages 0 and 2
+    st = consistent(dev)
+    assert st["reserved_bytes.all.current"] == 2 * G      # pages 1 and 3 hold s1 and s2
+    w = paddle_rt.raw_malloc(4 * MiB, dev)                # only y's hole fits: page 2 is mapped again
+    assert w == y
+    paddle_rt.raw_free(w, dev)                            # y's hole is mapped throughout, x's is not
+    before = consistent(dev)
+    # 1950 KiB: the range's free end after s2 (1920 KiB) is too small, so the best fit is x's 2 MiB hole, over
+    # unmapped page 0
+    z = paddle_rt.raw_malloc(1950 * KiB, dev)
+    after = consistent(dev)
+    assert z == y                                         # the larger, mapped hole instead
+    assert after["num_maps"] == before["num_maps"] and after["num_unmaps"] == before["num_unmaps"]
+    assert after["reserved_bytes.all.current"] == before["reserved_bytes.all.current"] == 3 * G
+    z2 = paddle_rt.raw_malloc(2200 * KiB, dev)            # fits no hole: the range grows, pages are mapped
+    assert consistent(dev)["num_maps"] > before["num_maps"]
+    for p in (z, z2, s1, s2):
+        paddle_rt.raw_free(p, dev)
+    paddle_rt.empty_cache(dev)
+    assert consistent(dev)["reserved_bytes.all.current"] == 0
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Hypothesis: random histories of allocations and frees (on two stream tags), in both modes.
 ops = st.lists(st.tuples(st.sampled_from(["alloc", "free"]),

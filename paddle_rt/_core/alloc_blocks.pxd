@@ -5,15 +5,15 @@ from libc.stdint cimport uintptr_t, int64_t, uint64_t
 from cython.operator cimport dereference as deref, preincrement as inc
 
 from paddle_rt._core.alloc_types cimport (
-    AllocatorCore, Block, Chunk, N_QUICK_SLOTS, ST_ALLOCATED_BYTES, ST_RESERVED_BYTES, ST_REQUESTED_BYTES, ST_ALLOCATION,
-    ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT, ERR_HOST_OOM,
+    AllocatorCore, Block, Chunk, N_QUICK_SLOTS, POOL_LARGE, ST_ALLOCATED_BYTES, ST_RESERVED_BYTES, ST_REQUESTED_BYTES,
+    ST_ALLOCATION, ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT, ERR_HOST_OOM,
 )
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
     index_of,
 )
-from paddle_rt._core.alloc_policy cimport splits, remainder_low, places_high
-from paddle_rt._core.includes.alloc_support cimport prt_free_set
+from paddle_rt._core.alloc_policy cimport splits, serves, remainder_low, places_high, MAPPED_FIT_SCAN
+from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key
 from paddle_rt._core.includes.trace_support cimport prt_tracing, PRT_TRACE_MEMORY, PRT_EV_ALLOC
 from paddle_rt._core.trace cimport trace_mask, trace_memory_event
 
@@ -36,6 +36,54 @@ cdef inline size_t handed_out(AllocatorCore* c, Block* b, size_t size) noexcept 
 # Where the allocation of `size` from free block b will start (_take's placement).
 cdef inline uintptr_t take_at(AllocatorCore* c, Block* b, size_t size) noexcept nogil:
     return b.addr + (b.size - size) if _takes_high(c, b, size) else b.addr
+
+
+# Whether a page under [addr, addr + size) of expandable range ch is not mapped (only asked while ch has holes).
+cdef inline bint span_unmapped(Chunk* ch, uintptr_t addr, size_t size, size_t g) noexcept nogil:
+    cdef size_t i = (addr - ch.base) // g
+    cdef size_t hi = (addr + size - ch.base + g - 1) // g
+    while i < hi:
+        if ch.phys[i] == NULL:
+            return True
+        i += 1
+    return False
+
+
+# The lowest index key of a stream.
+cdef inline prt_free_key _stream_start(uintptr_t stream) noexcept nogil:
+    cdef prt_free_key k
+    k.stream = stream
+    k.size = 0
+    k.chunk = 0
+    k.addr = 0
+    k.block = NULL
+    return k
+
+
+# The best fit b of a request in an expandable range lies over unmapped pages: the next free block of b's stream in
+# index order (larger, or as large and later) that serves `size` with every page under the part handed out mapped, or
+# NULL (none within MAPPED_FIT_SCAN entries, alloc_policy). Past the small index's end the search goes on in the
+# large index.
+cdef inline Block* mapped_fit(AllocatorCore* c, Block* b, size_t size) noexcept nogil:
+    cdef int p = index_of(c, b)
+    cdef prt_free_set.iterator it = index_find(c, b)
+    cdef Block* x
+    cdef int n
+    for n in range(MAPPED_FIT_SCAN):
+        inc(it)
+        if it == c.cx.free_blocks[p].end() or deref(it).stream != b.stream:
+            if p == POOL_LARGE:
+                return NULL
+            p = POOL_LARGE
+            it = c.cx.free_blocks[p].lower_bound(_stream_start(b.stream))
+            if it == c.cx.free_blocks[p].end() or deref(it).stream != b.stream:
+                return NULL
+        x = <Block*>deref(it).block
+        if not serves(&c.cfg, x.size, size):
+            return NULL
+        if not x.chunk.holes or not span_unmapped(x.chunk, take_at(c, x, size), handed_out(c, x, size), c.gran):
+            return x
+    return NULL
 
 
 # Hand out `size` bytes of the free block b (b is in the free index). Returns the allocated block.

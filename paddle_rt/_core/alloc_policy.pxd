@@ -63,6 +63,16 @@ cdef inline bint places_high(size_t off, size_t block, size_t size, size_t g) no
     return _whole_pages(off, off + block - size, g) > _whole_pages(off + size, off + block, g)
 
 
+# How many next-larger free blocks of the stream a request looks at when the best fit in an expandable range lies over
+# pages that are not mapped (alloc_blocks.mapped_fit). The first that needs no page mapped is taken instead: mapping
+# means moving a page from a hole (an unmap and a map, about 4 us on rt_cpu) or creating one, where a somewhat larger
+# block costs nothing until it is freed. On the corpus this cut the pages moved on most logs by half or more, with every
+# peak within its target. The bound keeps the search cheaper than the map call it may save; no log of the corpus
+# looks further than it.
+cdef enum:
+    MAPPED_FIT_SCAN = 64
+
+
 cdef inline bint remainder_low(const AllocConfig* cfg) noexcept nogil:
     """Where a split puts the free remainder: the low end of the block (Paddle's rule) or the high end."""
     return cfg.remainder_low != 0

@@ -58,7 +58,8 @@ from paddle_rt._core.alloc_policy cimport (
     made_for_one_request, growth_base, ramp_ended, borrows_from_large, parks_quick,
 )
 from paddle_rt._core.alloc_blocks cimport (
-    _take, take_at, handed_out, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush,
+    _take, take_at, handed_out, _trace_mem, _count_alloc, _q_pop, _q_push, _merge_insert, _q_flush, span_unmapped,
+    mapped_fit,
 )
 from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
@@ -99,17 +100,6 @@ _torn_down = False
 
 
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
-# Whether a page under [addr, addr + size) of expandable range ch is not mapped (only asked while ch has holes).
-cdef inline bint _span_unmapped(Chunk* ch, uintptr_t addr, size_t size, size_t g) noexcept nogil:
-    cdef size_t i = (addr - ch.base) // g
-    cdef size_t hi = (addr + size - ch.base + g - 1) // g
-    while i < hi:
-        if ch.phys[i] == NULL:
-            return True
-        i += 1
-    return False
-
-
 # With may_map (the nogil path), pages of an expandable range under the part handed out are mapped first (vmm_back);
 # without (the GIL path, which never calls the plugin), such a block is a miss.
 cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail,
@@ -117,6 +107,7 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
     cdef Block* b
     cdef int pool
     cdef AllocError e
+    cdef Block* x
     cdef uintptr_t at
     cdef size_t span
     if c.q_blocks:
@@ -137,10 +128,13 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
     if b.chunk.holes:
         at = take_at(c, b, size)
         span = handed_out(c, b, size)
-        if _span_unmapped(b.chunk, at, span, c.gran):
-            if not may_map or c.q_blocks:
+        if span_unmapped(b.chunk, at, span, c.gran):
+            x = mapped_fit(c, b, size)
+            if x != NULL:
+                b = x                   # a larger free block that needs no page mapped
+            elif not may_map or c.q_blocks:
                 return NULL     # mapping may create memory: parked blocks are merged first (the caller flushes)
-            if vmm_back(c, b, at, span, &e) != 0:
+            elif vmm_back(c, b, at, span, &e) != 0:
                 fail[0] = e.kind
                 return NULL
     c.num_cache_hits += 1
