@@ -364,6 +364,7 @@ def test_small_and_large_requests_share_the_streams_range(dev):
     paddle_rt.raw_free(small, dev)
 
 
+@pytest.mark.smoke
 def test_best_fit_spans_the_small_and_large_free_blocks_of_a_range(dev):
     """In a range, free blocks below small_size are indexed apart from the larger ones (alloc_index.index_of): a
     split that leaves a small remainder moves its entry across, and best fit still finds the smallest free block
@@ -391,6 +392,7 @@ def test_best_fit_spans_the_small_and_large_free_blocks_of_a_range(dev):
     assert consistent(dev)["reserved_bytes.all.current"] == 0
 
 
+@pytest.mark.smoke
 def test_a_mapped_free_block_is_taken_before_pages_are_mapped(dev):
     """When the best fit lies over an unmapped page and a somewhat larger free block has every page mapped, the request
     takes the larger block and no page is mapped (alloc_blocks.mapped_fit); with no such block, pages are mapped."""
