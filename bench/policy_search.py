@@ -17,6 +17,8 @@ figures of a fresh process.
                                                              # (bench/traces + ../shared/traces), CORPUS_GRID
     python bench/policy_search.py sensitivity                # each parameter of the default at x0.5 and x2
                                                              # (grow_round, consolidate: their other values)
+    python bench/policy_search.py ablate                     # issue 34 item 5: does each key still change a
+                                                             # result? (other values of each, logs that change)
 
 ``--traces DIR...`` (default bench/traces and /work/shared/traces) names the folders of logs (every log in them is
 loaded; REAL names the six of issue 15 for table/search/loo); ``--synthetic`` adds the workloads of
@@ -143,7 +145,10 @@ def parse_conf(text):
 
 def evaluate(conf, traces, device=None):
     """{name: {"peak", "allocs", "limit", "torch_allocs", "peak_ok", "allocs_ok", "badness"}} for one configuration.
-    ``badness`` = max(peak / limit, allocs / PyTorch's): the goal holds on the trace when it is <= 1."""
+    ``badness`` = max(peak / limit, allocs / PyTorch's): the goal holds on the trace when it is <= 1. The chunk
+    policy is what is searched: ``expandable_segments:0`` unless ``conf`` names the key (segments are rt_cpu's
+    default, and their ranges do not use the growth keys)."""
+    conf = {"expandable_segments": "0", **conf}
     alloc = paddle_rt.get_allocator(device)
     res = {}
     try:
@@ -248,6 +253,36 @@ def scale(key, value, factor):
     return str(int(ac.parse_size(key, value) * factor))
 
 
+# Other values of every key of the chunk policy (`ablate`): a key none of whose values changes a log's figures no
+# longer decides anything and can go.
+ABLATE = {
+    "grow_min": ("x0.5", "x2"), "grow_step": ("x0.5", "x2"), "grow_fraction": ("x0.5", "x2"),
+    "grow_ratio": ("x0.5", "x2"), "grow_round": ("nearest", "down", "within", "off"),
+    "consolidate": ("release", "off"), "grow_base": ("reserved",), "grow_exact_credit": ("0", "4", "16"),
+    "settle_after": ("1000", "5000"), "grow_requests": ("0", "16", "64"), "exact_above": ("0", "0.8", "1"),
+    "small_borrow": ("0",), "small_size": ("0", "64K", "256K"), "small_chunk": ("1M", "4M"),
+}
+
+
+def ablate(traces):
+    """Print, for each other value of each key (ABLATE), how many logs change their peak or device allocations
+    against the default, and how many meet the full goal."""
+    base = default_conf()
+    ref = evaluate(base, traces)
+    met = lambda r: sum(1 for v in r.values() if v["peak_ok"] and v["allocs_ok"])     # noqa: E731
+    print(f"default: the full goal on {met(ref)} of {len(ref)} logs")
+    print("| key | value | logs changed | full goal |")
+    print("|---|---|---:|---:|")
+    for key, values in ABLATE.items():
+        for v in values:
+            conf = dict(base)
+            conf[key] = scale(key, base[key], float(v[1:])) if v.startswith("x") else v
+            res = evaluate(conf, traces)
+            changed = sum(1 for n in ref if (res[n]["peak"], res[n]["allocs"]) != (ref[n]["peak"], ref[n]["allocs"]))
+            print(f"| {key} | {conf[key]} | {changed} | {met(res)} |", flush=True)
+    return 0
+
+
 def family_table(res, names):
     """(traces beyond the bound, traces missing the full goal, worst peak / Paddle's, worst allocations / PyTorch's)
     over ``names``."""
@@ -305,7 +340,7 @@ def fmt_corpus(res):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python bench/policy_search.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("table", "search", "loo", "heldout", "sensitivity"))
+    ap.add_argument("what", choices=("table", "search", "loo", "heldout", "sensitivity", "ablate"))
     ap.add_argument("--traces", nargs="+", default=list(CORPUS),
                     help="folders of allocation logs (default: bench/traces and /work/shared/traces)")
     ap.add_argument("--synthetic", action="store_true", help="also the synthetic workloads (bench/synthetic_traces.py)")
@@ -375,6 +410,9 @@ def main(argv=None):
 
     if args.what == "heldout":
         return heldout(traces, args, log)
+
+    if args.what == "ablate":
+        return ablate(traces)
 
     if args.what == "sensitivity":
         base = default_conf()
