@@ -427,6 +427,34 @@ def test_a_mapped_free_block_is_taken_before_pages_are_mapped(dev):
     assert consistent(dev)["reserved_bytes.all.current"] == 0
 
 
+@pytest.mark.parametrize("holes", [40, 70])
+def test_the_mapped_fit_looks_at_most_64_blocks_further(dev, holes):
+    """docs/expandable_segments.md: the search for a mapped block stops after 64 index entries. `holes` free 2 MiB
+    holes over unmapped pages come first in the index; the range's mapped free end comes after them. With 40 the
+    search reaches the free end and nothing is mapped; with 70 it stops short and the request maps a page."""
+    on(dev)
+    hs, seps = [], []
+    for _ in range(holes):
+        hs.append(paddle_rt.raw_malloc(G, dev))
+        seps.append(paddle_rt.raw_malloc(G, dev))        # a whole page apart: each hole is a page of its own
+    end = paddle_rt.raw_malloc(3 * G, dev)
+    for h in hs:
+        paddle_rt.raw_free(h, dev)
+    paddle_rt.empty_cache(dev)                            # unmaps every hole's page
+    paddle_rt.raw_free(end, dev)                          # the free end: three mapped pages
+    before = consistent(dev)
+    p = paddle_rt.raw_malloc(G, dev)                      # best fit: the first hole
+    after = consistent(dev)
+    if holes - 1 < 64:
+        assert p == end and after["num_maps"] == before["num_maps"]
+    else:
+        assert p == hs[0] and after["num_maps"] == before["num_maps"] + 1
+    for x in [p] + seps:
+        paddle_rt.raw_free(x, dev)
+    paddle_rt.empty_cache(dev)
+    assert consistent(dev)["reserved_bytes.all.current"] == 0
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Hypothesis: random histories of allocations and frees (on two stream tags), in both modes.
 ops = st.lists(st.tuples(st.sampled_from(["alloc", "free"]),
