@@ -10,10 +10,10 @@ from paddle_rt._core.alloc_types cimport (
 )
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
-    index_of,
+    index_of, lowest_key,
 )
 from paddle_rt._core.alloc_policy cimport splits, serves, remainder_low, places_high, MAPPED_FIT_SCAN
-from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key
+from paddle_rt._core.includes.alloc_support cimport prt_free_set
 from paddle_rt._core.includes.trace_support cimport prt_tracing, PRT_TRACE_MEMORY, PRT_EV_ALLOC
 from paddle_rt._core.trace cimport trace_mask, trace_memory_event
 
@@ -49,17 +49,6 @@ cdef inline bint span_unmapped(Chunk* ch, uintptr_t addr, size_t size, size_t g)
     return False
 
 
-# The lowest index key of a stream.
-cdef inline prt_free_key _stream_start(uintptr_t stream) noexcept nogil:
-    cdef prt_free_key k
-    k.stream = stream
-    k.size = 0
-    k.chunk = 0
-    k.addr = 0
-    k.block = NULL
-    return k
-
-
 # The best fit b of a request in an expandable range lies over unmapped pages: the next free block of b's stream in
 # index order (larger, or as large and later) that serves `size` with every page under the part handed out mapped, or
 # NULL (none within MAPPED_FIT_SCAN entries, alloc_policy). Past the small index's end the search goes on in the
@@ -75,7 +64,7 @@ cdef inline Block* mapped_fit(AllocatorCore* c, Block* b, size_t size) noexcept 
             if p == POOL_LARGE:
                 return NULL
             p = POOL_LARGE
-            it = c.cx.free_blocks[p].lower_bound(_stream_start(b.stream))
+            it = c.cx.free_blocks[p].lower_bound(lowest_key(b.stream, size))
             if it == c.cx.free_blocks[p].end() or deref(it).stream != b.stream:
                 return NULL
         x = <Block*>deref(it).block

@@ -119,14 +119,19 @@ cdef inline int pool_of(AllocatorCore* c, size_t size) noexcept nogil:
     return pool_for(&c.cfg, size, c.vmm_on)
 
 
-cdef inline Block* best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
+# The lowest index key of `stream` with at least `size` bytes (a lower bound to search from).
+cdef inline prt_free_key lowest_key(uintptr_t stream, size_t size) noexcept nogil:
     cdef prt_free_key k
     k.stream = stream
     k.size = size
     k.chunk = 0
     k.addr = 0
     k.block = NULL
-    cdef prt_free_set.iterator it = c.cx.free_blocks[pool].lower_bound(k)
+    return k
+
+
+cdef inline Block* best_fit(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil:
+    cdef prt_free_set.iterator it = c.cx.free_blocks[pool].lower_bound(lowest_key(stream, size))
     if it == c.cx.free_blocks[pool].end():
         return NULL
     if deref(it).stream != stream:

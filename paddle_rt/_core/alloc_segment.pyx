@@ -15,13 +15,13 @@ from paddle_rt._core.alloc_types cimport (
     ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES,
 )
 from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
-from paddle_rt._core.alloc_index cimport stat_add, new_block, drop_block, index_insert, index_remove
+from paddle_rt._core.alloc_index cimport stat_add, new_block, drop_block, index_insert, index_remove, lowest_key
 from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem, handed_out
 from paddle_rt._core.alloc_policy cimport (
     consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended,
 )
 from paddle_rt._core.stream cimport stream_device_idle
-from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key, prt_chunk_map
+from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_chunk_map
 from paddle_rt._core.includes.trace_support cimport (
     prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE, PRT_EV_SEGMENT_MAP, PRT_EV_SEGMENT_UNMAP,
 )
@@ -301,7 +301,6 @@ cdef void _donors(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t wa
     """Up to `want` mapped pages that lie wholly inside free blocks of any range (not pages lo .. hi - 1 of `excl`),
     unmapped and appended to out (their physical allocations). Takes from free blocks of at least one page, largest
     first, a run of pages per unmap."""
-    cdef prt_free_key k
     cdef prt_free_set.iterator it
     cdef Block* b
     cdef Chunk* ch
@@ -309,15 +308,10 @@ cdef void _donors(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t wa
     cdef int r
     for r in range(c.n_ranges):
         ch = c.ranges[r]
-        k.stream = ch.stream + 1
-        k.size = 0
-        k.chunk = 0
-        k.addr = 0
-        k.block = NULL
         if ch.stream == <uintptr_t>-1:
             it = c.cx.free_blocks[ch.pool].end()
         else:
-            it = c.cx.free_blocks[ch.pool].lower_bound(k)
+            it = c.cx.free_blocks[ch.pool].lower_bound(lowest_key(ch.stream + 1, 0))
         while it != c.cx.free_blocks[ch.pool].begin() and got < want:
             dec(it)
             if deref(it).stream != ch.stream or deref(it).size < g:

@@ -353,13 +353,15 @@ def build_run(ev, label=None, source=None, kind=None, time_unit="ms"):
                        "t_free": float("inf"), "seg": sid})
         live_blocks[addr] = len(blocks) - 1
 
-    maps = [(ev.addr[i], ev.size[i] if ev.kind[i] == SEG_MAP else -ev.size[i]) for i in range(n)
-            if ev.kind[i] in (SEG_MAP, SEG_UNMAP)]
+    maps = None              # (addr, +mapped / -unmapped bytes) of the history, read once if a range needs them
     for s in final:
         if s["address"] not in seen_seg:
             sid = new_segment(s["address"], s["total_size"], t_start)
             segs[sid]["before"] = True
             if s.get("expandable"):              # a range reserved before the history: what it had mapped then
+                if maps is None:
+                    maps = [(ev.addr[i], ev.size[i] if ev.kind[i] == SEG_MAP else -ev.size[i]) for i in range(n)
+                            if ev.kind[i] in (SEG_MAP, SEG_UNMAP)]
                 segs[sid]["expandable"] = True
                 segs[sid]["mapped_before"] = mapped_before(s, maps)
                 pre_res += segs[sid]["mapped_before"]
