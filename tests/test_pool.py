@@ -24,9 +24,19 @@ def only(**on):
     return kw
 
 
+EXACT = dict(expandable_segments=0, growth="exact", small_size=0)
+
+
 @pytest.fixture
 def streams():
-    yield from two_streams()
+    """Two new streams on an allocator whose chunks are exactly the requests: a stream holds no free memory of its
+    own beyond what it freed, so which freed block another stream may take is what the tests see."""
+    paddle_rt.empty_cache()
+    paddle_rt.set_allocator_config(**EXACT)
+    try:
+        yield from two_streams()
+    finally:
+        paddle_rt.set_allocator_config(**{k: None for k in EXACT})
 
 
 def fill(a, value):
@@ -85,6 +95,7 @@ def test_all_policies_off_no_cross_stream_reuse_until_host_sync(streams):
     a, b = streams
     pool = MemPool(**ALL_OFF)
     assert not _race(pool, a, b)
+    paddle_rt.empty_cache()               # b's own freed block would serve it first
     # completed but not seen by the host: still not reusable by b
     p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr != p
@@ -154,6 +165,7 @@ def test_opportunistic_on(streams):
     a, b = streams
     pool = MemPool(**only(reuse_allow_opportunistic=True))
     assert not _race(pool, a, b)          # the free had not completed when b allocated
+    paddle_rt.empty_cache()               # b's own freed block would serve it first
     p, y = _free_after_work_then_malloc_on_other(pool, a, b)
     assert y.ptr == p
     assert pool.stats()["reuse_opportunistic"] >= 1
@@ -243,6 +255,13 @@ def test_errors(streams):
     assert pool.stats()["used_mem_current"] == 0
 
 
+def _held(pool, a, b, n):
+    """A block of n bytes allocated on a and freed on b: the pool holds it back (a's queued work may still use it)."""
+    x = pool.malloc_async(n, a)
+    pool.free_async(x, b)
+    return x.ptr
+
+
 def test_stats_trim_and_threshold(streams):
     a, b = streams
     pool = MemPool(release_threshold=1 << 30)
@@ -251,29 +270,35 @@ def test_stats_trim_and_threshold(streams):
     total = sum(x.size for x in xs)
     assert st["used_mem_current"] >= total and st["used_mem_current"] == st["reserved_mem_current"]
     high = st["used_mem_high"]
-    for x in xs:
-        pool.free_async(x, a)
+    for x in xs[:2]:
+        pool.free_async(x, a)             # on its own stream: back to the allocator at once
+    for x in xs[2:]:
+        pool.free_async(x, b)             # on another stream: held back
+    held = xs[2].block_size + xs[3].block_size
     st = pool.stats()
-    assert st["used_mem_current"] == 0 and st["reserved_mem_current"] == high and st["used_mem_high"] == high
-    a.synchronize()                       # below the threshold: kept
-    assert pool.stats()["cached"] == high
+    assert st["used_mem_current"] == 0 and st["cached"] == held and st["reserved_mem_current"] == held
+    assert st["used_mem_high"] == high
+    a.synchronize()
+    b.synchronize()                       # below the threshold: kept
+    assert pool.stats()["cached"] == held
     pool.reset_peak()
     assert pool.stats()["used_mem_high"] == 0
-    y = pool.malloc_async(N, a)
-    r = GatedReader(a, y.ptr, N)
-    pool.free_async(y, a)                 # its free has not completed: trim_to never touches it
+    assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0
+    g = threading.Event()
+    b.add_callback(lambda: g.wait(20))
+    _held(pool, a, b, N)                  # its free on b has not completed: trim_to never touches it
     left = pool.trim_to(0)
-    assert left == y.ptr - y.ptr + pool.stats()["cached"] and left >= N
-    r.gate.set()
-    a.synchronize()
+    assert left == pool.stats()["cached"] and left >= N
+    g.set()
+    b.synchronize()
     assert pool.trim_to(0) == 0
     assert pool.stats()["reserved_mem_current"] == 0
     # threshold 0: given back at the next synchronize
     p0 = MemPool(release_threshold=0)
-    z = p0.malloc_async(N, a)
-    p0.free_async(z, a)
+    b.add_callback(lambda: None)
+    _held(p0, a, b, N)
     assert p0.stats()["cached"] > 0
-    a.synchronize()
+    b.synchronize()
     assert p0.stats()["cached"] == 0
 
 
@@ -301,79 +326,66 @@ def test_device_synchronize_is_a_synchronize_point(streams, how):
     # the release threshold applies at the device synchronize
     p0 = MemPool(release_threshold=N)
     ws = [p0.malloc_async(N, a) for _ in range(3)]
-    a.add_callback(lambda: None)
+    b.add_callback(lambda: None)
     for w in ws:
-        p0.free_async(w, a)
+        p0.free_async(w, b)               # held back: a's queued work may use them
     assert p0.stats()["cached"] == 3 * N
     sync()
     assert p0.stats()["cached"] == N and p0.stats()["reserved_mem_current"] == N
 
 
 @pytest.mark.smoke
-def test_same_stream_frees_are_seen_by_every_pool_operation(streams):
-    """Frees on the allocating stream take a C-level fast path (up to 16 blocks, then moved into the pool's
-    cache): cross-stream reuse, pending_frees, stats, trim_to and the OOM ladder see them all the same."""
-    a, b = streams
+def test_same_stream_frees_go_back_at_once_for_any_size():
+    """A block freed on its own stream goes back to the allocator at once (issue 45): it merges with its free
+    neighbours and serves a later request on that stream of another size while the stream's work that may use it is
+    still queued; another stream does not get it while that work is pending."""
+    for a, b in two_streams():
+        _same_stream_frees(a, b)
+
+
+def _same_stream_frees(a, b):
     pool = MemPool(release_threshold=1 << 30, **ALL_OFF)
+    before = paddle_rt.memory_allocated()
     xs = [pool.malloc_async(N, a) for _ in range(20)]
     g = threading.Event()
     a.add_callback(lambda: g.wait(20))
     ptrs = [x.ptr for x in xs]
     for x in xs:
         pool.free_async(x, a)
-    assert pool.stats()["cached"] == 20 * N and pool.stats()["used_mem_current"] == 0
-    assert sorted(e[2] for e in pool.pending_frees()) == [N] * 20
+    assert pool.stats()["cached"] == 0 and pool.stats()["used_mem_current"] == 0
+    assert pool.stats()["reserved_mem_current"] == 0 and pool.pending_frees() == []
+    assert paddle_rt.memory_allocated() == before
     y = pool.malloc_async(N, b)
-    assert y.ptr not in ptrs              # every free is pending on a
-    assert pool.trim_to(0) == 20 * N      # none of them has completed
-    z = pool.malloc_async(N, a)
-    assert z.ptr == ptrs[-1]              # a itself: the newest free first
+    assert not min(ptrs) <= y.ptr <= max(ptrs)  # every free is pending on a
+    big = pool.malloc_async(20 * N, a)     # a itself: the merged memory, another size, at once
+    assert min(ptrs) <= big.ptr <= max(ptrs) and not g.is_set()
+    pool.free_async(big)
+    assert pool.trim_to(0) == 0           # nothing held; the allocator keeps a's memory (its free is queued)
     g.set()
-    a.synchronize()
-    w = pool.malloc_async(N, b)
-    assert w.ptr in ptrs and pool.stats()["reuse_after_host_sync"] == 1
-    for v in (y, z, w):
-        pool.free_async(v)
+    pool.free_async(y)
     a.synchronize()
     b.synchronize()
     assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0
 
 
 @pytest.mark.smoke
-def test_hot_blocks_given_back_when_the_pool_goes():
-    s = paddle_rt.Stream()
+def test_held_blocks_given_back_when_the_pool_goes():
+    s, t = paddle_rt.Stream(), paddle_rt.Stream()
     before = paddle_rt.memory_allocated()
     pool = MemPool()
     for _ in range(3):
         pool.free_async(pool.malloc_async(N, s), s)
+    assert paddle_rt.memory_allocated() == before      # same-stream frees: back at once
+    t.add_callback(lambda: None)
+    for _ in range(3):
+        pool.free_async(pool.malloc_async(N, s), t)    # held back by the pool
     assert paddle_rt.memory_allocated() > before
     del pool
     import gc
     gc.collect()
     assert paddle_rt.memory_allocated() == before
     s.close()
-
-
-def test_default_pool_and_current_stream(streams):
-    a, _ = streams
-    assert paddle_rt.default_mem_pool() is paddle_rt.default_mem_pool(0)
-    with paddle_rt.stream(a):
-        x = malloc_async(100)
-    assert x.stream is a and x.pool is paddle_rt.default_mem_pool()
-    with x:
-        pass
-    assert x.freed
-
-
-def test_gc_frees_on_its_stream(streams):
-    a, _ = streams
-    pool = MemPool(**ALL_OFF)
-    x = pool.malloc_async(N, a)
-    p = x.ptr
-    del x
-    assert pool.stats()["used_mem_current"] == 0
-    y = pool.malloc_async(N, a)
-    assert y.ptr == p
+    t.close()
 
 
 OOM_CHILD = r"""

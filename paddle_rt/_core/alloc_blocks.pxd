@@ -93,6 +93,7 @@ cdef inline Block* _take(AllocatorCore* c, Block* b, size_t size, size_t request
         split_uncount(c, b)
         r.chunk = b.chunk
         r.stream = b.stream
+        r.free_seq = b.free_seq
         r.size = rest
         if _takes_high(c, b, size):
             r.addr = b.addr
@@ -187,6 +188,8 @@ cdef inline int _q_push(AllocatorCore* c, Block* b) noexcept nogil:
 cdef inline void _absorb_next(AllocatorCore* c, Block* x) noexcept nogil:
     cdef Block* y = x.next
     x.size += y.size
+    if y.free_seq > x.free_seq:
+        x.free_seq = y.free_seq
     x.next = y.next
     if y.next != NULL:
         y.next.prev = x

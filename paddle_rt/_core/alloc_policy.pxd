@@ -72,6 +72,12 @@ cdef inline bint places_high(size_t off, size_t block, size_t size, size_t g) no
 cdef enum:
     MAPPED_FIT_SCAN = 64
 
+# How many free blocks of another stream (from the best fit up) a cross-stream request of the stream-ordered pool
+# looks at for one whose frees it may follow (alloc_segment.settled_fit): the best fit may still be in use by work
+# queued on its stream where a slightly larger one is not. A bound keeps a miss cheap; past it the allocator grows.
+cdef enum:
+    SETTLED_SCAN = 64
+
 
 cdef inline bint remainder_low(const AllocConfig* cfg) noexcept nogil:
     """Where a split puts the free remainder: the low end of the block (Paddle's rule) or the high end."""

@@ -1,6 +1,6 @@
 # Segments (chunks) of the caching allocator (alloc_segment.pyx): every function is called with the allocator's lock
 # held and no GIL. Only allocator.pyx cimports them.
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, int64_t, uint64_t
 from paddle_rt._core.alloc_types cimport AllocatorCore, AllocError, Block, Chunk
 
 # Give `size` bytes at `ptr` back to the plugin (counts num_device_free).
@@ -10,6 +10,12 @@ cdef void plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nog
 cdef Block* new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
 # Whether every stream that may still use this allocator's memory has completed everything submitted so far.
 cdef bint streams_idle(AllocatorCore* c) noexcept nogil
+# Whether the memory of free block b may leave its stream now (back to the plugin, or a page to another range): the
+# work submitted to its stream before the frees that made it has run. A query of the stream's position, never a wait.
+cdef bint free_done(AllocatorCore* c, Block* b) noexcept nogil
+# Cross-stream reuse: a free block of `tag`'s memory serving `size` (mapped) whose frees the caller may follow
+# (free_seq <= seq_ok, or done_ok and free_done), or NULL.
+cdef Block* settled_fit(AllocatorCore* c, uintptr_t tag, size_t size, uint64_t seq_ok, bint done_ok) noexcept nogil
 # Give one idle chunk (b is its single free block) back to the plugin.
 cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil
 # Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
@@ -25,7 +31,7 @@ cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, 
 # vmm_grow, then the pages under the block's first `size` bytes mapped: ready to hand out.
 cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
 # Unmap and release every whole free page, trim the ranges' free ends, free empty ranges. Returns bytes released.
-cdef size_t vmm_release(AllocatorCore* c) noexcept nogil
+cdef size_t vmm_release(AllocatorCore* c, int64_t* kept) noexcept nogil
 # Interpreter exit: everything unmapped, released and freed.
 cdef void vmm_teardown(AllocatorCore* c) noexcept nogil
 # The mapped pages of range ch as (offset, length) runs, at most cap; returns the count.

@@ -3,7 +3,7 @@
 of the chunk a miss asks for (the mechanism around alloc_policy's growth rules), expandable ranges, and where an
 address lies among the segments. Called by allocator.pyx with the allocator's lock held and no GIL; never on the
 cached allocation path."""
-from libc.stdint cimport uintptr_t, int64_t, SIZE_MAX
+from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX
 from libc.stdlib cimport malloc as c_malloc, calloc as c_calloc, free as c_free
 from libc.string cimport memset
 from libcpp.vector cimport vector
@@ -11,16 +11,18 @@ from cython.operator cimport dereference as deref, preincrement as inc, predecre
 
 from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.alloc_types cimport (
-    AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_LARGE, ST_RESERVED_BYTES, ST_SEGMENT,
+    AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_SMALL, POOL_LARGE, ST_RESERVED_BYTES, ST_SEGMENT,
     ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES,
 )
 from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
-from paddle_rt._core.alloc_index cimport stat_add, new_block, drop_block, index_insert, index_remove, lowest_key
-from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem, handed_out
-from paddle_rt._core.alloc_policy cimport (
-    consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended,
+from paddle_rt._core.alloc_index cimport (
+    stat_add, new_block, drop_block, index_insert, index_remove, lowest_key, index_split, pool_of,
 )
-from paddle_rt._core.stream cimport stream_device_idle
+from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem, handed_out, take_at, span_unmapped
+from paddle_rt._core.alloc_policy cimport (
+    consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended, serves, borrows_from_large, SETTLED_SCAN,
+)
+from paddle_rt._core.stream cimport stream_device_idle, stream_tag_done
 from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_chunk_map
 from paddle_rt._core.includes.trace_support cimport (
     prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE, PRT_EV_SEGMENT_MAP, PRT_EV_SEGMENT_UNMAP,
@@ -119,11 +121,51 @@ cdef bint streams_idle(AllocatorCore* c) noexcept nogil:
     return stream_device_idle(NULL if c.kind == KIND_HOST else c.device)
 
 
+# Whether free block b's memory may go back to the plugin or to another range now. A block of device memory belongs
+# to one stream (its tag); work of that stream submitted before the frees that made the block may still use it
+# (b.free_seq, the stream layer's order counter at the latest of them), nothing after. So the question is how far
+# that one stream has run, a query of its position: memory whose frees have completed goes back while other work is
+# queued (the host running ahead of the device). Pinned host memory can be read by copies on any stream of any
+# device: every stream idle.
+cdef bint free_done(AllocatorCore* c, Block* b) noexcept nogil:
+    if c.kind == KIND_HOST:
+        return streams_idle(c)
+    if b.free_seq == 0:
+        return True                  # never used
+    return stream_tag_done(c.device, b.stream, b.free_seq)
+
+
+# Cross-stream reuse (the stream-ordered pool's policies over the allocator's free blocks): the smallest free block of
+# stream tag `tag`'s memory, within SETTLED_SCAN index entries of the best fit, that serves `size` with every page
+# under it mapped and whose frees the caller may follow: free_seq <= seq_ok (the caller's stream already waits for
+# that much of the stream's work, or the host saw it run), or, with done_ok, they have run (free_done). NULL: none.
+cdef Block* settled_fit(AllocatorCore* c, uintptr_t tag, size_t size, uint64_t seq_ok, bint done_ok) noexcept nogil:
+    cdef prt_free_set.iterator it
+    cdef Block* b
+    cdef int p, n, first = POOL_SMALL if c.vmm_on and size < index_split(c) else pool_of(c, size)
+    _q_flush(c)
+    for p in range(first, 2):
+        it = c.cx.free_blocks[p].lower_bound(lowest_key(tag, size))
+        n = 0
+        while it != c.cx.free_blocks[p].end() and deref(it).stream == tag and n < SETTLED_SCAN:
+            b = <Block*>deref(it).block
+            if not serves(&c.cfg, b.size, size):
+                break
+            if (b.free_seq <= seq_ok or (done_ok and free_done(c, b))) and not (
+                    b.chunk.holes and span_unmapped(b.chunk, take_at(c, b, size), handed_out(c, b, size), c.gran)):
+                return b
+            inc(it)
+            n += 1
+        if not c.vmm_on and not borrows_from_large(&c.cfg, p):
+            break
+    return NULL
+
+
 # Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after streams_idle).
 cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     cdef Chunk* ch = b.chunk
     if ch.expandable:
-        vmm_release(c)
+        vmm_release(c, NULL)
         return
     index_remove(c, b)
     c.cx.chunks.erase(ch.base)
@@ -139,12 +181,14 @@ cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
 
 
 # Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
-# While streams are busy (streams_idle) nothing is released: the chunks stay cached (num_release_deferred).
+# A chunk (or page) whose frees have not run yet on its stream (free_done) stays cached, counted in
+# num_release_deferred, and goes back at a later release point.
 cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t stream) noexcept nogil:
     cdef vector[Block*] idle
     cdef prt_free_set.iterator it
     cdef Block* b
     cdef size_t total = 0
+    cdef int64_t kept = 0
     cdef int p
     _q_flush(c)
     for p in range(2):
@@ -154,23 +198,17 @@ cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t 
         while it != c.cx.free_blocks[p].end():
             b = <Block*>deref(it).block
             if b.prev == NULL and b.next == NULL and not b.chunk.expandable and (not only_stream or b.stream == stream):
-                idle.push_back(b)
+                if free_done(c, b):
+                    idle.push_back(b)
+                else:
+                    kept += 1        # queued work of its stream may still use it
             inc(it)
     if c.n_ranges and pool == -1 and not only_stream:
-        if not streams_idle(c):
-            c.num_release_deferred += 1
-            c.release_kept = 1
-            return 0
-        total += vmm_release(c)
-    if idle.empty():
-        if pool == -1 and not only_stream:
-            c.release_kept = 0
-        return total
-    if not streams_idle(c):
-        c.num_release_deferred += <int64_t>idle.size()
+        total += vmm_release(c, &kept)
+    if kept:
+        c.num_release_deferred += kept
         c.release_kept = 1
-        return total
-    if pool == -1 and not only_stream:
+    elif pool == -1 and not only_stream:
         c.release_kept = 0
     for b in idle:
         total += b.size
@@ -317,7 +355,7 @@ cdef void _donors(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t wa
             if deref(it).stream != ch.stream or deref(it).size < g:
                 break
             b = <Block*>deref(it).block
-            if not b.chunk.expandable:
+            if not b.chunk.expandable or not free_done(c, b):
                 continue
             got += _take_pages(c, b.chunk, _page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g),
                                excl, lo, hi, want - got, out)
@@ -356,10 +394,9 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
     n = miss.size()
     if n == 0:
         return 0
-    # donor pages are unmapped at once: only while every stream that may use this memory has finished its queued
-    # work (a freed block may still be written by work queued before its free, as with release and empty_cache)
-    if streams_idle(c):
-        _donors(c, ch, lo, hi, n, hs)
+    # donor pages are unmapped at once: only from free blocks whose frees have run on their stream (free_done: work
+    # queued before a free may still write the block)
+    _donors(c, ch, lo, hi, n, hs)
     nd = hs.size()
     reserved = c.stats[0][ST_RESERVED_BYTES].current       # donors are not counted while in hand
     for k in range(nd, n):
@@ -535,10 +572,11 @@ cdef void _free_range(AllocatorCore* c, Chunk* ch) noexcept nogil:
     c_free(ch)
 
 
-cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
-    """Unmap every mapped page that lies wholly inside a free block and give its physical memory back; cut each
-    range's free end back to the last page it still needs; give back ranges left with no block. Returns the bytes
-    released. The caller checked that the streams are idle."""
+cdef size_t vmm_release(AllocatorCore* c, int64_t* kept) noexcept nogil:
+    """Unmap every mapped page that lies wholly inside a free block whose frees have run (free_done) and give its
+    physical memory back; cut each range's free end back to the last page it still needs; give back ranges left with
+    no block. Returns the bytes released; adds the free blocks left mapped (their streams still run work queued
+    before their frees) to *kept (NULL: not counted)."""
     cdef size_t total = 0, g = c.gran, keep
     cdef prt_free_set.iterator it
     cdef Block* b
@@ -553,6 +591,10 @@ cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
             inc(it)
             if not b.chunk.expandable or b.size < g:
                 continue
+            if not free_done(c, b):
+                if kept != NULL:
+                    kept[0] += 1
+                continue
             hs.clear()
             _take_pages(c, b.chunk, _page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g), NULL, 0, 0,
                         SIZE_MAX, hs)
@@ -563,7 +605,7 @@ cdef size_t vmm_release(AllocatorCore* c) noexcept nogil:
         ch = c.ranges[r]
         r -= 1
         t = ch.tail
-        if t == NULL or t.allocated != 0:
+        if t == NULL or t.allocated != 0 or not free_done(c, t):
             continue
         keep = _page_lo(ch, t.addr, g) * g         # the pages below the free end that other blocks touch
         if keep >= ch.size:

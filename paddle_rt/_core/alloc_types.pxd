@@ -110,6 +110,10 @@ cdef struct Block:
     int allocated          # 0 free (in the best-fit index), 1 allocated, 2 free in a quick-reuse slot (unmerged)
     int counted_split      # 1 while counted in inactive_split_*
     Block* qnext           # next block in its quick-reuse slot (while cached there)
+    # The stream layer's order counter at the latest free that made this (free) block, 0 for memory never used
+    # (stream.pxd stream_order_now): its memory may leave its stream once that free has run there (free_done). A
+    # merged block keeps the latest of its parts, a split remainder its parent's.
+    uint64_t free_seq
 
 cdef struct AllocConfig:
     int paddle_compat

@@ -175,7 +175,7 @@ cdef class Allocation:
     cdef bint _own_stream(self, object stream) except -1:
         return _tag_of(<Stream>stream) == self.stream_tag or \
             (self.stream_tag != 0 and (<Stream>stream).ctx != NULL and
-             self.stream_tag == <uintptr_t>(<Stream>stream).ctx.core)
+             self.stream_tag == (<Stream>stream).ctx.core.tag)
 
     def record_stream(self, stream):
         """Mark the memory as used by work on ``stream`` (PyTorch's ``record_stream``): when it is freed, its reuse
@@ -485,16 +485,17 @@ def reset_accumulated_memory_stats(device=None):
     _dev_alloc(device).reset_accumulated_stats()
 
 
-def empty_cache(device=None):
+def empty_cache(device=None, wait=True):
     """Give every idle cached chunk of ``device`` back to the plugin (pinned host memory too); returns the bytes
-    released. Waits first until the device's streams (every stream, for pinned host memory) have run everything
-    submitted so far: queued work may still use freed memory. Inside a stream callback it does not wait, and chunks
-    that busy streams may use stay cached."""
+    released. With ``wait=True`` (the default) it waits first until the device's streams (every stream, for pinned
+    host memory) have run everything submitted so far: queued work may still use freed memory. With ``wait=False``
+    it does not wait and gives back only the memory whose frees have already run on their streams (see
+    :meth:`DeviceAllocator.empty_cache`). Inside a stream callback it does not wait."""
     cdef Device dev = resolve_device(device)
-    total = _dev_alloc(dev).empty_cache()
+    total = _dev_alloc(dev).empty_cache(wait)
     h = existing_allocator(dev, KIND_HOST)
     if h is not None:
-        total += h.empty_cache()
+        total += h.empty_cache(wait)
     return total
 
 

@@ -59,6 +59,12 @@ cdef DeviceAllocator existing_allocator(Device dev, int kind)
 # the plugin); NULL: take the slow path (nogil core_malloc). core_try_free: 1 when freed (or torn down), 0 when the
 # slow path (core_free) must run.
 cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept
+# core_try_malloc, also giving the bytes the block holds (its rounded size, or a whole unsplit block).
+cdef void* core_try_malloc_block(AllocatorCore* c, size_t n, uintptr_t stream, size_t* held) noexcept
+# Cross-stream reuse for the stream-ordered pool: a free block of `tag`'s memory whose frees the caller may follow
+# (free_seq <= seq_ok, or done_ok and they have run), handed out; NULL when none (lock taken, no plugin call).
+cdef void* core_malloc_settled(AllocatorCore* c, size_t n, uintptr_t tag, uint64_t seq_ok, bint done_ok,
+                               size_t* held, uint64_t* seq) noexcept nogil
 cdef int core_try_free(AllocatorCore* c, uintptr_t p) noexcept
 # Free a live block, ignoring errors (a free deferred by record_stream, on a stream worker).
 cdef void core_free_unchecked(AllocatorCore* c, uintptr_t ptr) noexcept nogil

@@ -62,13 +62,13 @@ from paddle_rt._core.alloc_blocks cimport (
     mapped_fit,
 )
 from paddle_rt._core.alloc_segment cimport (
-    plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
+    plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle, free_done as _free_done,
     release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow_backed,
     owns as _owns, live_extent as _live_extent, is_free_block_start as _is_free_block_start,
-    vmm_teardown,
+    vmm_teardown, settled_fit as _settled_fit,
 )
 from paddle_rt._core cimport alloc_snapshot
-from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
+from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce, stream_order_now
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
 from paddle_rt._core.includes.alloc_support cimport (
     prt_alloc_containers, prt_free_set, prt_free_key, prt_ptr_table, prt_chunk_map, prt_free_rekey,
@@ -148,6 +148,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     cdef int pool
     if b == NULL:
         return -1
+    b.free_seq = stream_order_now()    # the work submitted so far (on b's stream) may still use it
     pool = b.chunk.pool
     stat_add(c, pool, ST_ALLOCATED_BYTES, -<int64_t>b.size)
     stat_add(c, pool, ST_REQUESTED_BYTES, -<int64_t>b.requested)
@@ -160,7 +161,7 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     b.allocated = 0
     b = _merge_insert(c, b)
     if releases_on_free(&c.cfg) and b.prev == NULL and b.next == NULL:
-        if not _streams_idle(c):
+        if not _free_done(c, b):
             # queued work may still use the memory (a stream-ordered free, or this is a stream's callback): keep it
             c.num_release_deferred += 1
             c.release_kept = 1
@@ -661,13 +662,18 @@ cdef class DeviceAllocator:
             r = core_lookup(self.core, p)
         return r == 1
 
-    def empty_cache(self):
-        """Give every idle chunk back to the plugin; returns the number of bytes released. First waits until the
-        streams that may use the memory (the device's; every device's for pinned host memory) have run everything
-        submitted so far, since queued work may still use freed (stream-ordered) memory. Inside a stream callback it
-        does not wait: chunks that busy streams may use stay cached (nothing is lost; they go back later)."""
+    def empty_cache(self, wait=True):
+        """Give every idle chunk (and, with expandable segments, every whole free page) back to the plugin; returns
+        the number of bytes released. A freed block may still be used by work its stream had queued before the free:
+        only memory whose frees have run on their stream goes back (a query of the stream's position). With
+        ``wait=True`` (the default, like ``torch.cuda.empty_cache``) it first waits until the streams that may use
+        the memory (the device's; every device's for pinned host memory) have run everything submitted so far, so
+        every idle chunk goes back; with ``wait=False`` it never waits and gives back what has completed while work
+        is queued (the rest stays cached, counted in ``num_release_deferred``, and goes back at a later release
+        point). Inside a stream callback it does not wait."""
         cdef int64_t r
-        stream_device_quiesce(None if self.core.kind == KIND_HOST else self.device)
+        if wait:
+            stream_device_quiesce(None if self.core.kind == KIND_HOST else self.device)
         with nogil:
             r = core_empty_cache(self.core)
         return r
@@ -923,6 +929,11 @@ cdef DeviceAllocator existing_allocator(Device dev, int kind):
 # With the GIL held: serve from the cache without releasing the GIL when the lock is free (never blocks, never calls
 # the plugin). NULL: take the slow path (nogil core_malloc).
 cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
+    cdef size_t held
+    return core_try_malloc_block(c, n, stream, &held)
+
+
+cdef void* core_try_malloc_block(AllocatorCore* c, size_t n, uintptr_t stream, size_t* held) noexcept:
     cdef Block* b = NULL
     cdef int fail = 0
     if prt_tracing(trace_mask, PRT_TRACE_STACKS):
@@ -931,12 +942,36 @@ cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcep
         return NULL
     if not c.cx.mu.try_lock():
         return NULL
+    cdef uintptr_t addr = 0
     if not c.torn_down:
         b = _alloc_cached(c, round_request(c, n), n, stream, &fail, False)
+        if b != NULL:
+            addr = b.addr
+            held[0] = b.size
     c.cx.mu.unlock()
-    if b == NULL:
-        return NULL
-    return <void*>b.addr
+    return <void*>addr
+
+
+# Cross-stream reuse for the stream-ordered pool (takes the lock; never calls the plugin): a free block of stream tag
+# `tag`'s memory that serves `n` and whose frees the caller may follow (alloc_segment.settled_fit), handed out with
+# `tag`; NULL when none. held: its size; seq: its free_seq (which policy allowed it).
+cdef void* core_malloc_settled(AllocatorCore* c, size_t n, uintptr_t tag, uint64_t seq_ok, bint done_ok,
+                               size_t* held, uint64_t* seq) noexcept nogil:
+    cdef int fail = 0
+    cdef Block* b = NULL
+    cdef uintptr_t addr = 0
+    c.cx.mu.lock()
+    if not c.torn_down and n <= SIZE_MAX // 2:
+        b = _settled_fit(c, tag, round_request(c, n), seq_ok, done_ok)
+        if b != NULL:
+            seq[0] = b.free_seq
+            c.num_cache_hits += 1
+            b = _take(c, b, round_request(c, n), n, &fail)
+        if b != NULL:
+            addr = b.addr
+            held[0] = b.size
+    c.cx.mu.unlock()
+    return <void*>addr
 
 
 # With the GIL held: 1 when freed (or torn down), 0 when the slow path must run (lock busy, unknown pointer, or a

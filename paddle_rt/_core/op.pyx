@@ -286,7 +286,7 @@ def _record_python_launch(Stream s not None, uint64_t pos, tensors, str name):
         t.storage.note_writer(s, pos)
         t.storage.used_on(s)
     if trace_mask & PRT_TRACE_STREAMS:
-        trace_label_op(<uintptr_t>s.ctx.core, pos, {"name": name, "shapes": [(<Tensor>x).shape for x in tensors]})
+        trace_label_op(s.ctx.core.tag, pos, {"name": name, "shapes": [(<Tensor>x).shape for x in tensors]})
 
 
 def unregister_kernel(op, device_type, dtype):
@@ -678,7 +678,7 @@ cdef class OpDescriptor:
             if self.written & (1 << i):
                 (<Tensor>ins[i]).storage.note_writer(s, pos)
         if trace_mask & PRT_TRACE_STREAMS:
-            trace_label_op(<uintptr_t>s.ctx.core, pos, {
+            trace_label_op(s.ctx.core.tag, pos, {
                 "name": self.name, "dtype": dtype_name(self.call.dtype),
                 "shapes": [out.shape] + [(<Tensor>x).shape for x in ins]})
         return pos

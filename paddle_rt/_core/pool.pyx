@@ -1,51 +1,55 @@
-# Stream-ordered memory: malloc_async / free_async like CUDA's cudaMallocAsync pools, on top of the caching
-# allocator (allocator.pyx) and cheap stream positions (stream.pyx).
+# Stream-ordered memory: malloc_async / free_async like CUDA's cudaMallocAsync pools, in the device's caching
+# allocator (allocator.pyx) with cheap stream positions (stream.pyx). One allocator, not two stacked: the pool is
+# the stream-ordering side (which stream may use a freed block when), the allocator the growth side.
 #
 # Design
-# - A MemPool takes its blocks from the device's caching allocator with its own stream tag (so they never share a
-#   chunk with paddle_rt.malloc's blocks) and keeps the blocks freed with free_async itself, per stream and per block
-#   size, each with (stream of the free, that stream's position at the free, record_stream positions).
-# - malloc_async(n, B) takes, in order:
-#     1. a block of that size freed on B itself (immediately reusable: B runs the free before the reuse);
-#     2. a block of that size freed on another stream A when the host already waited for A past the free (always
-#        allowed), or when a policy allows it: follow event dependencies (B already waits on an event recorded on A
-#        at or after the free; tracked through a hook in Event.wait), opportunistic (A has already run past the
-#        free);
-#     3. internal dependencies: a block of that size freed on another stream, after inserting into B a wait on an
-#        event recorded on A now;
-#     4. the allocator (after handing it every freed block that is safe for every stream: the free completed and the
+# - A block of malloc_async(n, s) comes from the device's caching allocator with s's allocator tag (the tag of
+#   paddle_rt.malloc on s: both APIs share s's memory). A free on the stream it was allocated on, with no
+#   record_stream stream, goes back to the allocator at once (as free() does): it merges with its free neighbours
+#   and serves any later request on s, of any size, like CUDA's pools and PyTorch's caching allocator. The
+#   allocator remembers where s was at the free (Block.free_seq), so the memory leaves s (donor pages, release to
+#   the plugin) only once the free has run there.
+# - The pool holds back only what another stream may still use: a free on another stream than the allocating one,
+#   a block with record_stream streams, or a block another stream took from the pool (its memory belongs to the
+#   first stream's range). Each held block carries (stream of the free, that stream's position at the free,
+#   record_stream positions). malloc_async(n, B) takes, in order:
+#     1. a held block of that size freed on B itself whose record_stream streams passed the free;
+#     2. a held block of that size freed on another stream A when the host already waited for A past the free
+#        (always allowed), or when a policy allows it: follow event dependencies (B already waits on an event
+#        recorded on A at or after the free; tracked through a hook in Event.wait), opportunistic (A has already run
+#        past the free);
+#     3. internal dependencies: a held block of that size freed on another stream, after inserting into B a wait on
+#        an event recorded on A now;
+#     4. the allocator (after handing it every held block that is safe for every stream: the free completed and the
 #        host saw it, or completed under the opportunistic policy), which may grow.
-#   Blocks with record_stream positions are reusable (by anyone) only once every recorded stream passed its position.
 # - Out of memory ladder of malloc_async: (1)-(4) above; then synchronize every stream holding pending frees (and
 #   recorded streams), after which any stream may reuse them: hand them all to the allocator and retry (the
 #   allocator's own ladder releases its idle chunks to the plugin), after also waiting for the device's frees deferred
-#   by record_stream on paddle_rt.malloc blocks and for every stream of the device (the allocator gives chunks back
-#   only while the device's streams are idle); then OutOfMemoryError.
+#   by record_stream on paddle_rt.malloc blocks and for every stream of the device; then OutOfMemoryError.
 # - Release threshold: at synchronize points (Stream.synchronize / Event.synchronize, seen through a hook in
 #   stream.pyx; paddle_rt.synchronize / Device.synchronize synchronize every stream of the device through the stream
-#   layer's device hook, so they count for every stream), freed blocks held above the threshold are given back to the allocator. trim_to(n) gives back safe
-#   blocks down to n held bytes and then returns the allocator's idle chunks to the plugin; it never touches memory in
-#   use or whose free has not completed.
-# - The hot path: a free on the stream the block was allocated on, with no record_stream streams, goes into a C-level
-#   table of the pool (HotBlock, 16 entries, newest last) that malloc_async on that stream searches first (step 1 at
-#   C level: no Python containers, no _FreedBlock object). Before any other step looks at freed blocks (a miss, the
-#   cross-stream steps, _retire_safe, the OOM ladder, pending_frees, teardown) the table is moved into the cache.
-# The pool's other bookkeeping is Python-level state (dicts) used with the GIL held; the allocator calls are nogil.
+#   layer's device hook, so they count for every stream), held blocks above the threshold are given back to the
+#   allocator. trim_to(n) gives back safe held blocks down to n held bytes and then returns the allocator's memory
+#   whose frees have run to the plugin (it never waits); it never touches memory in use or whose free has not
+#   completed.
+# The pool's bookkeeping of held blocks is Python-level state (dicts) used with the GIL held; allocator calls are
+# nogil (or the allocator's GIL fast path when its lock is free).
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.object cimport PyTypeObject
 from paddle_rt._core.includes.obj_freelist cimport prt_objfl_install
 from paddle_rt._core.allocator cimport (
     AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
-    round_request, core_deferred_pending,
+    round_request, core_deferred_pending, core_try_malloc_block, core_try_free, core_malloc_settled,
 )
 from paddle_rt._core.allocation cimport Allocation, check_nbytes
 from paddle_rt._core.deferred_free cimport core_wait_deferred
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
     Stream, stream_position, stream_reached, stream_set_order_hooks, current_stream, default_stream,
-    stream_device_idle, stream_device_quiesce,
+    stream_device_idle, stream_device_quiesce, stream_alloc_tag, stream_done_seq, device_open_streams,
 )
+import sys
 import weakref
 cimport cython
 
@@ -85,13 +89,14 @@ cdef void _on_host_sync(void* sp, uint64_t pos) noexcept:
             if p.device is s.device:
                 if p._synced.get(s, 0) < pos:
                     p._synced[s] = pos
+                p._synced_seq[s] = stream_done_seq(s)
                 if p.cached_bytes > <int64_t>p.release_threshold:
                     p._retire_safe(p.release_threshold)
     except BaseException:
         pass                     # the hooks must not fail a synchronize; the pool stays conservative
 
 
-cdef void _on_wait(void* wp, void* rp, uint64_t pos) noexcept:
+cdef void _on_wait(void* wp, void* rp, uint64_t pos, uint64_t seq) noexcept:
     cdef Stream w = <Stream>wp
     cdef Stream r = <Stream>rp
     cdef MemPool p
@@ -101,8 +106,9 @@ cdef void _on_wait(void* wp, void* rp, uint64_t pos) noexcept:
                 ws = p._waits.get(w)
                 if ws is None:
                     ws = p._waits[w] = weakref.WeakKeyDictionary()
-                if ws.get(r, 0) < pos:
-                    ws[r] = pos
+                was = ws.get(r)
+                if was is None or was[0] < pos:
+                    ws[r] = (pos, seq)
     except BaseException:
         pass
 
@@ -164,32 +170,23 @@ cdef class MemPool:
             raise errors.InvalidArgument(f"{dev}: MemPool: release_threshold must be >= 0, not {release_threshold}")
         self.core = get_core(dev, KIND_DEVICE)
         self.device = dev
-        self.tag = <uintptr_t><void*>self
         self.release_threshold = release_threshold
         self.reuse_follow_event_dependencies = bool(reuse_follow_event_dependencies)
         self.reuse_allow_opportunistic = bool(reuse_allow_opportunistic)
         self.reuse_allow_internal_dependencies = bool(reuse_allow_internal_dependencies)
         self._cache = {}
         self._synced = weakref.WeakKeyDictionary()    # streams dropped by the user are not kept alive
+        self._synced_seq = weakref.WeakKeyDictionary()
         self._waits = weakref.WeakKeyDictionary()
         from paddle_rt._core.allocator import get_allocator
         self.host_addressable = get_allocator(dev).host_addressable
         _pools.add(self)
 
     def __dealloc__(self):
-        # give held blocks back (their frees are ordered; the allocator's stream tags keep them apart)
+        # give held blocks back (their frees are ordered: the allocator keeps them in their stream's range and lets
+        # their memory leave it only once the free has run there)
         cdef _FreedBlock e
-        cdef int i
         cdef bint give_back = not (self.core == NULL or _torn_down or self.core.torn_down)
-        for i in range(self.n_hot):
-            if give_back:
-                try:
-                    with nogil:
-                        core_free(self.core, <void*>self.hot[i].ptr)
-                except BaseException:
-                    pass
-            Py_DECREF(<object>self.hot[i].stream)
-        self.n_hot = 0
         if not give_back or self._cache is None:
             return
         try:
@@ -213,35 +210,6 @@ cdef class MemPool:
             raise errors.DeviceError(f"{self.device}: the memory pool was torn down (interpreter exit)")
         return 0
 
-    cdef int _spill(self) except -1:
-        # the hot blocks (oldest first) become _FreedBlock entries of the cache, keeping the newest last in each list
-        cdef _FreedBlock e
-        cdef HotBlock tmp[16]
-        cdef HotBlock* h
-        cdef dict d
-        cdef list lst
-        cdef int i, n = self.n_hot
-        # copied first: creating objects may run a garbage collection whose finalizers free into the hot table
-        for i in range(n):
-            tmp[i] = self.hot[i]
-        self.n_hot = 0
-        for i in range(n):
-            h = &tmp[i]
-            e = _FreedBlock.__new__(_FreedBlock)
-            e.ptr = h.ptr
-            e.size = h.size
-            e.stream = <Stream>h.stream
-            Py_DECREF(<object>h.stream)        # e.stream holds it now
-            e.pos = h.pos
-            d = self._cache.get(e.stream)
-            if d is None:
-                d = self._cache[e.stream] = {}
-            lst = d.get(e.size)
-            if lst is None:
-                lst = d[e.size] = []
-            lst.append(e)
-        return 0
-
     # -- reuse ---------------------------------------------------------------------------------------------------------
     cdef bint _host_synced(self, _FreedBlock e):
         """The host waited for the freeing stream past the free (or the stream is closed: ``closed`` is set only once
@@ -253,7 +221,8 @@ cdef class MemPool:
         if not self.reuse_follow_event_dependencies:
             return False
         ws = self._waits.get(b)
-        return ws is not None and ws.get(e.stream, 0) >= e.pos
+        w = ws.get(e.stream) if ws is not None else None
+        return w is not None and w[0] >= e.pos
 
     cdef bint _opportunistic(self, _FreedBlock e):
         """The free has already run, and the opportunistic policy allows using that."""
@@ -319,8 +288,6 @@ cdef class MemPool:
         """Give back freed blocks that every stream may reuse (free completed and seen by the host, or completed under
         the opportunistic policy) until at most ``keep`` bytes are held."""
         cdef _FreedBlock e
-        if self.n_hot:
-            self._spill()
         cdef list safe = [e for e in self._freed_blocks() if self._safe_for_every_stream(e)]
         safe.sort(key=lambda x: -(<_FreedBlock>x).size)
         for e in safe:
@@ -341,7 +308,7 @@ cdef class MemPool:
                 del self._cache[s]
         return 0
 
-    cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s):
+    cdef AsyncAllocation _wrap(self, uintptr_t p, size_t n, size_t block, Stream s, uintptr_t tag, bint foreign):
         cdef AsyncAllocation a = AsyncAllocation.__new__(AsyncAllocation)
         a.core = NULL                 # the base class must not free it: the pool does
         a.ptr = p
@@ -351,31 +318,30 @@ cdef class MemPool:
         a.host_addressable = self.host_addressable
         a.pool = self
         a.stream = s
-        a.stream_tag = self.tag
+        a.stream_tag = tag
+        a.foreign = foreign
         self.used_cur += block
         if self.used_cur > self.used_high:
             self.used_high = self.used_cur
         return a
 
     cdef AsyncAllocation malloc_on(self, size_t n, Stream s):
-        """The allocation steps, in order: a hot block freed on ``s`` -> a cached block freed on ``s`` -> one freed
-        on another stream that ``s`` may reuse (host-synchronised, event dependencies, opportunistic) -> one the pool
-        makes ``s`` wait for (internal dependencies) -> the allocator (after giving back what every stream may
-        reuse)."""
-        cdef size_t r = round_request(self.core, n)
-        cdef uintptr_t p
+        """The allocation steps, in order: a held block freed on ``s`` -> one freed on another stream that ``s`` may
+        reuse (host-synchronised, event dependencies, opportunistic) -> one the pool makes ``s`` wait for (internal
+        dependencies) -> the allocator with ``s``'s tag (after giving back what every stream may reuse), where every
+        block freed on ``s`` already is, merged with its neighbours."""
+        cdef size_t r
+        cdef size_t held = 0
+        cdef void* p
+        cdef uintptr_t tag
         cdef _FreedBlock e = None
         if s.device is not self.device:
             raise errors.InvalidArgument(f"{self.device}: malloc_async: {s.name} belongs to {s.device}, not to the "
                                          f"pool's device")
         s._check_open()
-        p = self._take_hot(r, s)
-        if p:
-            self.cached_bytes -= r
-            return self._wrap(p, n, r, s)
-        if self.n_hot:
-            self._spill()
+        tag = stream_alloc_tag(s)
         if self._cache:
+            r = round_request(self.core, n)
             e = self._take_same_stream(r, s)
             if e is None:
                 e = self._take_cross_stream(r, s)
@@ -383,27 +349,77 @@ cdef class MemPool:
                 e = self._take_with_internal_dependency(r, s)
             if e is not None:
                 self.cached_bytes -= e.size
-                return self._wrap(e.ptr, n, e.size, s)
+                return self._wrap(e.ptr, n, e.size, s, e.tag, e.tag != tag)
             self._retire_safe(0)
-        return self._from_allocator(n, s)
+        p = core_try_malloc_block(self.core, n, tag, &held)      # the allocator's cached path, GIL held
+        if p != NULL:
+            self.reserved_cur += held
+            if self.reserved_cur > self.reserved_high:
+                self.reserved_high = self.reserved_cur
+            return self._wrap(<uintptr_t>p, n, held, s, tag, False)
+        a = self._from_other_streams(n, s, tag)
+        if a is not None:
+            return a
+        return self._from_allocator(n, s, tag)
 
-    cdef uintptr_t _take_hot(self, size_t r, Stream s):
-        """Step 0: the newest block of size ``r`` in the hot table freed on ``s`` (0 when none)."""
-        cdef int i
-        cdef uintptr_t p
-        for i in range(self.n_hot - 1, -1, -1):
-            if self.hot[i].stream == <void*>s and self.hot[i].size == r:
-                p = self.hot[i].ptr
-                self.n_hot -= 1
-                while i < self.n_hot:
-                    self.hot[i] = self.hot[i + 1]
-                    i += 1
-                Py_DECREF(s)
-                return p
-        return 0
+    cdef AsyncAllocation _from_other_streams(self, size_t n, Stream s, uintptr_t tag):
+        """Steps 2 and 3 over the allocator's free memory of the device's other open streams (what they freed went
+        back to their ranges at once): a free block whose frees ``s`` may follow (the host saw them run, ``s``
+        waits on an event recorded after them, or, opportunistic, they have run), else (internal dependencies) any
+        free block of another stream, after making ``s`` wait for that stream's work so far. None: none."""
+        cdef Stream o
+        cdef uintptr_t otag
+        cdef uint64_t seq_ok, seq = 0
+        cdef size_t held = 0
+        cdef void* p
+        cdef int how
+        others = [o for o in device_open_streams(self.device) if o is not s]
+        if not others:
+            return None
+        ws = self._waits.get(s) if self.reuse_follow_event_dependencies else None
+        for o in others:
+            otag = stream_alloc_tag(o)
+            synced = self._synced_seq.get(o, 0)
+            w = ws.get(o) if ws is not None else None
+            seq_ok = max(synced, w[1]) if w is not None else synced
+            with nogil:
+                p = core_malloc_settled(self.core, n, otag, seq_ok, self.reuse_allow_opportunistic, &held, &seq)
+            if p != NULL:
+                how = REUSE_HOST_SYNCED if seq <= synced else (
+                    REUSE_EVENT_DEPENDENCY if seq <= seq_ok else REUSE_OPPORTUNISTIC)
+                return self._from_other(p, n, held, s, otag, tag, how)
+        if not self.reuse_allow_internal_dependencies:
+            return None
+        for o in others:
+            otag = stream_alloc_tag(o)
+            with nogil:
+                p = core_malloc_settled(self.core, n, otag, <uint64_t>-1, False, &held, &seq)
+            if p == NULL:
+                continue
+            from paddle_rt._core.event import Event
+            ev = Event()
+            try:
+                ev.record(o)               # releases the GIL (event creation): o may be closed meanwhile
+                ev.wait(s)
+            except BaseException:
+                with nogil:
+                    core_free(self.core, p)
+                if isinstance(sys.exc_info()[1], errors.StreamError) and (o._closing or o.closed):
+                    continue               # closing: its memory becomes reusable once it is closed
+                raise
+            return self._from_other(p, n, held, s, otag, tag, REUSE_INTERNAL_DEPENDENCY)
+        return None
+
+    cdef AsyncAllocation _from_other(self, void* p, size_t n, size_t held, Stream s, uintptr_t otag, uintptr_t tag,
+                                     int how):
+        self.n_reuse[how] += 1
+        self.reserved_cur += held
+        if self.reserved_cur > self.reserved_high:
+            self.reserved_high = self.reserved_cur
+        return self._wrap(<uintptr_t>p, n, held, s, otag, otag != tag)
 
     cdef _FreedBlock _take_same_stream(self, size_t r, Stream s):
-        """Step 1: the newest cached block of size ``r`` freed on ``s`` whose record_stream streams passed the free."""
+        """Step 1: the newest held block of size ``r`` freed on ``s`` whose record_stream streams passed the free."""
         cdef _FreedBlock e
         cdef dict d = self._cache.get(s)
         cdef list lst = d.get(r) if d is not None else None
@@ -447,18 +463,19 @@ cdef class MemPool:
             return e
         return None
 
-    cdef AsyncAllocation _from_allocator(self, size_t n, Stream s):
-        """Step 4: a new block from the device's allocator, after the pool's OOM ladder when it is out of memory."""
+    cdef AsyncAllocation _from_allocator(self, size_t n, Stream s, uintptr_t tag):
+        """Step 4's slow path: a block from the device's allocator that may grow or call the plugin (GIL released),
+        after the pool's OOM ladder when it is out of memory."""
         cdef void* p = NULL
         try:
             with nogil:
-                core_malloc(self.core, n, self.tag, &p)
+                core_malloc(self.core, n, tag, &p)
         except errors.OutOfMemoryError:
             if not self._cache and core_deferred_pending(self.core) == 0 and stream_device_idle(<void*>self.device):
                 raise
             self._oom_ladder()
             with nogil:
-                core_malloc(self.core, n, self.tag, &p)
+                core_malloc(self.core, n, tag, &p)
         cdef size_t block = core_block_size(self.core, p)
         if s.closed or s._closing:
             # closed by another thread while the GIL was released (allocation, OOM ladder): the caller's error
@@ -467,7 +484,7 @@ cdef class MemPool:
         self.reserved_cur += block
         if self.reserved_cur > self.reserved_high:
             self.reserved_high = self.reserved_cur
-        return self._wrap(<uintptr_t>p, n, block, s)
+        return self._wrap(<uintptr_t>p, n, block, s, tag, False)
 
     def _oom_ladder(self):
         # synchronize the streams holding pending frees (and their recorded streams); then every stream may reuse
@@ -478,8 +495,6 @@ cdef class MemPool:
         cdef Stream st
         cdef dict need = {}
         cdef list snapshot
-        if self.n_hot:
-            self._spill()
         snapshot = self._freed_blocks()
         for e in snapshot:
             if need.get(e.stream, 0) < e.pos:
@@ -519,25 +534,20 @@ cdef class MemPool:
         if _torn_down or self.core.torn_down:
             a._freed = 1
             return 0
-        cdef HotBlock* h
-        if a._recorded is None and a.stream is s:
-            # the hot path: a C-level entry, reused first by the next malloc_async of this size on s
-            while self.n_hot >= HOT_N:
-                self._spill()
-            h = &self.hot[self.n_hot]
-            h.stream = <void*>s
-            Py_INCREF(s)
-            h.ptr = a.ptr
-            h.size = a.block
-            h.pos = stream_position(s)
-            self.n_hot += 1
+        if a._recorded is None and a.stream is s and not a.foreign:
+            # freed on its own stream: back to the allocator at once, merged, reusable by later work on s for any
+            # size (the allocator notes where s is, so the memory leaves s only once the free has run)
             a._freed = 1
             self.used_cur -= a.block
-            self.cached_bytes += a.block
+            self.reserved_cur -= a.block
+            if not core_try_free(self.core, a.ptr):
+                with nogil:
+                    core_free(self.core, <void*>a.ptr)
             return 0
         e = _FreedBlock.__new__(_FreedBlock)
         e.ptr = a.ptr
         e.size = a.block
+        e.tag = a.stream_tag
         e.stream = s
         e.pos = stream_position(s)
         if a._recorded is not None or a.stream is not s:
@@ -612,8 +622,6 @@ cdef class MemPool:
     def pending_frees(self):
         """[(stream name, position of the free, size)] of the freed blocks the pool holds (for tests and tools)."""
         cdef _FreedBlock e
-        out = []
-        self._spill()
         return [(e.stream.name, e.pos, e.size) for e in self._freed_blocks()]
 
 
@@ -682,7 +690,6 @@ def _teardown_pools():
     cdef _FreedBlock e
     for p in list(_pools):
         try:
-            p._spill()
             for e in p._freed_blocks():
                 if p._drop_entry(e):
                     p._retire(e)

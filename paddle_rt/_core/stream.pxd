@@ -16,6 +16,11 @@
 #                                         errors are not raised (they stay for the stream's synchronize). On a
 #                                         stream's worker (inside a callback) it does not wait at all: that stream
 #                                         is busy running the callback, and waiting for the others could deadlock.
+#   stream_order_now()                    the process's order counter (nogil, one atomic load): memory freed when it
+#                                         read S, last used by work on its stream, may go elsewhere once
+#                                         stream_tag_done(device, tag, S) (the stream's work before S has run)
+#   stream_tag_done(device, tag, seq)     nogil, never blocks beyond the stream registry's mutex; tag = an allocator
+#                                         tag (stream_alloc_tag); True also for a tag of no live stream (closed)
 #   current_stream_tag(dev)               an opaque tag of the calling thread's current stream on `dev` (nogil):
 #                                         the selected stream's core address, or 0 for the device's default stream
 from libc.stdint cimport uint64_t, uintptr_t
@@ -74,6 +79,7 @@ cdef class StreamMark:
     cdef prt_event_core* core
     cdef Stream _stream              # stream of the latest record (for its errors)
     cdef uint64_t _pos               # that stream's position at the latest record
+    cdef uint64_t _seq               # the order counter just before it (work of that stream up to it precedes it)
     cdef uint64_t _gen               # the latest record's number (0: never recorded)
 
     cdef int record_on(self, Stream s) except -1
@@ -87,19 +93,27 @@ cdef prt_stream_core* stream_current_worker() noexcept nogil
 cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil
 cdef uintptr_t current_stream_tag(Device dev) noexcept nogil
 # The allocator's tag of `s`: 0 for its device's default stream (what current_stream_tag gives when no stream is
-# selected), else the address of its queue.
+# selected), else its queue's tag (unique in the process, never reused).
 cdef uintptr_t stream_alloc_tag(Stream s) noexcept
 cdef bint stream_device_idle(void* device) noexcept nogil
+cdef uint64_t stream_order_now() noexcept nogil
+cdef bint stream_tag_done(void* device, uintptr_t tag, uint64_t seq) noexcept nogil
 cdef int stream_device_quiesce(object device) except -1
 # Ordering hooks for the stream-ordered pool (pool.pyx), called with the GIL: `host_sync(stream, pos)` after the host
 # waited until `stream` reached `pos` (Stream.synchronize, Event.synchronize); `wait(waiter, recorded, pos)` after
-# `waiter` was made to wait for position `pos` of `recorded` (Event.wait / Stream.wait_event). Arguments are borrowed
+# `waiter` was made to wait for position `pos` of `recorded` (Event.wait / Stream.wait_event), which covers the work
+# of `recorded` that the order counter (stream_order_now) had numbered up to `seq`. Arguments are borrowed
 # Stream objects as void*. One pair of hooks per process (NULL: none).
 ctypedef void (*stream_host_sync_hook_t)(void* s, uint64_t pos) noexcept
-ctypedef void (*stream_wait_hook_t)(void* waiter, void* recorded, uint64_t pos) noexcept
+ctypedef void (*stream_wait_hook_t)(void* waiter, void* recorded, uint64_t pos, uint64_t seq) noexcept
 cdef void stream_set_order_hooks(stream_host_sync_hook_t host_sync, stream_wait_hook_t wait) noexcept
 cdef void stream_notify_host_sync(Stream s, uint64_t pos) noexcept
-cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos) noexcept
+cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos, uint64_t seq) noexcept
+# With the GIL: how far `s` has run in order-counter terms: every operation of s numbered up to it has completed (the
+# counter now when s is idle). A stream closed or of the parent process: the counter now (nothing of it runs here).
+cdef uint64_t stream_done_seq(Stream s) noexcept
+# With the GIL: the open streams of `dev` of this process (a snapshot list).
+cdef list device_open_streams(Device dev)
 # Wait (on the worker) for the plugin stream behind ctx: 0, or -1 after recording the error.
 cdef int stream_ctx_plugin_sync(StreamCtx* ctx) noexcept nogil
 # Record a plugin error found on a worker as an error of the stream (takes the GIL).

@@ -53,6 +53,7 @@ from paddle_rt._core.includes.stream_support cimport (
     prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_P2P, PRT_OP_DROPPABLE,
     PRT_POS_DROPPED, prt_event_core, prt_event_core_new, PRT_OPK_EVENT_RECORD, PRT_OPK_EVENT_WAIT,
     prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle, prt_streams_count,
+    prt_order_counter, prt_streams_done, prt_streams_set_default, prt_next_stream_tag,
 )
 from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
 from paddle_rt._core.trace cimport trace_mask, trace_emit
@@ -178,7 +179,7 @@ cdef void _trace_op(void* p, int kind, uint64_t pos, uint64_t nbytes, int64_t en
     r.kind = PRT_EV_OP
     r.op = kind
     r.device = <void*>ctx.device
-    r.stream = <uintptr_t>ctx.core
+    r.stream = ctx.core.tag
     r.addr = 0
     r.size = nbytes
     r.pos = pos
@@ -192,8 +193,8 @@ cdef void _trace_op(void* p, int kind, uint64_t pos, uint64_t nbytes, int64_t en
 
 
 def stream_tag(Stream s):
-    """The opaque tag of ``s`` in recorded events and allocator blocks (its queue's address; 0 once closed)."""
-    return 0 if s.ctx == NULL else <uintptr_t>s.ctx.core
+    """The opaque tag of ``s`` in recorded events and allocator blocks (unique in the process; 0 once closed)."""
+    return 0 if s.ctx == NULL else s.ctx.core.tag
 
 
 def trace_stream_names():
@@ -203,7 +204,7 @@ def trace_stream_names():
     for s in list(_live_streams):
         if s.ctx != NULL and not s.closed:
             d = s.device.layers.get("streams.default")
-            out[<uintptr_t>s.ctx.core] = (str(s.device), s.name, d is s)
+            out[s.ctx.core.tag] = (str(s.device), s.name, d is s)
     return out
 
 
@@ -215,7 +216,7 @@ cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) excep
 cdef uintptr_t stream_alloc_tag(Stream s) noexcept:
     if s.ctx == NULL or (<Device>s.device).layers.get("streams.default") is s:
         return 0
-    return <uintptr_t>s.ctx.core
+    return s.ctx.core.tag
 
 
 cdef prt_stream_core* stream_current_worker() noexcept nogil:
@@ -238,6 +239,14 @@ cdef bint stream_reached(Stream s, uint64_t pos) noexcept nogil:
 
 cdef bint stream_device_idle(void* device) noexcept nogil:
     return prt_streams_idle(device)
+
+
+cdef uint64_t stream_order_now() noexcept nogil:
+    return prt_order_counter().load()
+
+
+cdef bint stream_tag_done(void* device, uintptr_t tag, uint64_t seq) noexcept nogil:
+    return prt_streams_done(device, tag, seq)
 
 
 cdef int stream_device_quiesce(object device) except -1:
@@ -285,9 +294,28 @@ cdef void stream_notify_host_sync(Stream s, uint64_t pos) noexcept:
         _host_sync_hook(<void*>s, pos)
 
 
-cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos) noexcept:
+cdef void stream_notify_wait(Stream waiter, Stream recorded, uint64_t pos, uint64_t seq) noexcept:
     if _wait_hook != NULL and waiter is not None and recorded is not None:
-        _wait_hook(<void*>waiter, <void*>recorded, pos)
+        _wait_hook(<void*>waiter, <void*>recorded, pos, seq)
+
+
+cdef list device_open_streams(Device dev):
+    """The open streams of ``dev`` (a snapshot) that belong to this process."""
+    cdef Stream s
+    out = []
+    for ref in list(_live_streams.data):
+        s = ref()
+        if s is not None and s.device is dev and not s.closed and not s._closing and s.ctx != NULL and \
+                s._fork_gen == _fork_generation:
+            out.append(s)
+    return out
+
+
+cdef uint64_t stream_done_seq(Stream s) noexcept:
+    cdef uint64_t now = prt_order_counter().load()
+    if s.ctx == NULL or s.closed or s._fork_gen != _fork_generation or s.ctx.core.idle():
+        return now
+    return s.ctx.core.completed_seq_now()
 
 
 # -- marks: points of a stream that other streams wait for ----------------------------------------------------------
@@ -339,11 +367,12 @@ cdef class StreamMark:
             self.core = NULL
 
     cdef int record_on(self, Stream s) except -1:
-        cdef uint64_t gen, pos
+        cdef uint64_t gen, pos, seq
         cdef StreamCtx* ctx
         cdef C_Status st
         s._check_open()
         ctx = s.pin()                 # re-checks s is open (StreamError, not a crash) and keeps ctx until unpin
+        seq = prt_order_counter().load()
         try:
             gen = self.core.gen_next(1) + 1
             if not self.core.timing and ctx.core.idle() and not (trace_mask & PRT_TRACE_STREAMS):
@@ -373,6 +402,7 @@ cdef class StreamMark:
         self._gen = gen
         self._stream = s
         self._pos = pos
+        self._seq = seq
         return 0
 
     cdef int _check_process(self) except -1:
@@ -389,7 +419,7 @@ cdef class StreamMark:
         if gen == 0:
             return 0
         if self.core.is_done(gen):
-            stream_notify_wait(s, self._stream, self._pos)
+            stream_notify_wait(s, self._stream, self._pos, self._seq)
             return 0
         self.core.incref()
         try:
@@ -397,7 +427,7 @@ cdef class StreamMark:
         except BaseException:
             self.core.decref()
             raise
-        stream_notify_wait(s, self._stream, self._pos)
+        stream_notify_wait(s, self._stream, self._pos, self._seq)
         return 0
 
 
@@ -474,6 +504,8 @@ cdef class Stream:
         ctx.core.trace_mask = &trace_mask
         ctx.core.trace_bit = PRT_TRACE_STREAMS
         ctx.core.trace_op = _trace_op
+        ctx.core.order = prt_order_counter()
+        ctx.core.tag = prt_next_stream_tag()
         self.ctx = ctx
         self.device = dev
         self.owned = owned
@@ -485,7 +517,7 @@ cdef class Stream:
         self.name = f"{dev!r}#{_stream_counter[0]}"
         if trace_mask:
             from paddle_rt._core import trace as _trace_mod
-            _trace_mod.note_stream(<uintptr_t>ctx.core, dev, self.name)
+            _trace_mod.note_stream(ctx.core.tag, dev, self.name)
         try:
             ctx.core.start()
         except BaseException:
@@ -808,6 +840,7 @@ cpdef Stream default_stream(object device=None):
             s = dev.layers.get("streams.default")
             if s is None or (<Stream>s).closed:
                 s = Stream(dev)
+                prt_streams_set_default((<Stream>s).ctx.core)
                 dev.layers["streams.default"] = s
                 _register_device_sync(dev)
     return s
@@ -879,7 +912,7 @@ cdef _set_tag(Device dev, Stream s):
         prt_t_stream_tag = NULL
         prt_t_stream_dev = NULL
     else:
-        prt_t_stream_tag = <void*>s.ctx.core
+        prt_t_stream_tag = <void*>s.ctx.core.tag
         prt_t_stream_dev = <void*>dev
 
 

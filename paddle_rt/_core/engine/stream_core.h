@@ -47,6 +47,7 @@ struct prt_op {
     int flags;
     int64_t enq_ns;       /* enqueue time while streams are traced, else 0 */
     uint64_t nbytes;      /* bytes the operation moves (for the profiler) */
+    uint64_t seq;         /* the process's order number at its enqueue (prt_stream_core::order) */
 };
 /* A traced operation handed to the plugin's stream: it ends when the worker has synchronised that stream. */
 struct prt_traced_op {
@@ -76,6 +77,17 @@ struct prt_stream_core {
     uint64_t submitted = 0;                    /* under mu */
     std::atomic<uint64_t> submitted_pub{0};    /* copy of submitted readable without the lock */
     std::atomic<uint64_t> completed{0};
+    /* The process-wide order of enqueues (stream_state.cpp's counter, shared by every stream; set before the first
+       enqueue): each operation takes the next number under `mu`, so one stream's numbers rise with its positions.
+       `completed_seq` is the number of the operation at `completed`. A free of memory last used by this stream's
+       work, made when the counter read S (prt_order_now), has completed once completed_seq >= S or the stream is
+       idle: every operation submitted before the free has a number <= S (the allocator's "has this free run?",
+       without knowing the stream at the free: prt_streams_done). */
+    std::atomic<uint64_t>* order = nullptr;
+    /* The stream's tag in allocator blocks and recorded events: unique in the process, never reused (a queue's
+       address may be, by a later stream, which must not inherit the memory cached under the old one). */
+    uintptr_t tag = 0;
+    std::atomic<uint64_t> completed_seq{0};
     bool stopping = false;
     std::atomic<int> dropping{0};              /* drop_queued(): droppable operations not yet started are dropped */
     bool sleeping = false;
@@ -115,6 +127,7 @@ struct prt_stream_core {
         }
         o->next = nullptr; o->fn = fn; o->arg = arg; o->aux = aux; o->flags = flags;
         o->enq_ns = t; o->nbytes = nbytes;
+        o->seq = order->fetch_add(1, std::memory_order_acq_rel) + 1;
         o->pos = ++submitted;
         submitted_pub.store(submitted, std::memory_order_release);
         if (tail) tail->next = o; else head = o;
@@ -134,11 +147,12 @@ struct prt_stream_core {
         if (stopping) return UINT64_MAX;
         if (head || completed.load(std::memory_order_acquire) != submitted) return 0;
         int64_t t = __builtin_expect((*trace_mask & trace_bit) != 0, 0) ? prt_now_ns() : 0;
+        uint64_t seq = order->fetch_add(1, std::memory_order_acq_rel) + 1;
         uint64_t pos = ++submitted;
         submitted_pub.store(submitted, std::memory_order_release);
         fn(ctx, arg, aux, pos);
         if (__builtin_expect(t != 0, 0) && trace_op) trace_op(ctx, flags >> 8, pos, nbytes, t, t, prt_now_ns());
-        completed.store(pos, std::memory_order_release);
+        finish(pos, seq);
         if (waiters) done_cv.notify_all();
         return pos;
     }
@@ -167,22 +181,28 @@ struct prt_stream_core {
         }
     }
 
-    void finish(uint64_t pos) {
+    void finish(uint64_t pos, uint64_t seq) {
+        completed_seq.store(seq, std::memory_order_release);     /* first: a reader of both sees no later seq */
         completed.store(pos, std::memory_order_release);
+    }
+
+    /* Whether the work submitted before order number `seq` has completed (see `order`). */
+    bool done_by(uint64_t seq) const {
+        return completed_seq.load(std::memory_order_acquire) >= seq || idle();
     }
 
     void run() {
         prt_t_worker = this;
         if (thread_init) thread_init(ctx);
         std::unique_lock<std::mutex> lk(mu);
-        uint64_t last = 0;
+        uint64_t last = 0, last_seq = 0;
         bool spun = false;
         for (;;) {
             if (!head) {
                 if (dirty) {
                     lk.unlock();
                     sync_plugin();
-                    finish(last);
+                    finish(last, last_seq);
                     lk.lock();
                     continue;
                 }
@@ -226,8 +246,9 @@ struct prt_stream_core {
                     if (__builtin_expect(t0 != 0, 0)) traced(o, r, t0);
                 }
                 last = o->pos;
+                last_seq = o->seq;
                 if (r == 1) dirty = true;
-                else if (!dirty) finish(o->pos);
+                else if (!dirty) finish(o->pos, o->seq);
                 end = o;
                 o = o->next;
             }
@@ -302,5 +323,15 @@ size_t prt_streams_count(void* device);                        /* of `device`, o
 /* True when every live stream of `device` (NULL: of every device) has completed everything submitted to it so far,
    plugin work included. Never blocks beyond the registry's mutex. */
 bool prt_streams_idle(void* device);
+/* The process's order counter (prt_stream_core::order): every stream core points at it. */
+std::atomic<uint64_t>* prt_order_counter(void);
+/* A new stream tag (prt_stream_core::tag): 1, 2, 3, ... */
+uintptr_t prt_next_stream_tag(void);
+/* The stream core that allocator tag `tag` names on `device` (tag 0: the device's default stream) has completed
+   the work submitted before order number `seq`; true as well when no live stream has that tag (a closed stream:
+   nothing of it runs any more). Never blocks beyond the registry's mutex. */
+bool prt_streams_done(void* device, uintptr_t tag, uint64_t seq);
+/* Mark `c` as the default stream of its device (allocator tag 0) in the registry. */
+void prt_streams_set_default(prt_stream_core* c);
 
 #endif /* PADDLE_RT_ENGINE_STREAM_CORE_H_ */

@@ -12,9 +12,13 @@ namespace {
 struct prt_stream_registry {
     std::mutex mu;
     std::vector<std::pair<void*, prt_stream_core*>> live;
+    std::vector<prt_stream_core*> defaults;     /* the devices' default streams among `live` (allocator tag 0) */
 };
 
 prt_stream_registry* g_registry = nullptr;
+
+/* Shared by every stream core of the process (a child of fork() keeps counting from the parent's value). */
+std::atomic<uint64_t> g_order{0};
 
 }  // namespace
 
@@ -45,6 +49,13 @@ void prt_streams_remove(prt_stream_core* c) {
         if (r->live[i].second == c) {
             r->live[i] = r->live.back();
             r->live.pop_back();
+            for (size_t k = 0; k < r->defaults.size(); ++k) {
+                if (r->defaults[k] == c) {
+                    r->defaults[k] = r->defaults.back();
+                    r->defaults.pop_back();
+                    break;
+                }
+            }
             return;
         }
     }
@@ -68,6 +79,41 @@ bool prt_streams_idle(void* device) {
         prt_stream_core* c = e.second;
         if (device && e.first != device && !c->cross_device.load(std::memory_order_acquire)) continue;
         if (!c->reached(c->submitted_pub.load(std::memory_order_acquire))) return false;
+    }
+    return true;
+}
+
+std::atomic<uint64_t>* prt_order_counter(void) { return &g_order; }
+
+uintptr_t prt_next_stream_tag(void) {
+    static std::atomic<uintptr_t> next{0};
+    return next.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+void prt_streams_set_default(prt_stream_core* c) {
+    prt_stream_registry* r = g_registry;
+    if (!r) return;
+    std::lock_guard<std::mutex> lk(r->mu);
+    try {
+        r->defaults.push_back(c);
+    } catch (...) {
+        /* not marked: frees of the default stream's blocks then count as done only once it is idle */
+    }
+}
+
+bool prt_streams_done(void* device, uintptr_t tag, uint64_t seq) {
+    prt_stream_registry* r = g_registry;
+    if (!r) return true;
+    std::lock_guard<std::mutex> lk(r->mu);
+    if (tag) {
+        for (const auto& e : r->live)
+            if (e.second->tag == tag) return e.second->done_by(seq);
+        return true;
+    }
+    for (const auto& e : r->live) {
+        if (e.first != device) continue;
+        for (prt_stream_core* d : r->defaults)
+            if (d == e.second && !d->done_by(seq)) return false;
     }
     return true;
 }

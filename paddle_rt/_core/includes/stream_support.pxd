@@ -1,7 +1,7 @@
 # Declarations of the stream and event engines (C++ headers in paddle_rt/_core/engine/). Only the stream extension
 # links the engine's process state (engine/stream_state.cpp): the names marked "stream.pyx only" below resolve in that
 # module alone; every other module asks stream.pyx through the functions cimported from paddle_rt._core.stream.
-from libc.stdint cimport uint64_t, int64_t
+from libc.stdint cimport uint64_t, int64_t, uintptr_t
 
 cdef extern from "engine/clock.h" nogil:
     int64_t prt_now_ns()
@@ -76,6 +76,9 @@ cdef extern from "engine/stream_core.h" nogil:
         void drop_queued()
         uint64_t submitted_now "submitted_pub.load"()
         uint64_t completed_now "completed.load"()
+        uint64_t completed_seq_now "completed_seq.load"()
+        prt_order_atomic* order
+        uintptr_t tag
         void set_cross_device "cross_device.store"(int)
         int cross_device_now "cross_device.load"()
 
@@ -91,3 +94,9 @@ cdef extern from "engine/stream_core.h" nogil:
     void prt_streams_remove(prt_stream_core* c)
     bint prt_streams_idle(void* device)
     size_t prt_streams_count(void* device)
+    cppclass prt_order_atomic "std::atomic<uint64_t>":
+        uint64_t load()
+    prt_order_atomic* prt_order_counter()
+    uintptr_t prt_next_stream_tag()
+    bint prt_streams_done(void* device, uintptr_t tag, uint64_t seq)
+    void prt_streams_set_default(prt_stream_core* c)
