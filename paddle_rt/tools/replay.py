@@ -510,13 +510,19 @@ def _main(args):
         return 0
     name = os.path.basename(args.trace)
     mode = "paddle_compat" if res["config"]["paddle_compat"] else f"default ({res['config']['growth']})"
-    print(f"{name} on {res['device']}, {mode}, {res['events']} events")
+    gran = res["config"].get("granularity") if res["config"].get("expandable_active") else None
+    layout = f"expandable segments ({gran / MiB:g} MiB pages)" if gran else "chunks"
+    print(f"{name} on {res['device']}, {mode}, {layout}, {res['events']} events")
     print(f"  ns per event          {res['ns_per_event']:.0f}"
           + ("  (replayed in pieces for --plot: not comparable)" if args.plot else ""))
     print(f"  peak reserved         {_mib(res['peak_reserved'])} ({res['peak_reserved']} B)")
     print(f"  peak live requested   {_mib(res['peak_live_requested'])} ({res['peak_live_requested']} B)")
     print(f"  ratio                 {res['ratio']:.3f}")
-    print(f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})")
+    if gran:        # a device allocation is a physical page created, a device free one released
+        print(f"  pages created         {res['device_allocs']} (released {res['device_frees']}; maps {res['maps']}, "
+              f"unmaps {res['unmaps']})")
+    else:
+        print(f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})")
     if "stream_ordered" in res:
         so = res["stream_ordered"]
         print(f"  stream-ordered on {so['streams']} streams: {so['ns_per_event']:.0f} ns per event, peak reserved "
