@@ -39,11 +39,14 @@ static C_Status crashy_device_memory_allocate(const C_Device device, void** ptr,
 #else
 #error "ENTRY_FAULT: x86-64 and aarch64 only"
 #endif
-C_Status crashy_entry_synchronize_event(const C_Device device, C_Event event);
-C_Status crashy_entry_device_memory_allocate(const C_Device device, void** ptr, size_t size);
+/* Hidden, as the static hooks of the other builds: in .symtab only, so a stripped copy has no symbol for them. */
+__attribute__((visibility("hidden"))) C_Status crashy_entry_synchronize_event(const C_Device device, C_Event event);
+__attribute__((visibility("hidden"))) C_Status crashy_entry_device_memory_allocate(const C_Device device, void** ptr,
+                                                                                   size_t size);
 __asm__(".text\n"
         ".p2align 4\n"
         ".globl crashy_entry_synchronize_event\n"
+        ".hidden crashy_entry_synchronize_event\n"
         ".type crashy_entry_synchronize_event, @function\n"
         "crashy_entry_synchronize_event:\n"
         ".cfi_startproc\n"
@@ -56,6 +59,7 @@ __asm__(".text\n"
         ".cfi_endproc\n"
         ".size crashy_entry_synchronize_event, .-crashy_entry_synchronize_event\n"
         ".globl crashy_entry_device_memory_allocate\n"
+        ".hidden crashy_entry_device_memory_allocate\n"
         ".type crashy_entry_device_memory_allocate, @function\n"
         "crashy_entry_device_memory_allocate:\n"
         ".cfi_startproc\n"
