@@ -266,8 +266,8 @@ def test_plain_malloc_probes_warn_not_pass(capsys, build_plugin):
     assert rc == 0
     assert by_name["allocate_free"]["result"] == "pass"
     assert by_name["probe_zero_size"]["result"] == "warn"
-    assert by_name["probe_zero_size"]["detail"] == ("warning: not guarded: allocate(0) returned C_SUCCESS with a pointer "
-                                                    "(a block of 0 bytes, as plain malloc gives)")
+    assert by_name["probe_zero_size"]["detail"] == ("warning: not guarded: allocate(0) returned C_SUCCESS with a "
+                                                    "pointer (a block of 0 bytes, as plain malloc gives)")
     assert by_name["probe_null_free"]["result"] == "warn"
     assert by_name["probe_null_free"]["detail"] == "warning: not guarded: deallocate(NULL) returned C_SUCCESS"
     assert check.main([str(so), "--strict", "--json", "--only", "probe_null_free"]) == 1

@@ -516,7 +516,8 @@ def unbacked_timing_claims(rel, text, measured=None, not_measured=None):
     """The claims of page ``rel`` that name no condition and are not listed (the two tables above)."""
     listed = set(MEASURED_TIMING_CLAIMS if measured is None else measured)
     listed |= set(TIMING_WORDS_NOT_MEASURED if not_measured is None else not_measured)
-    return [(rel, claim, clause) for claim, clause, cond in timing_claims(text) if not cond and (rel, claim) not in listed]
+    return [(rel, claim, clause) for claim, clause, cond in timing_claims(text)
+            if not cond and (rel, claim) not in listed]
 
 
 def test_timing_claims_are_found_in_prose_only():
@@ -543,8 +544,8 @@ def test_every_timing_claim_is_conditioned_or_backed():
             text = f.read()
         found |= {(rel, claim) for claim, _, _ in timing_claims(text)}
         bad += unbacked_timing_claims(rel, text)
-    assert not bad, "timing claims with no condition and no backing in bench/RESULTS.md (see MEASURED_TIMING_CLAIMS):\n" \
-        + "\n".join(f"{rel}: {claim!r} in {clause!r}" for rel, claim, clause in bad)
+    assert not bad, ("timing claims with no condition and no backing in bench/RESULTS.md (MEASURED_TIMING_CLAIMS):\n"
+                     + "\n".join(f"{rel}: {claim!r} in {clause!r}" for rel, claim, clause in bad))
     stale = set(MEASURED_TIMING_CLAIMS) | set(TIMING_WORDS_NOT_MEASURED)
     assert stale <= found, f"listed claims no longer on their page: {sorted(stale - found)}"
     missing = {k: v for k, v in MEASURED_TIMING_CLAIMS.items() if v not in results}

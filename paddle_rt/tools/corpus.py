@@ -168,8 +168,8 @@ def table(rows):
     seg = bool(rows) and all(r.get("mode") == SEGMENTS for r in rows)
     count, bound = (("page creations", f"creations <= {SEG_CHURN:g} x pages at peak") if seg
                     else ("allocs", "allocs <= PyTorch"))
-    lines = [f"| trace | peak live MiB | Paddle: peak MiB / allocs | PyTorch: peak MiB / allocs | paddle_rt: peak MiB / "
-             f"{count} | peak / Paddle | {bound} | target |",
+    lines = [f"| trace | peak live MiB | Paddle: peak MiB / allocs | PyTorch: peak MiB / allocs | paddle_rt: peak MiB "
+             f"/ {count} | peak / Paddle | {bound} | target |",
              "|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         lines.append(f"| {r['trace']} | {r['peak_live'] / MiB:.1f} | {r['paddle_peak'] / MiB:.1f} / "
