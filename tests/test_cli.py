@@ -19,7 +19,7 @@ OPTIONS = {
     "demo": {},
     "info": {"--json": None},
     "replay": {"--device": "the current device", "--conf": None, "--baselines": None, "--no-min-capacity": None,
-               "--json": None, "--plot": None, "--progress": None, "--no-progress": None, "--reserve": "0"},
+               "--json": None, "--strict": None, "--plot": None, "--progress": None, "--no-progress": None, "--reserve": "0"},
     "capture": {"--output": None},
     "check": {"--json": None, "--timeout": "20", "--only": None, "--list": None, "--strict": None},
     "plot": {"--output": None, "--device": None, "--conf": None, "--title": None, "--progress": None},

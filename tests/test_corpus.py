@@ -199,3 +199,17 @@ def test_pick_keeps_the_named_logs_in_order():
     assert corpus.pick(paths, None) == paths and corpus.pick(paths, "") == paths
     assert corpus.pick(paths, "z, x") == ["a/x.csv.gz", "c/z.csv.gz"]
     assert corpus.pick(paths, "nope") == []
+
+
+def test_strict_fails_a_corpus_that_misses_its_targets(folder):
+    """Without --strict the report's status is 0 met or missed; with it, 1 when the mode judged missed its targets.
+    A log of one 3 MiB request: chunks fit it to the byte, segments need two 2 MiB pages (1.33x Paddle's: MISS)."""
+    write_log(folder / "logs" / "one.csv", [3 * MiB])
+    seg = run(["--corpus", "logs", "--json"], folder)
+    doc = json.loads(seg.stdout)
+    one = [r for r in doc["rows"] if r["trace"] == "one"][0]
+    assert seg.returncode == 0 and one["verdict"] == "MISS" and doc["summary"]["targets_met"] is False, one
+    assert run(["--corpus", "logs", "--strict"], folder).returncode == 1
+    chunks = run(["--corpus", "logs", "--strict", "--json", "--conf", "expandable_segments:0"], folder)
+    met = json.loads(chunks.stdout)["summary"]["targets_met"]
+    assert chunks.returncode == (0 if met else 1)

@@ -354,10 +354,17 @@ def test_corpus_gets_the_options(monkeypatch, capsys):
     """`replay --corpus DIR [DIR...]` takes no TRACE and hands its folders and options to the corpus."""
     from paddle_rt.tools import corpus
     calls = []
-    monkeypatch.setattr(corpus, "main", lambda *a: calls.append(a) or 0)
+    monkeypatch.setattr(corpus, "main", lambda *a, **kw: calls.append(a) or 0)
     assert replay.main(["--corpus", "a", "b", "--conf", "growth:exact", "--device", "rt_cpu:1", "--json",
                         "--no-progress"]) == 0
     assert calls == [(["a", "b"], "growth:exact", "rt_cpu:1", True, None)]
+    monkeypatch.setattr(corpus, "main", lambda *a, **kw: calls.append((a, kw)) or 0)
+    assert replay.main(["--corpus", "a", "--strict", "--no-progress"]) == 0
+    assert calls[-1] == ((["a"], "", None, False, None), {"strict": True})
+    with pytest.raises(SystemExit) as exc:
+        replay.main(["t.csv", "--strict"])
+    assert exc.value.code == 2
+    assert "--strict judges a corpus" in capsys.readouterr().err
 
 
 def test_corpus_folder_that_does_not_exist(tmp_path, capsys):

@@ -209,10 +209,11 @@ def summary_text(s, rows=()):
     return "\n".join(out)
 
 
-def main(folders, conf_text="", device=None, as_json=False, progress=None):
+def main(folders, conf_text="", device=None, as_json=False, progress=None, strict=False):
     """Replay the corpus of ``folders`` and print its table (and whether the targets are met). A folder that gives no
-    log is reported on stderr and the others still run; the status is then 2 (0 when every folder gave logs)."""
-    from paddle_rt.tools.cli import EXIT_OK, EXIT_USAGE, error
+    log is reported on stderr and the others still run; the status is then 2, else 1 when ``strict`` and the targets
+    are missed, else 0."""
+    from paddle_rt.tools.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error
     problems = []
     paths = corpus_files(folders, problems)
     for p in problems:
@@ -236,4 +237,6 @@ def main(folders, conf_text="", device=None, as_json=False, progress=None):
         print(table(rows))
         print()
         print(summary_text(s, rows))
-    return EXIT_USAGE if problems else EXIT_OK
+    if problems:
+        return EXIT_USAGE
+    return EXIT_FAILED if strict and not s["targets_met"] else EXIT_OK
