@@ -12,6 +12,23 @@ from paddle_rt._core.errors import (
     OutOfMemoryError, InvalidArgument, DeviceError, NotSupportedError, StreamError, ForkError, CollectiveError,
     CollectiveTimeout, ProfilerError, StreamInvalidArgument, StreamOutOfMemoryError, StreamNotSupportedError,
 )
+
+
+def _unbuilt_run_as_main(folder, missing):
+    """``python -m paddle_rt ...`` from a checkout that was never built: one line on stderr naming the command that
+    works (the installed ``paddle-rt`` with the same arguments) and exit status 2, not an import traceback."""
+    import sys
+    argv = list(getattr(sys, "orig_argv", []))
+    if "-m" not in argv[:-1] or argv[argv.index("-m") + 1] not in ("paddle_rt", "paddle_rt.__main__"):
+        return
+    args = " ".join(argv[argv.index("-m") + 2:])
+    sys.stderr.write(f"python -m paddle_rt: {folder} is paddle_rt's source folder without its compiled core "
+                     f"({missing}), found first because -m puts the current folder on sys.path: run the installed "
+                     f"command `paddle-rt{' ' + args if args else ''}` here, or build the checkout in place first "
+                     f"(`python setup.py build_ext --inplace`)\n")
+    raise SystemExit(2)
+
+
 try:
     from paddle_rt._core.plugin import (
         Plugin, load_plugin, list_plugins, device_types, REQUIRED_HOOKS, ALL_HOOKS,
@@ -21,6 +38,7 @@ except ModuleNotFoundError as _exc:
         raise
     # The compiled core is missing: this is a source checkout that was never built, found before the installed
     # package (``python -m`` puts the current folder first on sys.path).
+    _unbuilt_run_as_main(_os.path.dirname(_os.path.abspath(__file__)), _exc.name)
     raise ImportError(
         f"paddle_rt was imported from {_os.path.dirname(_os.path.abspath(__file__))}, a source folder whose "
         f"compiled core is missing ({_exc.name}). Run the installed package from another folder, use the "

@@ -63,9 +63,13 @@ def test_minimal_passes_what_applies_and_names_missing_hooks(capsys, build_plugi
     rc, by_name, results = run(capsys, so)
     assert rc == 0, results
     passing = {"handshake", "required_hooks", "device_enumeration", "allocate_free", "events", "probe_double_free",
-               "probe_bad_device_id", "probe_zero_size", "probe_null_free"}
+               "probe_bad_device_id", "probe_null_free"}
     for name in passing:
         assert by_name[name]["result"] == "pass", by_name[name]
+    # its allocate(0) hands out a block (nothing refused): not guarded, a warning (docs/plugins.md's verdicts)
+    assert by_name["probe_zero_size"]["result"] == "warn"
+    assert by_name["probe_zero_size"]["detail"].startswith(
+        "warning: not guarded: allocate(0) returned C_SUCCESS with a pointer")
     assert "0/" in by_name["required_hooks"]["detail"]            # no optional hook
     assert "NULL stream" in by_name["events"]["detail"]
     # its blocks sit 16 bytes past the address malloc returned: at least 16-byte aligned, and 32-, 64- or 128-byte
@@ -74,7 +78,7 @@ def test_minimal_passes_what_applies_and_names_missing_hooks(capsys, build_plugi
     assert by_name["block_alignment"]["result"] == "warn"
     assert re.search(r"is (16|32|64|128)-byte aligned", by_name["block_alignment"]["detail"])
     skipped = [r for r in results if r["result"] == "skip"]
-    assert {r["name"] for r in skipped} == set(CHECK_NAMES) - passing - {"block_alignment"}
+    assert {r["name"] for r in skipped} == set(CHECK_NAMES) - passing - {"block_alignment", "probe_zero_size"}
     for r in skipped:
         if r["name"].startswith("vmm_"):        # paddle_rt's optional extension, not a hook (check_vmm.py)
             assert "virtual-memory extension" in r["detail"], r
@@ -98,6 +102,18 @@ def test_crash_in_a_hook_fails_that_check_only(capsys, build_plugin):
     assert failed == {"allocate_free"}
     detail = by_name["allocate_free"]["detail"]
     assert "SIGABRT" in detail and "device_memory_allocate" in detail
+    assert by_name["events"]["result"] == "pass"
+
+
+def test_fault_on_a_hooks_first_instruction_names_that_hook(capsys, build_plugin):
+    """crashy.c ENTRY_FAULT: device_memory_allocate faults on its first instruction, just after synchronize_event's
+    last byte; the check's detail names the hook that was called (it named synchronize_event)."""
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"crashy_entry"', "ENTRY_FAULT": None})
+    rc, by_name, _ = run(capsys, so, "--only", "allocate_free,events")
+    assert rc == 1
+    assert by_name["allocate_free"]["result"] == "fail"
+    detail = by_name["allocate_free"]["detail"]
+    assert "device_memory_allocate" in detail and "synchronize_event" not in detail, detail
     assert by_name["events"]["result"] == "pass"
 
 
@@ -229,7 +245,8 @@ def test_the_usual_vendor_plugin_warns_but_does_not_fail(capsys, build_plugin):
     rc, by_name, results = run(capsys, so)
     assert rc == 0, [r for r in results if r["result"] == "fail"]
     warned = {r["name"] for r in results if r["result"] == "warn"}
-    assert warned == {"memory_stats", "probe_double_free", "probe_beyond_capacity"}, results
+    # deallocate(NULL) goes to free(NULL), a success: not guarded
+    assert warned == {"memory_stats", "probe_double_free", "probe_beyond_capacity", "probe_null_free"}, results
     assert by_name["allocate_free"]["result"] == "pass"
     detail = by_name["probe_double_free"]["detail"]
     assert detail.startswith("not guarded: double free aborts (SIGABRT)"), detail
@@ -239,6 +256,36 @@ def test_the_usual_vendor_plugin_warns_but_does_not_fail(capsys, build_plugin):
     # --strict: warnings fail (for a vendor's CI)
     assert check.main([str(so), "--strict", "--json", "--only", "memory_stats"]) == 1
     capsys.readouterr()
+
+
+def test_plain_malloc_probes_warn_not_pass(capsys, build_plugin):
+    """A plugin whose allocate is plain malloc and deallocate plain free refuses neither allocate(0) nor
+    deallocate(NULL): both probes warn 'not guarded' (pass means the misuse was refused with an error status)."""
+    so = vendor(build_plugin, "vd_plain", PLAIN_MALLOC=None)
+    rc, by_name, _ = run(capsys, so, "--only", "allocate_free,probe_zero_size,probe_null_free")
+    assert rc == 0
+    assert by_name["allocate_free"]["result"] == "pass"
+    assert by_name["probe_zero_size"]["result"] == "warn"
+    assert by_name["probe_zero_size"]["detail"] == ("warning: not guarded: allocate(0) returned C_SUCCESS with a "
+                                                    "pointer (a block of 0 bytes, as plain malloc gives)")
+    assert by_name["probe_null_free"]["result"] == "warn"
+    assert by_name["probe_null_free"]["detail"] == "warning: not guarded: deallocate(NULL) returned C_SUCCESS"
+    assert check.main([str(so), "--strict", "--json", "--only", "probe_null_free"]) == 1
+    capsys.readouterr()
+
+
+def test_null_success_at_zero_size_is_not_guarded(capsys, build_plugin):
+    """C_SUCCESS with a NULL pointer for allocate(0) refuses nothing either; the clean plugin's C_ERROR passes."""
+    rc, by_name, _ = run(capsys, vendor(build_plugin, "vd_zero_null", ZERO_NULL=None), "--only", "probe_zero_size")
+    assert by_name["probe_zero_size"]["result"] == "warn"
+    assert by_name["probe_zero_size"]["detail"] == ("warning: not guarded: allocate(0) returned C_SUCCESS with "
+                                                    "a NULL pointer")
+    rc, by_name, _ = run(capsys, vendor(build_plugin, "vd_clean"), "--only", "probe_zero_size,probe_null_free")
+    assert rc == 0
+    assert (by_name["probe_zero_size"]["result"], by_name["probe_zero_size"]["detail"]) == ("pass",
+                                                                                          "allocate(0) -> C_ERROR")
+    assert (by_name["probe_null_free"]["result"], by_name["probe_null_free"]["detail"]) == ("pass",
+                                                                                          "deallocate(NULL) -> C_ERROR")
 
 
 def test_block_alignment_rules(capsys, build_plugin):

@@ -19,7 +19,7 @@ OPTIONS = {
     "demo": {},
     "info": {"--json": None},
     "replay": {"--device": "the current device", "--conf": None, "--baselines": None, "--no-min-capacity": None,
-               "--json": None, "--plot": None, "--progress": None, "--no-progress": None, "--reserve": "0"},
+               "--json": None, "--strict": None, "--plot": None, "--progress": None, "--no-progress": None, "--reserve": "0"},
     "capture": {"--output": None},
     "check": {"--json": None, "--timeout": "20", "--only": None, "--list": None, "--strict": None},
     "plot": {"--output": None, "--device": None, "--conf": None, "--title": None, "--progress": None},
@@ -194,3 +194,22 @@ def test_newcomer_errors_say_what_to_do_next(tmp_path):
     with pytest.raises(paddle_rt.NotASharedLibraryError) as exc:
         paddle_rt.load_plugin(str(tmp_path / "notes.so"))
     assert "\n" not in str(exc.value) and "compiled shared library" in str(exc.value)
+
+
+@pytest.mark.parametrize("args", [["bench", "--only", "llm"], []])
+def test_python_m_in_an_unbuilt_checkout_is_one_line(tmp_path, args):
+    """`python -m paddle_rt ...` at the top of a checkout that was never built imports its sources (-m puts the
+    current folder first on sys.path): one line naming the installed command with the same arguments, exit status 2,
+    no ImportError traceback (`bench --only llm`, which looks for examples/ under the current folder, gave one)."""
+    import paddle_rt
+
+    src = os.path.dirname(os.path.abspath(paddle_rt.__file__))
+    shutil.copytree(src, tmp_path / "paddle_rt", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    res = subprocess.run([sys.executable, "-m", "paddle_rt", *args], cwd=tmp_path, capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    line = res.stderr.strip()
+    assert line.startswith(f"python -m paddle_rt: {tmp_path / 'paddle_rt'} is paddle_rt's source folder without its "
+                           "compiled core")
+    assert f"`{' '.join(['paddle-rt', *args])}`" in line and "build_ext --inplace" in line

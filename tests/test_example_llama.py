@@ -366,3 +366,28 @@ def test_bench_llm_family_rows(monkeypatch):
     assert [r["name"] for r in rows] == [f"decode vs transformers, {f} tiny, batch {b}" for f in ("qwen2", "mistral")
                                          for b in (1, 3)]
     assert all(r["target"] == ">= 1x" and r["value"] > 0 and "greedy tokens equal" in r["note"] for r in rows)
+
+
+INTERRUPTED_CHILD = """
+import os, signal, sys, time
+sys.path.insert(0, {example!r})
+import generate
+
+def run(args):                      # Ctrl-C while generating: SIGINT to this process, in the middle of the work
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+    raise AssertionError("SIGINT was not delivered")
+
+generate.run = run
+sys.exit(generate.main(["--model", "m", "--prompt-ids", "1", "--max-new-tokens", "2"]))
+"""
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C during generation: one line on stderr, nothing on stdout, exit status 130 (not a 17-line traceback)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), env.get("PYTHONPATH", "")) if p)
+    res = subprocess.run([sys.executable, "-c", INTERRUPTED_CHILD.format(example=EXAMPLE_DIR)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 130, res.stderr
+    assert res.stderr == "generate.py: interrupted\n" and res.stdout == ""

@@ -145,3 +145,40 @@ def test_abort_moved_to_a_cold_section_names_the_hook(tmp_path, run_python, opt)
     assert len(lines) == 1, res.stderr
     sig, plugin, path, hook, device = lines[0]
     assert (sig, plugin, hook) == ("SIGABRT", f"cold{opt[2:]}", "device_memory_allocate"), res.stderr
+
+
+ENTRY_CRASH = """
+import paddle_rt
+paddle_rt.load_plugin({so!r})
+d = paddle_rt.device("{name}:0")
+print("before", flush=True)
+paddle_rt.malloc(4096, device=d)         # crashy.c ENTRY_FAULT: the hook's first instruction faults
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize("stripped", [False, True])
+def test_fault_on_a_hooks_first_instruction_names_that_hook(build_plugin, run_python, tmp_path, stripped):
+    """A hook that faults on its first instruction: the faulting frame's pc is the hook's entry point itself, not a
+    return address, so looking one byte back (right for the callers' frames) landed in the function laid out before
+    it (synchronize_event here) and named that hook. Both with the plugin's symbols and without (nearest entry)."""
+    import shutil
+    import subprocess
+
+    so = build_plugin("crashy", {"DEVICE_TYPE": '"entry_fault"', "ENTRY_FAULT": None})
+    if stripped:
+        if shutil.which("strip") is None:
+            pytest.skip("no strip(1) to remove the plugin's symbol table")
+        so = shutil.copy(so, tmp_path / "libentry_fault_stripped.so")
+        subprocess.run(["strip", "--strip-all", str(so)], check=True)
+        for table in ([], ["-D"]):                      # neither .symtab nor .dynsym names the hooks' functions
+            listed = subprocess.run(["nm", *table, str(so)], capture_output=True, text=True)
+            assert "crashy_entry" not in listed.stdout, listed.stdout
+    res = crash(run_python, so, "entry_fault", code=ENTRY_CRASH, env={"PYTHONFAULTHANDLER": None})
+    assert res.returncode in (-signal.SIGSEGV, -signal.SIGILL), res.stderr
+    assert "before" in res.stdout and "not reached" not in res.stdout
+    lines = LINE.findall(res.stderr)
+    assert len(lines) == 1, res.stderr
+    sig, plugin, path, hook, device = lines[0]
+    assert (plugin, hook, device) == ("entry_fault", "device_memory_allocate", "entry_fault:0 (physical id 0)"), \
+        res.stderr

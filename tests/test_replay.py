@@ -354,10 +354,17 @@ def test_corpus_gets_the_options(monkeypatch, capsys):
     """`replay --corpus DIR [DIR...]` takes no TRACE and hands its folders and options to the corpus."""
     from paddle_rt.tools import corpus
     calls = []
-    monkeypatch.setattr(corpus, "main", lambda *a: calls.append(a) or 0)
+    monkeypatch.setattr(corpus, "main", lambda *a, **kw: calls.append(a) or 0)
     assert replay.main(["--corpus", "a", "b", "--conf", "growth:exact", "--device", "rt_cpu:1", "--json",
                         "--no-progress"]) == 0
     assert calls == [(["a", "b"], "growth:exact", "rt_cpu:1", True, None)]
+    monkeypatch.setattr(corpus, "main", lambda *a, **kw: calls.append((a, kw)) or 0)
+    assert replay.main(["--corpus", "a", "--strict", "--no-progress"]) == 0
+    assert calls[-1] == ((["a"], "", None, False, None), {"strict": True})
+    with pytest.raises(SystemExit) as exc:
+        replay.main(["t.csv", "--strict"])
+    assert exc.value.code == 2
+    assert "--strict judges a corpus" in capsys.readouterr().err
 
 
 def test_corpus_folder_that_does_not_exist(tmp_path, capsys):
@@ -465,27 +472,35 @@ def test_multi_stream_log_is_also_replayed_stream_ordered(tmp_path, capsys):
     assert f"peak used {so['used_mem_high'] / MiB:.1f} MiB" in line
 
 
-def test_text_report_figures(tmp_path, capsys):
-    """The table a user reads: the log's name, device and policy, the event count, each figure in MiB and bytes,
-    the ratio of the two peaks, and with --baselines the models' figures on the same log."""
+@pytest.mark.parametrize("segments", ["0", "1"])
+def test_text_report_figures(tmp_path, capsys, segments):
+    """The table a user reads: the log's name, device, policy and mode (chunks, or expandable segments and their page:
+    then a device allocation is a page created), the event count, each figure in MiB and bytes, the ratio of the two
+    peaks, and with --baselines the models' figures on the same log."""
     p = write_trace(tmp_path / "t.csv", SMALL)
-    args = [p, "--device", "rt_cpu:1", "--no-min-capacity", "--conf", "growth:exact"]
+    args = [p, "--device", "rt_cpu:1", "--no-min-capacity", "--conf", f"growth:exact,expandable_segments:{segments}"]
     try:
         assert replay.main(args + ["--json", "--baselines"]) == 0
         res = json.loads(capsys.readouterr().out)
         assert replay.main(args + ["--baselines"]) == 0
         lines = capsys.readouterr().out.splitlines()
     finally:
-        paddle_rt.get_allocator("rt_cpu:1").configure(growth=None)
+        paddle_rt.get_allocator("rt_cpu:1").configure(growth=None, expandable_segments=None)
     live = 2 * MiB + 100 + 5 * MiB
-    assert lines[0] == f"t.csv on rt_cpu:1, default (exact), {len(SMALL)} events"
+    layout = "chunks" if segments == "0" else "expandable segments (2 MiB pages)"
+    assert lines[0] == f"t.csv on rt_cpu:1, default (exact), {layout}, {len(SMALL)} events"
     assert lines[1].startswith("  ns per event          ") and "--plot" not in lines[1]
     assert int(lines[1].split()[-1]) >= 0
     reserved = res["peak_reserved"]
     assert lines[2] == f"  peak reserved         {reserved / MiB:.1f} MiB ({reserved} B)"
     assert lines[3] == f"  peak live requested   {live / MiB:.1f} MiB ({live} B)"
     assert lines[4] == f"  ratio                 {reserved / live:.3f}"
-    assert lines[5] == f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})"
+    if segments == "0":
+        assert lines[5] == f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})"
+    else:
+        assert lines[5] == (f"  pages created         {res['device_allocs']} (released {res['device_frees']}; "
+                            f"maps {res['maps']}, unmaps {res['unmaps']})")
+        assert res["device_allocs"] >= live // (2 * MiB)
     trace = replay.load_trace(p)
     paddle = replay.run_model(replay.PaddleAutoGrowthModel(res["config"]["alignment"], res["config"]["padding"]),
                               trace)
@@ -504,7 +519,7 @@ def test_paddle_compat_is_named_in_the_report(tmp_path, capsys):
         assert replay.main([p, "--device", "rt_cpu:1", "--no-min-capacity", "--conf", "paddle_compat:1"]) == 0
     finally:
         paddle_rt.get_allocator("rt_cpu:1").configure(paddle_compat=False)
-    assert capsys.readouterr().out.splitlines()[0] == f"t.csv on rt_cpu:1, paddle_compat, {len(SMALL)} events"
+    assert capsys.readouterr().out.splitlines()[0] == f"t.csv on rt_cpu:1, paddle_compat, chunks, {len(SMALL)} events"
 
 
 def test_does_not_fit_in_process(tmp_path, capsys):

@@ -330,14 +330,20 @@ def report(r):
     return "\n".join(lines)
 
 
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as paddle-rt's commands
+
+
 def main(argv=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         result = run(args)
+        print(json.dumps(result) if args.json else report(result))
     except (UsageError, CheckpointError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result) if args.json else report(result))
+    except KeyboardInterrupt:           # Ctrl-C: one line, not the traceback of wherever generation was
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 

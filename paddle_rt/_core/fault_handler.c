@@ -11,8 +11,10 @@
  * paddle_rt's own code, and names the hook whose function contains that address: the plugin's symbol table (.symtab,
  * else .dynsym; read from its file at registration) gives each function's range, and a part gcc moved out of a hook
  * (`hook.cold`, `hook.part.0`, `hook.isra.0`, `hook.constprop.0`: the abort paths of -O2/-O3 builds) counts as the
- * hook itself. Without symbols, the hook whose entry point is the closest one at or below the address. Output uses
- * write(2) only. */
+ * hook itself. Without symbols, the hook whose entry point is the closest one at or below the address. A caller's
+ * frame is looked up one byte before its return address; the faulting frame (its address is the signal context's
+ * pc) at that address itself, so a hook that faults on its first instruction is named, not the function before it.
+ * Output uses write(2) only. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
@@ -23,6 +25,7 @@
 #include <sys/stat.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <ucontext.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -300,14 +303,36 @@ static const char* prt_fh_hook_at(const prt_fh_plugin* p, uintptr_t pc) {
   return best;
 }
 
-static void prt_fh_report(int sig) {
+/* The pc of the instruction that faulted (from the signal's context), or 0 on an architecture not listed. */
+static uintptr_t prt_fh_fault_pc(const void* uctx) {
+  const ucontext_t* uc = (const ucontext_t*)uctx;
+  if (uc == NULL) return 0;
+#if defined(__x86_64__)
+  return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__i386__)
+  return (uintptr_t)uc->uc_mcontext.gregs[REG_EIP];
+#elif defined(__aarch64__)
+  return (uintptr_t)uc->uc_mcontext.pc;
+#else
+  return 0;
+#endif
+}
+
+/* The address to look up for a frame of backtrace(): a return address points after its call, so one byte back keeps
+ * a call at a function's end inside that function; the faulting frame's address is the faulting instruction itself
+ * (not a return address), and one byte back from a hook's first instruction lands in the function before it. */
+static uintptr_t prt_fh_frame_pc(void* frame, uintptr_t fault_pc) {
+  uintptr_t at = (uintptr_t)frame;
+  return (fault_pc != 0 && at == fault_pc) ? at : at - 1;
+}
+
+static void prt_fh_report(int sig, uintptr_t fault_pc) {
   int n_plugins = atomic_load(&g_n_plugins);
   void* frames[PRT_FH_FRAMES];
   int depth = backtrace(frames, PRT_FH_FRAMES);
   int plugin = -1, outer = -1;
   for (int i = 0; i < depth; i++) {
-    /* return addresses point after the call: look one byte back so a call at a function's end stays inside it */
-    int k = prt_fh_plugin_of((uintptr_t)frames[i] - 1, n_plugins);
+    int k = prt_fh_plugin_of(prt_fh_frame_pc(frames[i], fault_pc), n_plugins);
     if (k >= 0) {
       if (plugin < 0) plugin = k;
       if (k == plugin) outer = i;
@@ -319,7 +344,7 @@ static void prt_fh_report(int sig) {
   const prt_fh_plugin* p = &g_plugins[plugin];
   const char* hook = NULL;
   if (outer + 1 < depth && prt_fh_is_ours((uintptr_t)frames[outer + 1] - 1))
-    hook = prt_fh_hook_at(p, (uintptr_t)frames[outer] - (outer == 0 ? 0 : 1));
+    hook = prt_fh_hook_at(p, outer == 0 ? (uintptr_t)frames[0] : prt_fh_frame_pc(frames[outer], fault_pc));
   char line[1024];
   size_t at = 0, cap = sizeof(line);
   at = prt_fh_put(line, at, cap, "paddle_rt: fatal signal ");
@@ -358,7 +383,7 @@ static void prt_fh_report(int sig) {
 static void prt_fh_handler(int sig, siginfo_t* info, void* uctx) {
   int idx = 0;
   while (idx < PRT_FH_NSIG && k_signals[idx] != sig) idx++;
-  if (atomic_exchange(&g_reported, 1) == 0) prt_fh_report(sig);
+  if (atomic_exchange(&g_reported, 1) == 0) prt_fh_report(sig, prt_fh_fault_pc(uctx));
   if (idx == PRT_FH_NSIG) return;
   /* hand over: the previous handler becomes the handler again, and runs now if it is a function; otherwise the
      signal, blocked while this handler runs, is raised again and takes the default action when we return */

@@ -82,20 +82,23 @@ def probe_beyond_capacity(ctx):
 
 
 def probe_zero_size(ctx):
+    """allocate(0): refused with an error status is the guard; a pointer (plain malloc's answer) or a NULL pointer
+    with C_SUCCESS is not guarded (nothing was refused)."""
     r = ctx.raw
     st, p = r.allocate(0)
     if _ok(st) and p:
         ctx.status(r.deallocate(p, 0), "device_memory_deallocate of a size-0 block")
-        return "allocate(0) -> a pointer that frees"
-    return "allocate(0) -> NULL" if _ok(st) else f"allocate(0) -> {_sname(st)}"
+        _unguarded(ctx, f"allocate(0) returned {_sname(st)} with a pointer (a block of 0 bytes, as plain malloc gives)")
+        return ""
+    if _ok(st):
+        _unguarded(ctx, f"allocate(0) returned {_sname(st)} with a NULL pointer")
+        return ""
+    return f"allocate(0) -> {_sname(st)}"
 
 
 def probe_null_free(ctx):
-    st = ctx.raw.deallocate(0, 4096)
-    if _ok(st):
-        return f"deallocate(NULL) -> {_sname(st)} (a no-op, like free(NULL))"
-    return f"deallocate(NULL) -> {_sname(st)}"
-
+    """deallocate(NULL): refused with an error status is the guard; success (free(NULL)'s no-op) is not guarded."""
+    return _refused(ctx, ctx.raw.deallocate(0, 4096), "deallocate(NULL)")
 
 
 #: This family's checks, in the order they run (paddle_rt.tools.check.FAMILIES lists the families).

@@ -377,6 +377,8 @@ def main(argv=None):
                     help="grow the pool by this many bytes (K/M/G suffixes) before the first event "
                          "(paddle_rt.memory.reserve)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--strict", action="store_true",
+                    help="with --corpus: exit status 1 when the targets of the mode judged are missed (for CI)")
     ap.add_argument("--plot", metavar="OUT.png", default=None,
                     help="draw the memory timeline of the replay and the final segment map (matplotlib)")
     bar = ap.add_mutually_exclusive_group()
@@ -387,6 +389,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if (args.trace is None) == (args.corpus is None):
         ap.error("give one TRACE or --corpus DIR [DIR...]")
+    if args.strict and args.corpus is None:
+        ap.error("--strict judges a corpus: give --corpus DIR [DIR...]")
 
     if args.plot:                           # checked before a long replay, not after it
         problem = output_path_problem(args.plot, "--plot")
@@ -403,7 +407,7 @@ def main(argv=None):
         if args.corpus is not None:
             from paddle_rt.tools import corpus
             return corpus.main(args.corpus, args.conf, args.device, args.json,
-                               progress_factory(args.progress))
+                               progress_factory(args.progress), strict=args.strict)
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
         return error("replay", exc)
@@ -510,13 +514,19 @@ def _main(args):
         return 0
     name = os.path.basename(args.trace)
     mode = "paddle_compat" if res["config"]["paddle_compat"] else f"default ({res['config']['growth']})"
-    print(f"{name} on {res['device']}, {mode}, {res['events']} events")
+    gran = res["config"].get("granularity") if res["config"].get("expandable_active") else None
+    layout = f"expandable segments ({gran / MiB:g} MiB pages)" if gran else "chunks"
+    print(f"{name} on {res['device']}, {mode}, {layout}, {res['events']} events")
     print(f"  ns per event          {res['ns_per_event']:.0f}"
           + ("  (replayed in pieces for --plot: not comparable)" if args.plot else ""))
     print(f"  peak reserved         {_mib(res['peak_reserved'])} ({res['peak_reserved']} B)")
     print(f"  peak live requested   {_mib(res['peak_live_requested'])} ({res['peak_live_requested']} B)")
     print(f"  ratio                 {res['ratio']:.3f}")
-    print(f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})")
+    if gran:        # a device allocation is a physical page created, a device free one released
+        print(f"  pages created         {res['device_allocs']} (released {res['device_frees']}; maps {res['maps']}, "
+              f"unmaps {res['unmaps']})")
+    else:
+        print(f"  device allocations    {res['device_allocs']} (frees {res['device_frees']})")
     if "stream_ordered" in res:
         so = res["stream_ordered"]
         print(f"  stream-ordered on {so['streams']} streams: {so['ns_per_event']:.0f} ns per event, peak reserved "

@@ -10,6 +10,10 @@
  *   -DHANG_FINALIZE  adds initialize (C_SUCCESS) and a finalize that never returns (the host hangs at exit)
  *   -DCALLBACK_TWICE  adds synchronous do-nothing streams (create/destroy/synchronize_stream) and a
  *               stream_add_callback that calls the callback twice, at once
+ *   -DENTRY_FAULT  synchronize_event and device_memory_allocate are two assembly functions laid out back to back:
+ *               synchronize_event returns C_SUCCESS (its last byte is a `ret`), and the first instruction of
+ *               device_memory_allocate faults (x86-64: a store to address 0, SIGSEGV; aarch64: udf, SIGILL). The
+ *               faulting pc minus one is inside synchronize_event. x86-64 and aarch64 only.
  * Switches of tp_common.h (DEVICE_TYPE...) apply too. */
 #include <unistd.h>
 
@@ -23,6 +27,47 @@ static C_Status crashy_device_memory_allocate(const C_Device device, void** ptr,
   if (ABORT_ABOVE > 0 && size > (size_t)ABORT_ABOVE) abort();
   return tp_device_memory_allocate(device, ptr, size);
 }
+
+#ifdef ENTRY_FAULT
+/* With call frame information, so that the unwinder walks from the faulting frame to paddle_rt's caller. */
+#if defined(__x86_64__)
+#define CRASHY_RET "ret\n"
+#define CRASHY_FAULT "movl $0, 0\n"
+#elif defined(__aarch64__)
+#define CRASHY_RET "ret\n"
+#define CRASHY_FAULT "udf #0\n"
+#else
+#error "ENTRY_FAULT: x86-64 and aarch64 only"
+#endif
+/* Hidden, as the static hooks of the other builds: in .symtab only, so a stripped copy has no symbol for them. */
+__attribute__((visibility("hidden"))) C_Status crashy_entry_synchronize_event(const C_Device device, C_Event event);
+__attribute__((visibility("hidden"))) C_Status crashy_entry_device_memory_allocate(const C_Device device, void** ptr,
+                                                                                   size_t size);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl crashy_entry_synchronize_event\n"
+        ".hidden crashy_entry_synchronize_event\n"
+        ".type crashy_entry_synchronize_event, @function\n"
+        "crashy_entry_synchronize_event:\n"
+        ".cfi_startproc\n"
+#if defined(__x86_64__)
+        "xorl %eax, %eax\n"
+#else
+        "mov w0, #0\n"
+#endif
+        CRASHY_RET
+        ".cfi_endproc\n"
+        ".size crashy_entry_synchronize_event, .-crashy_entry_synchronize_event\n"
+        ".globl crashy_entry_device_memory_allocate\n"
+        ".hidden crashy_entry_device_memory_allocate\n"
+        ".type crashy_entry_device_memory_allocate, @function\n"
+        "crashy_entry_device_memory_allocate:\n"
+        ".cfi_startproc\n"
+        CRASHY_FAULT
+        CRASHY_RET
+        ".cfi_endproc\n"
+        ".size crashy_entry_device_memory_allocate, .-crashy_entry_device_memory_allocate\n");
+#endif
 
 #ifdef HANG
 static C_Status crashy_synchronize_event(const C_Device device, C_Event event) {
@@ -88,6 +133,10 @@ static C_Status crashy_add_callback(const C_Device device, C_Stream stream, C_Ca
 void InitPlugin(CustomRuntimeParams* params) {
   TP_INIT_PLUGIN(params);  /* version, type names, the ten required hooks (tp_common.h) */
   params->interface->device_memory_allocate = crashy_device_memory_allocate;
+#ifdef ENTRY_FAULT
+  params->interface->synchronize_event = crashy_entry_synchronize_event;
+  params->interface->device_memory_allocate = crashy_entry_device_memory_allocate;
+#endif
 #ifdef HANG
   params->interface->synchronize_event = crashy_synchronize_event;
 #endif

@@ -7,6 +7,9 @@
  * Switches (-D...), one per bug of a kind real plugins have:
  *   FREE_DIRECT        device_memory_deallocate calls free() on the pointer without looking (a double free aborts
  *                      inside glibc)
+ *   PLAIN_MALLOC       device_memory_allocate is plain malloc(size) (allocate(0) gets a pointer; no registry, so no
+ *                      capacity) and device_memory_deallocate plain free(ptr) (deallocate(NULL) succeeds)
+ *   ZERO_NULL          device_memory_allocate(0) answers C_SUCCESS with a NULL pointer
  *   FIXED_STATS        device_memory_stats always reports free == total
  *   NO_LIMIT           allocations beyond the capacity succeed (host-backed memory)
  *   NULL_SUCCESS       out of capacity is answered with C_SUCCESS and a NULL pointer
@@ -51,7 +54,14 @@ static C_Status vd_set_device(const C_Device device) {
 
 static C_Status vd_allocate(const C_Device device, void** ptr, size_t size) {
   if (!tp_valid_device(device) || ptr == NULL) return C_ERROR;
+#ifdef PLAIN_MALLOC
+  *ptr = malloc(size);
+  return (*ptr != NULL || size == 0) ? C_SUCCESS : C_FAILED;
+#endif
   *ptr = NULL;
+#ifdef ZERO_NULL
+  if (size == 0) return C_SUCCESS;
+#endif
   if (size == 0) return C_ERROR;
 #ifdef SEGV_SIZE
   if (size == (size_t)SEGV_SIZE) {
@@ -87,6 +97,11 @@ static C_Status vd_allocate(const C_Device device, void** ptr, size_t size) {
 
 static C_Status vd_deallocate(const C_Device device, void* ptr, size_t size) {
   if (!tp_valid_device(device)) return C_ERROR;
+#ifdef PLAIN_MALLOC
+  (void)size;
+  free(ptr);
+  return C_SUCCESS;
+#endif
 #ifdef FREE_DIRECT
   (void)size;
   if (ptr != NULL) {
