@@ -157,7 +157,7 @@ def run_ranks(fns):
 
 
 # ---- the command line's run (generate.py --devices, or under mpiexec) ----------------------------------------------
-def _mpi_rank_device(args, degree):
+def _mpi_rank_device(args, devices, degree):
     """(mpi4py's COMM_WORLD, this rank's device) under mpiexec; SplitError when the degree is not the world size."""
     try:
         from mpi4py import MPI
@@ -168,8 +168,8 @@ def _mpi_rank_device(args, degree):
     if degree != size:
         raise SplitError(f"--devices {args.devices} gives the degree {degree}, the MPI world has {size} processes "
                          f"(one rank per process: list {size} devices, or none)")
-    if args.devices is not None:
-        return world, parse_devices(args.devices)[rank]
+    if devices is not None:
+        return world, devices[rank]
     devs = paddle_rt.devices()
     return world, devs[rank % len(devs)]
 
@@ -205,11 +205,12 @@ def _reset_peaks(device):
 def run_split(args, config, prompts, tok, world_size=1):
     """generate.py's run at degree len(--devices) (one process) or the MPI world size ``world_size`` (one process
     per rank, under mpiexec). Returns the result (or list of results) rank 0 prints; None on the other MPI ranks."""
-    degree = len(args.devices.split(",")) if args.devices is not None else world_size
+    devices = parse_devices(args.devices) if args.devices is not None else None
+    degree = len(devices) if devices is not None else world_size
     check_split(config, degree)
     eos = () if args.ignore_eos else config.eos_token_ids
     if world_size > 1:
-        world, device = _mpi_rank_device(args, degree)
+        world, device = _mpi_rank_device(args, devices, degree)
         seed = world.bcast(shared_seed(args.seed), root=0)
         comm = paddle_rt.ccl.Communicator.from_mpi(device=device)
         _reset_peaks(device)
@@ -220,7 +221,6 @@ def run_split(args, config, prompts, tok, world_size=1):
         if comm.rank:
             return None
         return _results(args, config, prompts, tok, outputs, prefill, t, figures, degree)
-    devices = parse_devices(args.devices)
     seed = shared_seed(args.seed)
     comms = paddle_rt.ccl.comm_init_all(devices)
     for d in devices:

@@ -1,0 +1,200 @@
+"""examples/llama's tensor parallelism (llama_tp.py, ``generate.py --devices``) against Hugging Face transformers:
+greedy float32 tokens at degree 2 and 4 equal transformers' and degree 1's for every family and rope type (one
+process: a host thread per device), batches and sampling equal at every degree, the ``--json`` per-device figures,
+each device's share of the memory, out of memory at degree 1 but not 2, and the bad inputs (one line, exit status 2).
+The same under mpiexec is in tests/test_example_llama_tp_mpi.py. Needs the examples extra."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llama_example_helpers import EXAMPLE_DIR, torch, transformers  # noqa: F401 (skips without the examples extra)
+
+from conftest import package_parent  # noqa: E402
+from test_example_llama_families import BATCH, CASES, PROMPT, build, reference  # noqa: E402
+
+pytestmark = pytest.mark.examples
+
+import generate as cli  # noqa: E402
+import llama_checkpoint  # noqa: E402
+import llama_tp  # noqa: E402
+
+GENERATE = os.path.join(EXAMPLE_DIR, "generate.py")
+NEW = 48
+# The families' checkpoints with key/value heads that divide by 4 (their multi-query cases cannot be split by heads)
+SPLIT = {name: {"num_key_value_heads": 4} for name in CASES}
+SPLIT["qwen2_untied_mqa_sliding"] = {"num_attention_heads": 8, "num_key_value_heads": 4}
+DEVICES = {1: "rt_cpu:0", 2: "rt_cpu:0,rt_cpu:1", 4: "rt_cpu:0,rt_cpu:1,rt_cpu:2,rt_cpu:3"}
+
+
+def run_cli(args, env=None, timeout=300):
+    """generate.py as a user runs it, in a child with 4 rt_cpu devices; the CompletedProcess."""
+    child = dict(os.environ)
+    child["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)
+    child["RT_CPU_DEVICE_COUNT"] = "4"
+    child.update(env or {})
+    return subprocess.run([sys.executable, GENERATE, *map(str, args)], env=child, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# One child runs every case at degree 1, 2 and 4 (a child: degree 4 needs RT_CPU_DEVICE_COUNT=4 at start-up).
+_DEGREES_CHILD = r"""
+import json, sys
+sys.path.insert(0, {example!r})
+import generate as cli
+out = {{}}
+for name, path in {paths!r}.items():
+    for degree, devices in {devices!r}.items():
+        flag = ["--device", devices] if degree == "1" else ["--devices", devices]
+        r = cli.run(cli.parse_args(["--model", path, "--prompt-ids", {prompt!r}, "--max-new-tokens", "{new}",
+                                    "--json", *flag]))
+        out[name + "/" + degree] = r["tokens"]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tp")
+    return {name: build(root / name, name, seed=i, **SPLIT[name]) for i, name in enumerate(CASES)}
+
+
+@pytest.fixture(scope="module")
+def degree_tokens(checkpoints):
+    code = _DEGREES_CHILD.format(example=EXAMPLE_DIR, paths=checkpoints, devices={str(k): v for k, v in DEVICES.items()},
+                                 prompt=",".join(map(str, PROMPT)), new=NEW)
+    child = dict(os.environ, RT_CPU_DEVICE_COUNT="4")
+    child["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)
+    p = subprocess.run([sys.executable, "-c", code], env=child, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_at_degree_2_and_4_equals_transformers(checkpoints, degree_tokens, name):
+    """Every family and rope type (llama3, linear, dynamic, yarn with attention bias; Qwen2 tied and untied with a
+    sliding-window layer; Qwen3's q/k norm; Mistral's window), float32: the tokens at degree 2 and 4 are
+    transformers' greedy tokens, and degree 1's."""
+    want = reference(name, checkpoints[name], [PROMPT], NEW)[0]
+    assert len(set(want)) > 8, f"the reference run is degenerate: {want}"
+    for degree in (1, 2, 4):
+        assert degree_tokens[f"{name}/{degree}"] == want, f"{name} at degree {degree}"
+
+
+def test_batch_and_sampling_equal_at_every_degree(checkpoints, tmp_path):
+    """A batch of four prompts (greedy), and sampling with temperature, top-k and top-p from one seed: the same
+    tokens at degree 1, 2 and 4."""
+    path = checkpoints["qwen2_tied_gqa"]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(",".join(map(str, p)) for p in BATCH) + "\n")
+    runs = {}
+    for degree, devices in DEVICES.items():
+        flag = ["--device", devices] if degree == 1 else ["--devices", devices]
+        batch = run_cli(["--model", path, "--prompts", prompts, "--max-new-tokens", 24, "--json", *flag])
+        assert batch.returncode == 0, batch.stderr
+        sampled = run_cli(["--model", path, "--prompt-ids", "3,14,15", "--max-new-tokens", 24, "--temperature", 0.8,
+                           "--top-k", 40, "--top-p", 0.9, "--seed", 7, "--json", *flag])
+        assert sampled.returncode == 0, sampled.stderr
+        runs[degree] = ([r["tokens"] for r in json.loads(batch.stdout)], json.loads(sampled.stdout)["tokens"])
+    assert runs[1][0] == reference("qwen2_tied_gqa", path, BATCH, 24)
+    assert runs[1] == runs[2] == runs[4]
+    assert len(set(runs[1][1])) > 4
+
+
+def test_json_tells_the_split(checkpoints):
+    """--json: degree and per_device (device, rank, peak_reserved_bytes, weight_bytes); each device holds 1/d of
+    the split weights (norms whole)."""
+    path = checkpoints["llama_linear_mha"]
+    one = json.loads(run_cli(["--model", path, "--prompt-ids", "1,2,3", "--max-new-tokens", 4, "--json"]).stdout)
+    p = run_cli(["--model", path, "--prompt-ids", "1,2,3", "--max-new-tokens", 4, "--json", "--devices",
+                 DEVICES[4]])
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["degree"] == 4 and len(r["per_device"]) == 4
+    assert [(d["device"], d["rank"]) for d in r["per_device"]] == [(f"rt_cpu:{i}", i) for i in range(4)]
+    for d in r["per_device"]:
+        assert {"peak_reserved_bytes", "weight_bytes"} <= set(d)
+        assert one["weight_bytes"] / 4 <= d["weight_bytes"] < one["weight_bytes"] / 4 * 1.1
+    assert "degree" not in one
+
+
+def _big(tmp_path):
+    """A checkpoint of ~37 MB of float32 weights (untied vocabulary 16384, d256), big enough for the allocator's
+    2 MiB pages not to hide the split."""
+    return build(tmp_path / "big", "llama_linear_mha", hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                 num_key_value_heads=4, vocab_size=16384, tie_word_embeddings=False)
+
+
+def test_each_device_holds_about_half_at_degree_2(tmp_path):
+    path = _big(tmp_path)
+    args = ["--model", path, "--prompt-ids", "1,2,3,4", "--max-new-tokens", 8, "--json"]
+    one = json.loads(run_cli(args).stdout)
+    two = json.loads(run_cli(args + ["--devices", DEVICES[2]]).stdout)
+    assert one["tokens"] == two["tokens"]
+    for d in two["per_device"]:
+        assert d["peak_reserved_bytes"] <= 0.55 * one["peak_reserved_bytes"], (d, one["peak_reserved_bytes"])
+
+
+def test_out_of_memory_at_degree_1_runs_at_degree_2(tmp_path):
+    """RT_CPU_MEMORY_BYTES below the whole model's weights: degree 1 is one line naming out of memory (exit status
+    1), degree 2 runs, each device holding half."""
+    path = _big(tmp_path)
+    args = ["--model", path, "--prompt-ids", "1,2,3,4", "--max-new-tokens", 8, "--json"]
+    weights = json.loads(run_cli(args).stdout)["weight_bytes"]
+    env = {"RT_CPU_MEMORY_BYTES": str(int(weights * 0.9))}
+    one = run_cli(args, env=env)
+    assert one.returncode == 1 and one.stdout == ""
+    assert one.stderr.count("\n") == 1 and "OutOfMemoryError" in one.stderr, one.stderr
+    two = run_cli(args + ["--devices", DEVICES[2]], env=env)
+    assert two.returncode == 0, two.stderr
+    assert json.loads(two.stdout)["degree"] == 2
+
+
+@pytest.fixture(scope="module")
+def mqa(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("mqa") / "mqa", "qwen3_mqa")           # 4 query heads, 1 KV head
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--devices", "rt_cpu:0,rt_cpu:1"], "num_key_value_heads (1) does not divide by the tensor-parallel degree 2"),
+    (["--devices", "rt_cpu:0,rt_cpu:0"], "rt_cpu:0 is listed twice"),
+    (["--devices", "rt_cpu:0,rt_cpu:7"], "rt_cpu:7"),
+    (["--devices", "rt_cpu:0,,"], "an empty device name"),
+    (["--devices", "rt_cpu:0,rt_cpu:1", "--device", "rt_cpu:0"], "--device excludes --devices"),
+    (["--devices", "rt_cpu:0,rt_cpu:1", "--profile", "t.json"], "--profile is for one device"),
+])
+def test_bad_split_is_one_line_and_status_2(checkpoints, mqa, extra, message, capsys):
+    path = mqa if "does not divide" in message else checkpoints["llama_linear_mha"]
+    assert cli.main(["--model", path, "--prompt-ids", "1,2", "--max-new-tokens", "4", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and err.startswith("generate.py: error: "), err
+
+
+def test_vocabulary_and_heads_that_do_not_divide(checkpoints):
+    config = llama_checkpoint.read_config(checkpoints["qwen2_untied_mqa_sliding"])        # vocab 300, heads 8
+    llama_tp.check_split(config, 4)
+    with pytest.raises(llama_tp.SplitError, match=r"num_attention_heads \(8\) does not divide by .* degree 3"):
+        llama_tp.check_split(config, 3)
+    import dataclasses
+    with pytest.raises(llama_tp.SplitError, match=r"vocab_size \(301\)"):
+        llama_tp.check_split(dataclasses.replace(config, vocab_size=301), 2)
+
+
+def test_each_rank_reads_only_its_ranges(checkpoints):
+    """read_shard: rank r's rows of q/k/v, gate/up, the vocabulary; its columns of o and down; o's bias on rank 0
+    only; equal to the whole tensors' slices."""
+    path = checkpoints["llama_yarn_bias"]
+    config = llama_checkpoint.read_config(path)
+    whole = llama_checkpoint.read_weights(path, config)
+    import numpy as np
+    for rank in range(2):
+        part = llama_tp.read_shard(path, config, rank, 2)
+        q = "model.layers.0.self_attn.q_proj.weight"
+        assert np.array_equal(part[q], np.split(whole[q], 2)[rank])
+        o = "model.layers.1.mlp.down_proj.weight"
+        assert np.array_equal(part[o], np.split(whole[o], 2, axis=1)[rank])
+        e = "model.embed_tokens.weight"
+        assert np.array_equal(part[e], np.split(whole[e], 2)[rank])
+        assert ("model.layers.0.self_attn.o_proj.bias" in part) == (rank == 0)
