@@ -2,11 +2,15 @@
 greedy float32 tokens at degree 2 and 4 equal transformers' and degree 1's for every family and rope type (one
 process: a host thread per device), batches and sampling equal at every degree, the ``--json`` per-device figures,
 each device's share of the memory, out of memory at degree 1 but not 2, and the bad inputs (one line, exit status 2).
-The same under mpiexec is in tests/test_example_llama_tp_mpi.py. Needs the examples extra."""
+The tests marked ``mpi`` run the same command under ``mpiexec -n 2`` and ``-n 4`` (one rank per process; needs the
+mpi extra too): the same tokens, a degree that is not the world size, a rank that dies mid-generation. Needs the
+examples extra."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -198,3 +202,71 @@ def test_each_rank_reads_only_its_ranges(checkpoints):
         e = "model.embed_tokens.weight"
         assert np.array_equal(part[e], np.split(whole[e], 2)[rank])
         assert ("model.layers.0.self_attn.o_proj.bias" in part) == (rank == 0)
+
+
+# ---- under mpiexec: one rank per process ---------------------------------------------------------------------------
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "llama_tp_worker.py")
+
+
+def run_mpi(n, args=(), env=None, runs=None, keep_going=False, timeout=300):
+    """``mpiexec -n n`` of the worker (generate.py's command line ``args``, or the list ``runs`` of them)."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed (pip install \".[mpi]\")")
+    exe = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("mpiexec is not on PATH (pip install \".[mpi]\" brings MPICH's)")
+    child = dict(os.environ, RT_CPU_DEVICE_COUNT="4")
+    child["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)
+    if runs is not None:
+        child["LLAMA_TP_RUNS"] = json.dumps([[str(a) for a in r] for r in runs])
+    child.update(env or {})
+    cmd = [exe] + (["-disable-auto-cleanup"] if keep_going else []) + ["-n", str(n), sys.executable, WORKER,
+                                                                        *map(str, args)]
+    return subprocess.run(cmd, env=child, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 4])
+def test_mpi_greedy_equals_transformers(checkpoints, n):
+    """Every family under ``mpiexec -n 2`` and ``-n 4``: rank 0 alone prints, its tokens are transformers' greedy
+    tokens, and per_device holds every rank's figures."""
+    names = list(CASES)
+    runs = [["--model", checkpoints[name], "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", NEW,
+             "--json"] for name in names]
+    p = run_mpi(n, runs=runs)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [x for x in p.stdout.splitlines() if x.strip()]
+    assert len(lines) == 2 * len(names), p.stdout             # one result and one status per run: rank 0's
+    for name, line, status in zip(names, lines[0::2], lines[1::2]):
+        r = json.loads(line)
+        assert status == "exit 0"
+        assert r["tokens"] == reference(name, checkpoints[name], [PROMPT], NEW)[0], name
+        assert r["degree"] == n and [d["rank"] for d in r["per_device"]] == list(range(n))
+        assert [d["device"] for d in r["per_device"]] == [f"rt_cpu:{i}" for i in range(n)]
+
+
+@pytest.mark.mpi
+def test_mpi_degree_other_than_world_size_is_one_line(checkpoints):
+    p = run_mpi(2, ["--model", checkpoints["llama_linear_mha"], "--prompt-ids", "1,2", "--max-new-tokens", 4,
+                    "--devices", DEVICES[4]])
+    assert p.returncode == 2
+    assert p.stderr.count("generate.py: error:") == 1, p.stderr
+    assert "--devices rt_cpu:0,rt_cpu:1,rt_cpu:2,rt_cpu:3 gives the degree 4, the MPI world has 2 processes" in p.stderr
+
+
+@pytest.mark.mpi
+def test_mpi_rank_that_dies_mid_generation_is_named(checkpoints):
+    """Rank 1 leaves (os._exit, no MPI_Finalize) at its fifth step: rank 0's next collective fails after
+    RT_CPU_CCL_TIMEOUT_MS (+ up to 2 s of asking the peers) with a CollectiveError naming rank 1, in one line
+    (exit status 1), and rank 0 exits (docs/collectives.md, "When a rank fails")."""
+    t0 = time.monotonic()
+    p = run_mpi(2, ["--model", checkpoints["llama_linear_mha"], "--prompt-ids", "1,2,3", "--max-new-tokens", 32],
+                env={"RT_CPU_CCL_TIMEOUT_MS": "3000", "LLAMA_TP_DIE_RANK": "1", "LLAMA_TP_DIE_STEP": "5"},
+                keep_going=True, timeout=120)
+    elapsed = time.monotonic() - t0
+    errors = [x for x in p.stderr.splitlines() if x.startswith("generate.py: error:")]
+    assert len(errors) == 1 and "CollectiveError" in errors[0] and "missing rank(s): [1]" in errors[0], p.stderr
+    assert "tokens:" not in p.stdout
+    assert p.returncode != 0 and elapsed < 3 + 2 + 25, elapsed

@@ -226,6 +226,14 @@ def mpi_world_size():
     return 1
 
 
+def mpi_rank():
+    """This process's rank in its mpiexec job (0 when not under mpiexec)."""
+    for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
 def _mib(n):
     return f"{n / 2**20:.2f} MiB"
 
@@ -365,7 +373,8 @@ def main(argv=None):
         args = parse_args(sys.argv[1:] if argv is None else argv)
         result = run(args)
     except (UsageError, CheckpointError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        if mpi_rank() == 0:             # every MPI rank finds the same fault: one line for the job
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
         line = _runtime_failure(exc)
