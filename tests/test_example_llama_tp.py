@@ -107,13 +107,13 @@ def test_batch_and_sampling_equal_at_every_degree(checkpoints, tmp_path):
     assert len(set(runs[1][1])) > 4
 
 
-def test_json_tells_the_split(checkpoints):
+def test_json_tells_the_split(checkpoints, tmp_path):
     """--json: degree and per_device (device, rank, peak_reserved_bytes, weight_bytes); each device holds 1/d of
-    the split weights (norms whole)."""
+    the split weights (norms whole); with --profile, each device's share of stream time in collectives."""
     path = checkpoints["llama_linear_mha"]
     one = json.loads(run_cli(["--model", path, "--prompt-ids", "1,2,3", "--max-new-tokens", 4, "--json"]).stdout)
     p = run_cli(["--model", path, "--prompt-ids", "1,2,3", "--max-new-tokens", 4, "--json", "--devices",
-                 DEVICES[4]])
+                 DEVICES[4], "--profile", tmp_path / "trace.json"])
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["degree"] == 4 and len(r["per_device"]) == 4
@@ -121,6 +121,8 @@ def test_json_tells_the_split(checkpoints):
     for d in r["per_device"]:
         assert {"peak_reserved_bytes", "weight_bytes"} <= set(d)
         assert one["weight_bytes"] / 4 <= d["weight_bytes"] < one["weight_bytes"] / 4 * 1.1
+        assert 0 < d["collective_share"] < 1
+    assert os.path.isfile(tmp_path / "trace.json") and r["profile"] == str(tmp_path / "trace.json")
     assert "degree" not in one
 
 
@@ -167,7 +169,7 @@ def mqa(tmp_path_factory):
     (["--devices", "rt_cpu:0,rt_cpu:7"], "rt_cpu:7"),
     (["--devices", "rt_cpu:0,,"], "an empty device name"),
     (["--devices", "rt_cpu:0,rt_cpu:1", "--device", "rt_cpu:0"], "--device excludes --devices"),
-    (["--devices", "rt_cpu:0,rt_cpu:1", "--profile", "t.json"], "--profile is for one device"),
+    (["--devices", "rt_cpu:0,rt_cpu:1", "--memory-plot", "m.png"], "--memory-plot is for one device"),
 ])
 def test_bad_split_is_one_line_and_status_2(checkpoints, mqa, extra, message, capsys):
     path = mqa if "does not divide" in message else checkpoints["llama_linear_mha"]

@@ -18,6 +18,7 @@ checkpoint, argument or prompts file is one error line and exit status 2, before
 --devices D0,D1,...: tensor parallelism over those devices in one process (llama_tp.py: a host thread and a stream
 per device); under ``mpiexec -n N`` the same command runs one rank per process (rank r on device r of the list, or
 rank r modulo the device count without --devices); rank 0 alone prints, with every rank's figures in "per_device".
+With --devices, --profile also puts each device's share of stream time in collectives in "per_device".
 A head, key/value head, vocabulary or intermediate count that does not divide by the degree, a repeated or unknown
 device, a degree other than the MPI world size: one line and exit status 2 before any work. Out of device memory, or
 a collective that fails (a rank that died): one line and exit status 1.
@@ -91,7 +92,7 @@ def parse_args(argv):
     if a.device is not None and a.devices is not None:
         raise UsageError("--device excludes --devices (give the devices of the split in --devices)")
     if a.devices is not None or mpi_world_size() > 1:
-        for flag in ("profile", "memory_plot", "record_trace"):
+        for flag in ("memory_plot", "record_trace") + (("profile",) if mpi_world_size() > 1 else ()):
             if getattr(a, flag) is not None:
                 raise UsageError(f"--{flag.replace('_', '-')} is for one device (not with --devices or mpiexec)")
     if (a.prompt_ids is None) == (a.prompts is None):
@@ -362,6 +363,13 @@ def report(r):
     lines.append(f"memory on {r['device']}: peak reserved {_mib(r['peak_reserved_bytes'])}, peak live "
                  f"{_mib(r['peak_live_bytes'])} ({r['peak_reserved_bytes'] / max(r['peak_live_bytes'], 1):.3f}x); "
                  f"weights {_mib(r['weight_bytes'])}, KV cache {_mib(r['kv_cache_bytes'])}")
+    if "per_device" in r:
+        lines[-1] = lines[-1].replace(f"memory on {r['device']}:", f"memory, the largest of {r['degree']} devices:")
+        for d in r["per_device"]:
+            share = d.get("collective_share")
+            lines.append(f"  rank {d['rank']} on {d['device']}: peak reserved {_mib(d['peak_reserved_bytes'])}, "
+                         f"weights {_mib(d['weight_bytes'])}"
+                         + (f", {100 * share:.0f}% of stream time in collectives" if share is not None else ""))
     for key, what in (("profile", "profile"), ("memory_plot", "memory plot"), ("record_trace", "allocation log")):
         if key in r:
             lines.append(f"{what}: {r[key]}")

@@ -228,7 +228,14 @@ def run_split(args, config, prompts, tok, world_size=1):
     models = []
     for comm, dev in zip(comms, devices):          # every rank loaded before the first collective
         models.append(TPLlamaModel(config, read_shard(args.model, config, comm.rank, degree), comm, dev, args.dtype))
-    ranks = run_ranks([lambda m=m: _generate(m, args, prompts, seed, eos) for m in models])
+    prof = paddle_rt.profiler.profile() if args.profile else None
+    if prof:
+        prof.start()
+    try:
+        ranks = run_ranks([lambda m=m: _generate(m, args, prompts, seed, eos) for m in models])
+    finally:
+        if prof and prof.running:
+            prof.stop()
     outputs, prefill, t = ranks[0]
     for r, (other, _, _) in enumerate(ranks[1:], 1):
         if other != outputs:                       # every rank sampled from the same logits with the same numbers
@@ -236,7 +243,34 @@ def run_split(args, config, prompts, tok, world_size=1):
     figures = [_device_figures(m) for m in models]
     for comm in comms:
         comm.destroy()
-    return _results(args, config, prompts, tok, outputs, prefill, t, figures, degree)
+    if prof:
+        prof.export_chrome_trace(args.profile)
+        shares = collective_shares(args.profile)
+        for f in figures:
+            f["collective_share"] = shares.get(f["device"])
+    results = _results(args, config, prompts, tok, outputs, prefill, t, figures, degree)
+    for r in results if isinstance(results, list) else [results]:
+        if prof:
+            r["profile"] = args.profile
+    return results
+
+
+def collective_shares(trace_path):
+    """{device name: the share of its streams' operation time spent in collectives (waiting for the peers
+    included)} of a profiler Chrome trace."""
+    import json
+    with open(trace_path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    total, coll = {}, {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "stream" and e.get("pid") in names:
+            dev = names[e["pid"]]
+            total[dev] = total.get(dev, 0) + e["dur"]
+            if e["name"] == "collective":
+                coll[dev] = coll.get(dev, 0) + e["dur"]
+    return {d: coll.get(d, 0) / total[d] for d in total if total[d]}
 
 
 def _results(args, config, prompts, tok, outputs, prefill, t, figures, degree):
