@@ -206,6 +206,51 @@ def test_each_rank_reads_only_its_ranges(checkpoints):
         assert ("model.layers.0.self_attn.o_proj.bias" in part) == (rank == 0)
 
 
+def test_forward_enqueues_every_layer_without_waiting(checkpoints):
+    """No host synchronization per layer: with both devices' streams held by a gate, each rank's thread enqueues a
+    whole forward pass (every layer's all_reduce, the embedding's and the logits' all_gather) and returns while
+    nothing ran yet; released, the logits equal degree 1's."""
+    import threading
+    import numpy as np
+    import paddle_rt
+    import llama_model
+    path = checkpoints["qwen3_mqa"]
+    config = llama_checkpoint.read_config(path)
+    devices = [paddle_rt.device("rt_cpu:0"), paddle_rt.device("rt_cpu:1")]
+    comms = paddle_rt.ccl.comm_init_all(devices)
+    try:
+        models = [llama_tp.TPLlamaModel(config, llama_tp.read_shard(path, config, c.rank, 2), c, d)
+                  for c, d in zip(comms, devices)]
+        whole = llama_model.LlamaModel(config, llama_checkpoint.read_weights(path, config), device=devices[0])
+        want = whole.forward(whole.token_ids(PROMPT), whole.new_cache(len(PROMPT) + 1)).numpy()
+        gate = threading.Event()
+        for d in devices:
+            paddle_rt.current_stream(d).add_callback(gate.wait, 60)
+        caches = [m.new_cache(len(PROMPT) + 1) for m in models]
+        ids = [m.token_ids(PROMPT) for m in models]
+        logits = [None, None]
+
+        def enqueue(i):
+            logits[i] = models[i].forward(ids[i], caches[i])
+
+        threads = [threading.Thread(target=enqueue, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        try:
+            assert not any(t.is_alive() for t in threads), "a rank's forward waited for its device"
+            assert not any(paddle_rt.current_stream(d).query() for d in devices)      # nothing ran yet
+        finally:
+            gate.set()
+        for out in logits:
+            np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+            assert int(out.numpy().argmax()) == int(want.argmax())
+    finally:
+        for c in comms:
+            c.destroy()
+
+
 # ---- under mpiexec: one rank per process ---------------------------------------------------------------------------
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "llama_tp_worker.py")
 
