@@ -251,6 +251,31 @@ def test_forward_enqueues_every_layer_without_waiting(checkpoints):
             c.destroy()
 
 
+def test_a_failing_rank_thread_aborts_the_others():
+    """One process: rank 1's thread fails before its collective while rank 0 waits in an all_reduce; rank 1's
+    error is raised at once (its abort ends rank 0's wait), not after the plugin's 30 s time limit."""
+    import numpy as np
+    import paddle_rt
+    devices = [paddle_rt.device("rt_cpu:0"), paddle_rt.device("rt_cpu:1")]
+    comms = paddle_rt.ccl.comm_init_all(devices)
+    x = paddle_rt.tensor(np.ones(8, np.float32), device=devices[0])
+
+    def rank0():
+        paddle_rt.ccl.all_reduce(x, x, "sum", comm=comms[0])
+        return x.numpy()
+
+    def rank1():
+        time.sleep(0.2)
+        raise MemoryError("rank 1 failed")
+
+    t0 = time.monotonic()
+    with pytest.raises(MemoryError, match="rank 1 failed"):
+        llama_tp.run_ranks([rank0, rank1], comms)
+    assert time.monotonic() - t0 < 10
+    for c in comms:
+        c.destroy()
+
+
 # ---- under mpiexec: one rank per process ---------------------------------------------------------------------------
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "llama_tp_worker.py")
 

@@ -134,25 +134,28 @@ def shared_seed(seed):
     return seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
 
 
-def run_ranks(fns):
-    """Runs fns[i]() on its own host thread (rank i), returns their results; the first rank's exception (by rank)
-    is raised after every thread ended."""
-    results, errors = [None] * len(fns), [None] * len(fns)
+def run_ranks(fns, comms=()):
+    """Runs fns[i]() on its own host thread (rank i), returns their results; the exception of the rank that failed
+    first is raised after every thread ended. A failing rank aborts ``comms`` (``Communicator.abort``), so that the
+    others' collectives fail at once instead of waiting for their peer until the plugin's time limit."""
+    results, errors, order = [None] * len(fns), [None] * len(fns), []
 
     def body(i):
         try:
             results[i] = fns[i]()
         except BaseException as exc:          # re-raised in the calling thread below
             errors[i] = exc
+            order.append(i)
+            for c in comms:
+                c.abort()
 
     threads = [threading.Thread(target=body, args=(i,), name=f"llama-tp-rank{i}") for i in range(len(fns))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for exc in errors:
-        if exc is not None:
-            raise exc
+    if order:
+        raise errors[order[0]]
     return results
 
 
@@ -232,7 +235,7 @@ def run_split(args, config, prompts, tok, world_size=1):
     if prof:
         prof.start()
     try:
-        ranks = run_ranks([lambda m=m: _generate(m, args, prompts, seed, eos) for m in models])
+        ranks = run_ranks([lambda m=m: _generate(m, args, prompts, seed, eos) for m in models], comms)
     finally:
         if prof and prof.running:
             prof.stop()
