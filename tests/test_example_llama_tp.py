@@ -168,7 +168,7 @@ def mqa(tmp_path_factory):
     (["--devices", "rt_cpu:0,rt_cpu:0"], "rt_cpu:0 is listed twice"),
     (["--devices", "rt_cpu:0,rt_cpu:7"], "rt_cpu:7"),
     (["--devices", "rt_cpu:0,,"], "an empty device name"),
-    (["--devices", "rt_cpu:0,rt_cpu:1", "--device", "rt_cpu:0"], "--device excludes --devices"),
+    (["--devices", "rt_cpu:0,rt_cpu:1", "--device", "rt_cpu:0"], "--device excludes --devices and mpiexec"),
     (["--devices", "rt_cpu:0,rt_cpu:1", "--memory-plot", "m.png"], "--memory-plot is for one device"),
 ])
 def test_bad_split_is_one_line_and_status_2(checkpoints, mqa, extra, message, capsys):
@@ -320,12 +320,16 @@ def test_mpi_greedy_equals_transformers(checkpoints, n):
 
 
 @pytest.mark.mpi
-def test_mpi_degree_other_than_world_size_is_one_line(checkpoints):
-    p = run_mpi(2, ["--model", checkpoints["llama_linear_mha"], "--prompt-ids", "1,2", "--max-new-tokens", 4,
-                    "--devices", DEVICES[4]])
+@pytest.mark.parametrize("extra,message", [
+    (["--devices", DEVICES[4]], "--devices rt_cpu:0,rt_cpu:1,rt_cpu:2,rt_cpu:3 gives the degree 4, the MPI world "
+                                "has 2 processes"),
+    (["--device", "rt_cpu:0"], "--device excludes --devices and mpiexec"),
+])
+def test_mpi_bad_split_is_one_line(checkpoints, extra, message):
+    p = run_mpi(2, ["--model", checkpoints["llama_linear_mha"], "--prompt-ids", "1,2", "--max-new-tokens", 4, *extra])
     assert p.returncode == 2
     assert p.stderr.count("generate.py: error:") == 1, p.stderr
-    assert "--devices rt_cpu:0,rt_cpu:1,rt_cpu:2,rt_cpu:3 gives the degree 4, the MPI world has 2 processes" in p.stderr
+    assert message in p.stderr
 
 
 @pytest.mark.mpi

@@ -89,8 +89,8 @@ def parse_args(argv):
         raise UsageError(f"--top-k must be >= 0, not {a.top_k}")
     if a.top_p is not None and not 0 < a.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], not {a.top_p}")
-    if a.device is not None and a.devices is not None:
-        raise UsageError("--device excludes --devices (give the devices of the split in --devices)")
+    if a.device is not None and (a.devices is not None or mpi_world_size() > 1):
+        raise UsageError("--device excludes --devices and mpiexec (give the devices of the split in --devices)")
     if a.devices is not None or mpi_world_size() > 1:
         for flag in ("memory_plot", "record_trace") + (("profile",) if mpi_world_size() > 1 else ()):
             if getattr(a, flag) is not None:
