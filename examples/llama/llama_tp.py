@@ -214,8 +214,8 @@ def run_split(args, config, prompts, tok, world_size=1):
     eos = () if args.ignore_eos else config.eos_token_ids
     if world_size > 1:
         world, device = _mpi_rank_device(args, devices, degree)
+        comm = paddle_rt.ccl.Communicator.from_mpi(device=device)     # first: it times out on an absent rank
         seed = world.bcast(shared_seed(args.seed), root=0)
-        comm = paddle_rt.ccl.Communicator.from_mpi(device=device)
         _reset_peaks(device)
         model = TPLlamaModel(config, read_shard(args.model, config, comm.rank, degree), comm, device, args.dtype)
         outputs, prefill, t = _generate(model, args, prompts, seed, eos)
