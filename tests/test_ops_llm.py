@@ -149,6 +149,37 @@ def test_embedding_id_out_of_range_names_the_id(rng):
         bad.synchronize()
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_embedding_vocab_shards_sum_to_the_whole_table(dtype, rng):
+    """vocab_start (tensor parallelism): each shard's rows for its ids, zero rows for the others' (a strided output
+    included); the sum over the shards is the whole table's lookup, exactly."""
+    w = rand((12, 5), dtype, rng)
+    ids = np.array([[0, 11, 3], [4, 7, 8]], np.int64)
+    parts = []
+    for start in (0, 4, 8):
+        y = ops.embedding(T(ids), T(w[start:start + 4]), vocab_start=start)
+        want = np.where(((ids >= start) & (ids < start + 4))[..., None], w[np.clip(ids - start, 0, 3) + start], 0)
+        np.testing.assert_array_equal(ref.f64(y.numpy()), ref.f64(want.astype(w.dtype)))
+        parts.append(ref.f64(y.numpy()))
+    np.testing.assert_array_equal(sum(parts), ref.f64(w[ids]))
+    out = T(np.ones((5, 3), ref.np_dtype(dtype)))
+    ops.embedding(T(np.array([1, 9, 6], np.int32)), T(w[4:8]), out=out.T, vocab_start=4)   # out (3, 5) strided
+    np.testing.assert_array_equal(ref.f64(out.numpy().T), ref.f64(np.stack([0 * w[0], 0 * w[0], w[6]])))
+
+
+def test_embedding_vocab_start_refused_and_negative_id_fails(rng):
+    w = T(rand((4, 3), "float32", rng))
+    ids = T(np.array([1], np.int64))
+    for bad in (-1, 1.5, True, "2", 2**53):
+        with pytest.raises(paddle_rt.InvalidArgument, match=r"operator embedding: vocab_start must be an int"):
+            ops.embedding(ids, w, vocab_start=bad)
+    y = ops.embedding(T(np.array([9, -2], np.int64)), w, vocab_start=8)
+    with pytest.raises(paddle_rt.StreamError, match=r"id -2 "):
+        y.synchronize()
+    same = ops.embedding(ids, w)                  # the unsharded call after a sharded one: its own descriptor
+    np.testing.assert_array_equal(same.numpy(), w.numpy()[[1]])
+
+
 # -- kv_caching -------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("past_dtype", ["int32", "int64"])

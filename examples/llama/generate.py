@@ -2,7 +2,7 @@
 """Generate tokens with a checkpoint of the Llama family (Llama, Qwen2, Qwen3, Mistral) on a paddle_rt device.
 
     python examples/llama/generate.py --model DIR (--prompt-ids 1,2,3 | --prompts FILE [--tokenizer DIR])
-        --max-new-tokens N [--device rt_cpu:0] [--dtype float32|bfloat16|float16]
+        --max-new-tokens N [--device rt_cpu:0 | --devices rt_cpu:0,rt_cpu:1] [--dtype float32|bfloat16|float16]
         [--greedy | --temperature T --top-k K --top-p P --seed S] [--json] [--ignore-eos]
         [--profile trace.json] [--memory-plot memory.png] [--record-trace allocations.csv.gz]
 
@@ -14,6 +14,14 @@ per prompt in the file's order. --prompts FILE: one prompt a line (token ids sep
 when a tokenizer is at hand: --tokenizer DIR or the model folder's tokenizer.json, and the ``tokenizers`` package),
 blank lines skipped; the prompts run together as a batch (each its own positions and its own end). A bad
 checkpoint, argument or prompts file is one error line and exit status 2, before any work.
+
+--devices D0,D1,...: tensor parallelism over those devices in one process (llama_tp.py: a host thread and a stream
+per device); under ``mpiexec -n N`` the same command runs one rank per process (rank r on device r of the list, or
+rank r modulo the device count without --devices); rank 0 alone prints, with every rank's figures in "per_device".
+With --devices, --profile also puts each device's share of stream time in collectives in "per_device".
+A head, key/value head, vocabulary or intermediate count that does not divide by the degree, a repeated or unknown
+device, a degree other than the MPI world size: one line and exit status 2 before any work. Out of device memory, or
+a collective that fails (a rank that died): one line and exit status 1.
 
 Built on paddle_rt's public API only (the operators through llama_ops.py, the profiler, the memory history).
 """
@@ -51,6 +59,8 @@ def parse_args(argv):
                    "model folder's, when it has one; needs the tokenizers package)")
     p.add_argument("--max-new-tokens", type=int, required=True, help="tokens to generate (at most)")
     p.add_argument("--device", default=None, help="paddle_rt device, e.g. rt_cpu:0 (default: the current device)")
+    p.add_argument("--devices", default=None, help="tensor parallelism over these devices, comma-separated, e.g. "
+                   "rt_cpu:0,rt_cpu:1 (one host thread each; under mpiexec: one process each)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                    help="float32: greedy tokens identical to transformers' float32 generate. bfloat16/float16: the "
                    "kernels compute in float32 and round once per operator, transformers rounds after each step, "
@@ -79,6 +89,12 @@ def parse_args(argv):
         raise UsageError(f"--top-k must be >= 0, not {a.top_k}")
     if a.top_p is not None and not 0 < a.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], not {a.top_p}")
+    if a.device is not None and (a.devices is not None or mpi_world_size() > 1):
+        raise UsageError("--device excludes --devices and mpiexec (give the devices of the split in --devices)")
+    if a.devices is not None or mpi_world_size() > 1:
+        for flag in ("memory_plot", "record_trace") + (("profile",) if mpi_world_size() > 1 else ()):
+            if getattr(a, flag) is not None:
+                raise UsageError(f"--{flag.replace('_', '-')} is for one device (not with --devices or mpiexec)")
     if (a.prompt_ids is None) == (a.prompts is None):
         raise UsageError("give --prompt-ids or --prompts FILE (one of them)")
     a.prompt = None
@@ -202,6 +218,23 @@ def write_replay_trace(history, device, path):
     return path
 
 
+def mpi_world_size():
+    """The number of processes of the mpiexec job this process belongs to (1 when not under mpiexec): MPICH's
+    PMI_SIZE, Open MPI's OMPI_COMM_WORLD_SIZE."""
+    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
+def mpi_rank():
+    """This process's rank in its mpiexec job (0 when not under mpiexec)."""
+    for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
 def _mib(n):
     return f"{n / 2**20:.2f} MiB"
 
@@ -230,6 +263,12 @@ def run(args):
         import paddle_rt
     except ImportError as exc:
         raise UsageError(f"paddle_rt does not import ({exc}): pip install paddle_rt") from None
+    if args.devices is not None or mpi_world_size() > 1:
+        import llama_tp
+        try:
+            return llama_tp.run_split(args, config, prompts, tok, mpi_world_size())
+        except llama_tp.SplitError as exc:
+            raise UsageError(str(exc)) from None
     try:
         device = paddle_rt.device(args.device) if args.device else paddle_rt.get_device()
     except paddle_rt.PaddleRTError as exc:
@@ -324,6 +363,13 @@ def report(r):
     lines.append(f"memory on {r['device']}: peak reserved {_mib(r['peak_reserved_bytes'])}, peak live "
                  f"{_mib(r['peak_live_bytes'])} ({r['peak_reserved_bytes'] / max(r['peak_live_bytes'], 1):.3f}x); "
                  f"weights {_mib(r['weight_bytes'])}, KV cache {_mib(r['kv_cache_bytes'])}")
+    if "per_device" in r:
+        lines[-1] = lines[-1].replace(f"memory on {r['device']}:", f"memory, the largest of {r['degree']} devices:")
+        for d in r["per_device"]:
+            share = d.get("collective_share")
+            lines.append(f"  rank {d['rank']} on {d['device']}: peak reserved {_mib(d['peak_reserved_bytes'])}, "
+                         f"weights {_mib(d['weight_bytes'])}"
+                         + (f", {100 * share:.0f}% of stream time in collectives" if share is not None else ""))
     for key, what in (("profile", "profile"), ("memory_plot", "memory plot"), ("record_trace", "allocation log")):
         if key in r:
             lines.append(f"{what}: {r[key]}")
@@ -337,14 +383,34 @@ def main(argv=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         result = run(args)
-        print(json.dumps(result) if args.json else report(result))
     except (UsageError, CheckpointError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        if mpi_rank() == 0:             # every MPI rank finds the same fault: one line for the job
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:           # Ctrl-C: one line, not the traceback of wherever generation was
         print(f"{PROG}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        line = _runtime_failure(exc)
+        if line is None:
+            raise
+        print(f"{PROG}: error: {line}", file=sys.stderr)
+        return 1
+    if result is not None:          # None: an MPI rank other than 0 (rank 0 prints every rank's figures)
+        print(json.dumps(result) if args.json else report(result))
     return 0
+
+
+def _runtime_failure(exc):
+    """The one line of a failure of the run (out of device memory, a collective that failed: a rank died), or None
+    for anything else (a bug: its traceback is worth more)."""
+    import paddle_rt
+    if isinstance(exc, (paddle_rt.OutOfMemoryError, paddle_rt.ccl.CollectiveError)):
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(exc, paddle_rt.PaddleRTError) and isinstance(cause, paddle_rt.ccl.CollectiveError):
+        return f"{type(cause).__name__}: {str(cause).splitlines()[0]}"
+    return None
 
 
 if __name__ == "__main__":

@@ -276,9 +276,11 @@ def _shard_files(folder):
     return [os.path.join(folder, os.path.basename(str(f))) for f in files]
 
 
-def read_weights(folder, config):
+def read_weights(folder, config, parts=None):
     """{name: numpy array} of every tensor the model needs, checked against the config's shapes (bfloat16 tensors
-    come as ml_dtypes.bfloat16 arrays)."""
+    come as ml_dtypes.bfloat16 arrays). ``parts`` (tensor parallelism): {name: (axis, start, stop)} reads only that
+    range of the tensor along the axis (the rest is never read from the file), {name: None} skips the tensor."""
+    parts = parts or {}
     try:
         import ml_dtypes  # noqa: F401  (lets safetensors' numpy API read BF16 tensors)
         from safetensors import safe_open
@@ -293,7 +295,10 @@ def read_weights(folder, config):
         try:
             with safe_open(path, framework="np") as f:
                 for name in f.keys():
-                    if name in want:
+                    if name in want and name in parts:
+                        if parts[name] is not None:
+                            out[name] = _read_part(f, name, want[name], parts[name], folder)
+                    elif name in want:
                         out[name] = f.get_tensor(name)
         except CheckpointError:
             raise
@@ -301,6 +306,11 @@ def read_weights(folder, config):
             raise CheckpointError(f"{path}: not a readable safetensors file ({type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     for name, shape in want.items():
+        if name in parts:
+            if parts[name] is None:
+                continue
+            axis, start, stop = parts[name]
+            shape = shape[:axis] + (stop - start,) + shape[axis + 1:]
         if name not in out:
             raise CheckpointError(f"{folder}: tensor {name} is missing from the checkpoint")
         a = out[name]
@@ -309,3 +319,15 @@ def read_weights(folder, config):
         if a.dtype.kind != "f" and a.dtype.name != "bfloat16":
             raise CheckpointError(f"{folder}: tensor {name} has dtype {a.dtype}, not a floating-point type")
     return out
+
+
+def _read_part(f, name, shape, part, folder):
+    """The range ``part`` = (axis, start, stop) of tensor ``name`` of the open safetensors file ``f``, after checking
+    the whole tensor's shape against the config's ``shape`` (a wrong shape would otherwise slice silently)."""
+    sl = f.get_slice(name)
+    full = tuple(sl.get_shape())
+    if full != shape:
+        raise CheckpointError(f"{folder}: tensor {name} has shape {full}, the config says {shape}")
+    axis, start, stop = part
+    index = tuple(slice(start, stop) if d == axis else slice(None) for d in range(len(shape)))
+    return sl[index]

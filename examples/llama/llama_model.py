@@ -206,11 +206,25 @@ class LlamaModel:
         """The rest of layer n after attention: x += a @ o; h = norm(x); x += mlp(h); returns the next layer's
         normalised input (the final norm's after the last layer)."""
         c, w = self.config, self.w
-        o = L.linear(a, w[f"{n}.o"], w.get(f"{n}.o_bias"))
+        o = self._reduce(L.linear(a, w[f"{n}.o"], w.get(f"{n}.o_bias")))
         h = L.add_rms_norm(x, o, w[f"{n}.post_norm"], c.rms_norm_eps)
         act = L.silu_and_mul(L.linear(h, w[f"{n}.gate_up"]))
         nxt = w[f"{n + 1}.in_norm"] if n + 1 < c.num_hidden_layers else w["norm"]
-        return L.add_rms_norm(x, L.linear(act, w[f"{n}.down"]), nxt, c.rms_norm_eps)
+        return L.add_rms_norm(x, self._reduce(L.linear(act, w[f"{n}.down"])), nxt, c.rms_norm_eps)
+
+    # ---- what tensor parallelism (llama_tp.py) replaces: one device holds the whole model here -------------------
+    def _embed(self, ids):
+        """The residual stream's first value: the embedding rows of ``ids``."""
+        return L.embedding(ids, self.w["embed"])
+
+    def _reduce(self, partial):
+        """The output of a projection whose input dimension is split between devices, summed over them (here:
+        nothing is split)."""
+        return partial
+
+    def _logits(self, h):
+        """The logits (rows, vocab) of the normalised hidden states h (rows, hidden)."""
+        return L.linear(h, self.w["lm_head"])
 
     def forward(self, ids, cache):
         """Run the tokens ``ids`` (an int64 tensor (seq,) on the device) at the next positions of ``cache``; returns
@@ -220,14 +234,14 @@ class LlamaModel:
         if start + seq > cache.capacity:
             raise ValueError(f"the KV cache holds {cache.capacity} positions; {start} + {seq} do not fit")
         pos = cache.pos[start:start + seq]
-        x = L.embedding(ids, self.w["embed"])                                        # the residual stream
+        x = self._embed(ids)                                                         # the residual stream
         h = L.rms_norm(x, self.w["0.in_norm"], c.rms_norm_eps)
         for n in range(c.num_hidden_layers):
             q, k, v = self._qkv(n, h, seq, pos, cache.sin, cache.cos)
             a = L.attention(q, k, v, cache.k[n], cache.v[n], start, c.window(n))
             h = self._mlp_and_norms(n, x, a)
         cache.length = start + seq
-        return L.linear(h[seq - 1:seq], self.w["lm_head"])[0]
+        return self._logits(h[seq - 1:seq])[0]
 
     def forward_batch(self, ids, batch, step):
         """One decode step of ``batch`` (a BatchCache): the tokens ``ids`` (an int64 tensor (b,) on the device), one
@@ -236,13 +250,13 @@ class LlamaModel:
         c = self.config
         b = ids.shape[0]
         pos, rope_pos = batch.step_positions(step)
-        x = L.embedding(ids, self.w["embed"])
+        x = self._embed(ids)
         h = L.rms_norm(x, self.w["0.in_norm"], c.rms_norm_eps)
         for n in range(c.num_hidden_layers):
             q, k, v = self._qkv(n, h, b, rope_pos, batch.sin, batch.cos)
             a = L.batch_attention(q, k, v, batch.k[n], batch.v[n], pos, c.window(n))
             h = self._mlp_and_norms(n, x, a)
-        return L.linear(h, self.w["lm_head"])
+        return self._logits(h)
 
     def token_ids(self, ids):
         """Host token ids as the (seq,) int64 device tensor forward() takes."""

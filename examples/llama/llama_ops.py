@@ -6,12 +6,31 @@ Layouts (row-major unless a view says otherwise): token ids (seq,) int64 on the 
 (seq, hidden); a projection's weight W (out, in) as Hugging Face stores it, used through its transposed view; the KV
 cache of a layer (kv_heads, capacity, head_dim).
 """
-from paddle_rt import ops
+from paddle_rt import ccl, ops
 
 
-def embedding(ids, table):
-    """table[ids] for ids (seq,) on the device -> (seq, hidden)."""
-    return ops.embedding(ids, table)
+def embedding(ids, table, vocab_start=None):
+    """table[ids] for ids (seq,) on the device -> (seq, hidden). ``vocab_start``: table holds the rows
+    [vocab_start, vocab_start + len(table)) of the vocabulary, other ids give zero rows (a vocabulary shard)."""
+    return ops.embedding(ids, table, vocab_start=vocab_start)
+
+
+def all_reduce_sum(x, comm):
+    """x (contiguous) summed over the ranks of ``comm``, in place, enqueued on the device's current stream in order
+    with the operators (nothing waits on the host)."""
+    ccl.all_reduce(x, x, "sum", comm=comm)
+    return x
+
+
+def all_gather(x, out, comm):
+    """out (ranks, *x.shape) = every rank's x, enqueued on the device's current stream."""
+    ccl.all_gather(x, out, comm=comm)
+    return out
+
+
+def rearrange(x, out):
+    """out = x (a strided view copied into the contiguous ``out``)."""
+    return ops.rearrange(x, out=out)
 
 
 def rms_norm(x, weight, eps):

@@ -651,11 +651,18 @@ cdef class EmbeddingDescriptor(OpDescriptor):
     """``EmbeddingDescriptor(handle, out, ids, weight)`` (InfiniCore's Embedding, torch's embedding):
     out[i...] = weight[ids[i...]]; ids of any shape (int32/int64), weight (vocab, dim) of a float dtype, out
     ``(*ids.shape, dim)`` in weight's dtype. An id outside [0, vocab) makes the call fail on the stream
-    (InvalidArgument naming the id at the next synchronize), and nothing is written."""
-    def __init__(self, Handle handle, out, ids, weight):
+    (InvalidArgument naming the id at the next synchronize), and nothing is written. ``vocab_start`` (an int): weight
+    is the shard of rows [vocab_start, vocab_start + vocab) of a larger table; an id >= 0 outside it gives a zero row
+    (a vocabulary-parallel embedding: the sum of the shards' outputs is the whole table's lookup)."""
+    def __init__(self, Handle handle, out, ids, weight, vocab_start=None):
         cdef _Rules r = _Rules(handle, "embedding")
         cdef TensorDesc idd = r.desc(ids, "ids"), wd = r.desc(weight, "weight")
         _embedding_rule(r, idd, wd)
+        if vocab_start is not None:
+            if isinstance(vocab_start, bool) or int(vocab_start) != vocab_start or not 0 <= vocab_start < 2**53:
+                r.fail(f"vocab_start must be an int in [0, 2**53) or None, not {vocab_start!r}")
+            self.call.attrs[0] = 1
+            self.call.attrs[1] = int(vocab_start)
         cdef TensorDesc od = r.desc(out, "out")
         r.writable(od)
         r.same_dtype(od, wd, "out")

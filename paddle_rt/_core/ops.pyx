@@ -454,16 +454,32 @@ def linear(x, weight, bias=None, out=None, stream=None):
     return y.view(tw.shape[0]) if tx.ndim_ == 1 else y
 
 
-def embedding(ids, weight, out=None, stream=None):
-    """``embedding(ids, weight, out=None, stream=None) -> out`` (torch's embedding, InfiniCore's Embedding): rows of
-    weight (vocab, dim) by ids (any shape, int32/int64); out ``(*ids.shape, dim)``. An id outside [0, vocab) fails at the
-    next synchronize (InvalidArgument naming the id) and writes nothing."""
+def embedding(ids, weight, out=None, stream=None, vocab_start=None):
+    """``embedding(ids, weight, out=None, stream=None, vocab_start=None) -> out`` (torch's embedding, InfiniCore's
+    Embedding): rows of weight (vocab, dim) by ids (any shape, int32/int64); out ``(*ids.shape, dim)``. An id outside
+    [0, vocab) fails at the next synchronize (InvalidArgument naming the id) and writes nothing.
+
+    ``vocab_start`` (an int >= 0; tensor parallelism, Megatron's VocabParallelEmbedding): weight holds rows
+    [vocab_start, vocab_start + vocab) of a larger table; an id in that range reads row id - vocab_start, any other
+    id >= 0 a row of zeros, so the sum (all_reduce) of every shard's output is the whole table's lookup. A negative
+    id still fails."""
     cdef tuple ts = _tensors("embedding", (ids, weight), ("ids", "weight"))
     cdef Tensor ti = ts[0], tw = ts[1]
     cdef Device dev = _device("embedding", ts)
     cdef Stream s = op_stream(dev, stream)
+    cdef double attrs[2]
+    if vocab_start is not None and (isinstance(vocab_start, bool) or not isinstance(vocab_start, (int, np.integer))
+                                    or not 0 <= vocab_start < 2**53):
+        raise errors.InvalidArgument(f"{dev}: operator embedding: vocab_start must be an int in [0, 2**53) or None, "
+                                     f"not {vocab_start!r}")
     cdef Tensor y = _new_out(out, dev, s, "embedding", (ti, tw))
-    _cached(PADDLE_RT_OP_EMBEDDING, EmbeddingDescriptor, dev, (y,) + ts, (), NULL, 0).launch(y, ts, None, s, NULL)
+    if vocab_start is None:
+        _cached(PADDLE_RT_OP_EMBEDDING, EmbeddingDescriptor, dev, (y,) + ts, (), NULL, 0).launch(y, ts, None, s, NULL)
+        return y
+    attrs[0] = 1
+    attrs[1] = int(vocab_start)
+    _cached(PADDLE_RT_OP_EMBEDDING, EmbeddingDescriptor, dev, (y,) + ts, (int(vocab_start),), attrs, 2).launch(
+        y, ts, None, s, NULL)
     return y
 
 

@@ -1,6 +1,9 @@
 /* embedding (InfiniCore's Embedding, torch's embedding): out[i..., :] = weight[ids[i...], :] for ids of any shape
  * (int32/int64), weight (vocab, dim), out (ids' shape..., dim). Every id is checked before a row is written; one
- * outside [0, vocab) leaves (its flat index, the id) as the failure detail and the call fails. */
+ * outside [0, vocab) leaves (its flat index, the id) as the failure detail and the call fails.
+ * A vocabulary shard (attrs[0] != 0, Megatron's VocabParallelEmbedding): weight holds rows [start, start + vocab) of
+ * a larger table, start = attrs[1]; an id in that range reads row id - start, any other id >= 0 gives a zero row
+ * (the sum over the shards is the whole table's lookup); a negative id fails as above. */
 #include <string.h>
 
 #include "engine/host_float.h"
@@ -9,6 +12,12 @@
 using namespace prt_host;
 
 namespace {
+
+template <typename T>
+void zero_strided(char* o, int64_t so, int64_t n) {
+    T* q = reinterpret_cast<T*>(o);
+    for (int64_t i = 0; i < n; i++) q[i * so] = 0;
+}
 
 template <typename T>
 void copy_strided(char* o, int64_t so, const char* w, int64_t sw, int64_t n) {
@@ -23,6 +32,8 @@ C_Status prt_embedding_kernel(const paddle_rt_op_call* c) {
     const paddle_rt_tensor &y = c->out, &ids = c->inputs[0], &w = c->inputs[1];
     const int nd = ids.ndim;
     const int64_t vocab = w.shape[0], dim = w.shape[1];
+    const bool shard = c->attrs[0] != 0;
+    const int64_t start = shard ? (int64_t)c->attrs[1] : 0;
     for (int d = 0; d < y.ndim; d++)
         if (y.shape[d] == 0) return C_SUCCESS;
     int64_t flat = 0;
@@ -30,7 +41,7 @@ C_Status prt_embedding_kernel(const paddle_rt_op_call* c) {
     for_each_index(ids.shape, nd, [&](const int64_t* idx) {
         if (!ok) return;
         const int64_t id = get_index(at(ids, idx, nd), ids.dtype, 0);
-        if (id < 0 || id >= vocab) {
+        if (id < 0 || (!shard && id >= vocab)) {
             set_detail(c, flat, id);
             ok = false;
         }
@@ -40,8 +51,20 @@ C_Status prt_embedding_kernel(const paddle_rt_op_call* c) {
     const int es = esize(w.dtype);
     const int64_t so = y.strides[nd], sw = w.strides[1];
     for_each_index(ids.shape, nd, [&](const int64_t* idx) {
-        const int64_t id = get_index(at(ids, idx, nd), ids.dtype, 0);
+        const int64_t id = get_index(at(ids, idx, nd), ids.dtype, 0) - start;
         char* o = at(y, idx, nd);
+        if (id < 0 || id >= vocab) {            /* a shard's id held by another shard */
+            if (so == 1) {
+                memset(o, 0, (size_t)(dim * es));
+                return;
+            }
+            switch (es) {
+            case 2: zero_strided<uint16_t>(o, so, dim); break;
+            case 4: zero_strided<uint32_t>(o, so, dim); break;
+            default: zero_strided<uint64_t>(o, so, dim); break;
+            }
+            return;
+        }
         const char* src = static_cast<const char*>(w.data) + id * w.strides[0] * es;
         if (so == 1 && sw == 1) {
             memmove(o, src, (size_t)(dim * es));

@@ -76,7 +76,8 @@ typedef enum {
                                       cached positions, scale 1/sqrt(d); attrs: pos, window (0: all; w: each query
                                       keeps the last w positions, itself included) */
   PADDLE_RT_OP_EMBEDDING = 21,     /* out (ids..., d) = weight[ids]; inputs: ids (any shape, int32/int64), weight
-                                      (vocab, d) */
+                                      (vocab, d); attrs: shard (0: none; else weight holds rows [start, start +
+                                      vocab) of a larger table and any other id >= 0 gives a zero row), start */
   PADDLE_RT_OP_BATCH_ATTENTION = 22, /* out (b, seq, q_heads, d); inputs: q (b, q_heads, seq, d), k_cache, v_cache
                                       (b, kv_heads, max_seq, d) already holding the new keys/values, pos (b)
                                       int32/int64: sequence i's queries at [pos[i], pos[i] + seq), each attending
