@@ -1,6 +1,6 @@
 # Segments (chunks) of the caching allocator (alloc_segment.pyx): every function is called with the allocator's lock
 # held and no GIL. Only allocator.pyx cimports them.
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, int64_t
 from paddle_rt._core.alloc_types cimport AllocatorCore, AllocError, Block, Chunk
 
 # Give `size` bytes at `ptr` back to the plugin (counts num_device_free).
@@ -36,7 +36,8 @@ cdef size_t vmm_mapped_runs(Chunk* ch, size_t g, size_t* out, size_t cap) noexce
 cdef Chunk* chunk_holding(AllocatorCore* c, uintptr_t ptr) noexcept nogil
 # 1: the start of a live block, 2: inside a chunk otherwise, 0: not in this allocator.
 cdef int owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil
-# Bytes from ptr to the end of the live block holding it; 0 when no live block holds it.
-cdef size_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# Bytes from ptr to the end of the bytes requested of the live block holding it (Block.requested, not the rounded
+# size); -1 when no live block's [addr, addr + requested] holds it.
+cdef int64_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil
 # Whether ptr is the start of a free block (parked in a quick-reuse slot or in the free index): a double free.
 cdef int is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil

@@ -68,6 +68,7 @@ from paddle_rt._core.alloc_segment cimport (
     vmm_teardown,
 )
 from paddle_rt._core cimport alloc_snapshot
+from paddle_rt._core.alloc_errors cimport raise_alloc_error
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
 from paddle_rt._core.includes.alloc_support cimport (
@@ -102,11 +103,10 @@ _torn_down = False
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
 # With may_map (the nogil path), pages of an expandable range under the part handed out are mapped first (vmm_back);
 # without (the GIL path, which never calls the plugin), such a block is a miss.
-cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail,
+cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, AllocError* err,
                                  bint may_map=True) noexcept nogil:
     cdef Block* b
     cdef int pool
-    cdef AllocError e
     cdef Block* x
     cdef uintptr_t at
     cdef size_t span
@@ -134,11 +134,10 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
                 b = x                   # a larger free block that needs no page mapped
             elif not may_map or c.q_blocks:
                 return NULL     # mapping may create memory: parked blocks are merged first (the caller flushes)
-            elif vmm_back(c, b, at, span, &e) != 0:
-                fail[0] = e.kind
-                return NULL
+            elif vmm_back(c, b, at, span, err) != 0:
+                return NULL             # err names the extension's call that failed, with its status
     c.num_cache_hits += 1
-    return _take(c, b, size, nbytes, fail)
+    return _take(c, b, size, nbytes, &err.kind)
 
 
 # Free a live pointer (lock held). Returns 1 when a plugin call is needed afterwards (release on free), 0 done,
@@ -174,14 +173,6 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
 # ---------------------------------------------------------------------------------------------------------------------
 # Raising (GIL taken only here, never with the lock held)
 # ---------------------------------------------------------------------------------------------------------------------
-def _fmt(n):
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.2f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-
-
 cdef inline void _note_counts(AllocatorCore* c, AllocError* e) noexcept nogil:
     """Lock held: the device's counters, as the error's message and trace event will show them."""
     e.allocated = c.stats[0][ST_ALLOCATED_BYTES].current
@@ -189,70 +180,14 @@ cdef inline void _note_counts(AllocatorCore* c, AllocError* e) noexcept nogil:
 
 
 cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
-    dev = <object>c.device
-    what = "pinned host memory" if c.kind == KIND_HOST else "memory"
-    if e.kind == ERR_OOM:
-        # the counters as they were under the lock when the request failed (_note_counts): read here, without the
-        # lock, they would race with other threads' allocations
-        if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-            trace_memory_event(c.device, c.kind, PRT_EV_OOM, 0, e.requested, 0, 0, e.allocated, e.reserved)
-        allocated = e.allocated
-        reserved = e.reserved
-        try:
-            free_, total = dev.memory_info()
-        except BaseException:
-            free_, total = 0, 0
-        cap_text = (f"{dev} has a total capacity of {_fmt(total)} of which {_fmt(free_)} is free. "
-                    if total else f"{dev} does not report its capacity. ")
-        lim = ""
-        if c.cfg.limit != SIZE_MAX:
-            lim = f"The allocator's limit is {_fmt(c.cfg.limit)}. "
-        msg = (f"{dev}: out of {what}. Tried to allocate {_fmt(e.requested)} ({e.requested} bytes). {cap_text}{lim}"
-               f"Of the memory held by paddle_rt, {_fmt(allocated)} is allocated and "
-               f"{_fmt(reserved - allocated)} is reserved but unallocated. If reserved but unallocated memory is "
-               f"large, try PADDLE_RT_ALLOC_CONF=max_split_size:<bytes> to avoid fragmentation, or "
-               f"paddle_rt.empty_cache(); otherwise lower the memory demand.")
-        raise errors.OutOfMemoryError(msg, device=str(dev), requested=int(e.requested), allocated=int(allocated),
-                                      reserved=int(reserved), capacity=int(total) if total else None,
-                                      free=int(free_) if total else None,
-                                      call="malloc_host" if c.kind == KIND_HOST else "malloc")
-    if e.kind == ERR_PLUGIN:
-        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
-        raise errors.PluginError(str(dev), call, e.status, f"while allocating {e.requested} bytes")
-    if e.kind == ERR_PLUGIN_NULL:
-        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
-        raise errors.PluginError(
-            str(dev), call, e.status, returned="a NULL pointer",
-            detail=f"asked for a chunk of at least {e.requested} bytes; a plugin out of memory must return C_FAILED",
-            plugin=dev.type)
-    if e.kind == ERR_HOST_OOM:
-        raise MemoryError(f"{dev}: out of host memory for the allocator's bookkeeping")
-    if e.kind == ERR_TORN_DOWN:
-        if c.torn_down == 2:
-            raise errors.ForkError(f"{dev}: the allocator belongs to the parent process; in a child after fork() "
-                                   f"call paddle_rt.reinitialize_after_fork() before allocating")
-        raise errors.DeviceError(f"{dev}: the allocator was torn down (interpreter shutting down)")
-    if e.kind == ERR_BAD_SIZE:
-        raise errors.InvalidArgument(f"{dev}: malloc of {e.requested} bytes: the size is too large")
-    if e.kind == ERR_DOUBLE_FREE:
-        raise errors.InvalidArgument(f"{dev}: free of 0x{e.ptr:x}: double free (the block is already free)")
-    if e.kind == ERR_INTERIOR:
-        raise errors.InvalidArgument(
-            f"{dev}: free of 0x{e.ptr:x}: the pointer is inside a chunk of this allocator but is not the start of "
-            f"a live allocation")
-    if e.kind == ERR_FOREIGN:
-        owner = _owner_of(e.ptr, c)
-        if owner is not None:
-            raise errors.InvalidArgument(
-                f"{dev}: free of 0x{e.ptr:x}: wrong device, the pointer belongs to {owner}")
-        raise errors.InvalidArgument(f"{dev}: free of 0x{e.ptr:x}: the pointer was not allocated by paddle_rt's "
-                                     f"{'host ' if c.kind == KIND_HOST else ''}allocator of {dev}")
-    raise errors.PaddleRTError(f"{dev}: allocator error {e.kind}")
+    """The exception of error e (alloc_errors.raise_alloc_error; a foreign pointer is looked up among the allocators
+    first, to name the device it belongs to)."""
+    return raise_alloc_error(c, e, _owner_of(e.ptr, c) if e.kind == ERR_FOREIGN else None)
 
 
-cdef size_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+cdef int64_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     """alloc_segment.live_extent under c's lock (core_lookup is the same for the owner code)."""
-    cdef size_t r
+    cdef int64_t r
     c.cx.mu.lock()
     r = _live_extent(c, ptr)
     c.cx.mu.unlock()
@@ -261,14 +196,14 @@ cdef size_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
 
 cdef int64_t raw_live_extent(object device, int kind, uintptr_t ptr) except -2:
     cdef DeviceAllocator a
-    cdef size_t n = 0
+    cdef int64_t n = -1
     # a device's allocator is one lookup (copies and memsets of tensors come here); only "any device" walks them all
     for a in ([existing_allocator(<Device>device, kind)] if isinstance(device, Device) else list(_allocators)):
         if a is not None and not a.core.torn_down and a.core.kind == kind:
             with nogil:
                 n = _live_extent_locked(a.core, ptr)
-            if n:
-                return <int64_t>n
+            if n >= 0:
+                return n
     return -1
 
 
@@ -302,6 +237,7 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     err.requested = nbytes
     err.ptr = 0
     err.allocated = err.reserved = 0
+    err.call = VMM_CALL_NONE
     if nbytes > SIZE_MAX // 2:
         err.kind = ERR_BAD_SIZE
         return _raise(c, &err)
@@ -315,10 +251,10 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         c.cx.mu.unlock()
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
-    b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+    b = _alloc_cached(c, size, nbytes, stream, &err)
     if b == NULL and err.kind == ERR_NONE and c.q_blocks:
         _q_flush(c)
-        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+        b = _alloc_cached(c, size, nbytes, stream, &err)
     if b == NULL and c.vmm_on and (err.kind == ERR_NONE or err.kind == ERR_OOM):
         b = _vmm_alloc(c, pool, stream, size, nbytes, &err)
     elif b == NULL and err.kind == ERR_NONE:
@@ -361,7 +297,7 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         c.num_alloc_retries += 1
         _release_idle(c, -1, 0, 0)
         err.kind = ERR_NONE
-        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+        b = _alloc_cached(c, size, nbytes, stream, err)
         if b != NULL:
             return b
         if err.kind == ERR_NONE:
@@ -374,6 +310,20 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
 
 
 cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
+    return _core_free(c, <uintptr_t>ptr, 0)
+
+
+cdef int core_raw_free(AllocatorCore* c, void* ptr) except -1 nogil:
+    return _core_free(c, <uintptr_t>ptr, 1)
+
+
+cdef inline bint _held_by_allocation(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """Lock held: ptr starts a live block that an Allocation object holds (raw_free must not free it under it)."""
+    cdef Block* b = <Block*>c.cx.live.find(ptr)
+    return b != NULL and b.owned != 0
+
+
+cdef int _core_free(AllocatorCore* c, uintptr_t ptr, int raw) except -1 nogil:
     cdef AllocError err
     if c.torn_down:
         return 0
@@ -381,19 +331,27 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     if c.torn_down:
         c.cx.mu.unlock()
         return 0
-    if _free_locked(c, <uintptr_t>ptr) >= 0:
+    err.call = VMM_CALL_NONE
+    if raw and _held_by_allocation(c, ptr):
+        c.cx.mu.unlock()
+        err.kind = ERR_OWNED
+        err.ptr = ptr
+        err.requested = 0
+        err.allocated = err.reserved = 0
+        return _raise(c, &err)
+    if _free_locked(c, ptr) >= 0:
         c.cx.mu.unlock()
         return 0
-    owns = _owns(c, <uintptr_t>ptr)
+    owns = _owns(c, ptr)
     if owns == 2:
         # the start of a free block is a double free; anything else inside a chunk is an interior pointer
         err.kind = ERR_INTERIOR
-        if _is_free_block_start(c, <uintptr_t>ptr):
+        if _is_free_block_start(c, ptr):
             err.kind = ERR_DOUBLE_FREE
     else:
         err.kind = ERR_FOREIGN
     c.cx.mu.unlock()
-    err.ptr = <uintptr_t>ptr
+    err.ptr = ptr
     err.requested = 0
     err.allocated = err.reserved = 0
     return _raise(c, &err)
@@ -649,7 +607,7 @@ cdef class DeviceAllocator:
             raise errors.InvalidArgument(f"0x{ptr:x} is not a valid pointer" if ptr >= 0 else f"{ptr} is not a pointer")
         cdef uintptr_t p = ptr
         with nogil:
-            core_free(self.core, <void*>p)
+            core_raw_free(self.core, <void*>p)
 
     def owns(self, ptr):
         """True if ``ptr`` is the start of a live allocation of this allocator."""
@@ -822,6 +780,7 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     err.requested = nbytes
     err.ptr = 0
     err.allocated = err.reserved = 0
+    err.call = VMM_CALL_NONE
     if c.torn_down:
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
@@ -922,9 +881,11 @@ cdef DeviceAllocator existing_allocator(Device dev, int kind):
 
 # With the GIL held: serve from the cache without releasing the GIL when the lock is free (never blocks, never calls
 # the plugin). NULL: take the slow path (nogil core_malloc).
-cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
+cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream, int owned) noexcept:
     cdef Block* b = NULL
-    cdef int fail = 0
+    cdef AllocError fail
+    fail.kind = ERR_NONE
+    fail.call = VMM_CALL_NONE
     if prt_tracing(trace_mask, PRT_TRACE_STACKS):
         trace_note_caller()       # the Python caller's frames, for the event of this allocation
     if c.torn_down or n > SIZE_MAX // 2:
@@ -933,6 +894,8 @@ cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcep
         return NULL
     if not c.torn_down:
         b = _alloc_cached(c, round_request(c, n), n, stream, &fail, False)
+        if b != NULL:
+            b.owned = owned
     c.cx.mu.unlock()
     if b == NULL:
         return NULL
@@ -951,6 +914,41 @@ cdef int core_try_free(AllocatorCore* c, uintptr_t p) noexcept:
         r = _free_locked(c, p)
     c.cx.mu.unlock()
     return r >= 0
+
+
+# With the GIL held: as core_try_free for raw_free: 0 also when an Allocation holds the block (core_raw_free raises).
+cdef int core_try_raw_free(AllocatorCore* c, uintptr_t p) noexcept:
+    cdef int r = -1
+    if c.torn_down:
+        return 1
+    if releases_on_free(&c.cfg) or not c.cx.mu.try_lock():
+        return 0
+    if not c.torn_down and not _held_by_allocation(c, p):
+        r = _free_locked(c, p)
+    c.cx.mu.unlock()
+    return r >= 0
+
+
+cdef void core_set_requested(AllocatorCore* c, uintptr_t p, size_t n) noexcept nogil:
+    """The live block at p (a pool's, reused) now serves a request of n bytes: raw addresses into it are bounded by
+    n (raw_live_extent), and requested_bytes counts n."""
+    cdef Block* b
+    c.cx.mu.lock()
+    b = <Block*>c.cx.live.find(p)
+    if b != NULL and b.requested != n:
+        stat_add(c, b.chunk.pool, ST_REQUESTED_BYTES, <int64_t>n - <int64_t>b.requested)
+        b.requested = n
+    c.cx.mu.unlock()
+
+
+cdef void core_mark_owned(AllocatorCore* c, uintptr_t p) noexcept nogil:
+    """The live block at p (made by core_malloc) is now held by an Allocation object."""
+    cdef Block* b
+    c.cx.mu.lock()
+    b = <Block*>c.cx.live.find(p)
+    if b != NULL:
+        b.owned = 1
+    c.cx.mu.unlock()
 
 
 # ---------------------------------------------------------------------------------------------------------------------

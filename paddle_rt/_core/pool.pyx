@@ -37,7 +37,7 @@ from cpython.object cimport PyTypeObject
 from paddle_rt._core.includes.obj_freelist cimport prt_objfl_install
 from paddle_rt._core.allocator cimport (
     AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
-    round_request, core_deferred_pending,
+    round_request, core_deferred_pending, core_mark_owned, core_set_requested,
 )
 from paddle_rt._core.allocation cimport Allocation, check_nbytes
 from paddle_rt._core.deferred_free cimport core_wait_deferred
@@ -372,6 +372,7 @@ cdef class MemPool:
         p = self._take_hot(r, s)
         if p:
             self.cached_bytes -= r
+            core_set_requested(self.core, p, n)      # raw addresses into it are bounded by n, not the last request
             return self._wrap(p, n, r, s)
         if self.n_hot:
             self._spill()
@@ -383,6 +384,7 @@ cdef class MemPool:
                 e = self._take_with_internal_dependency(r, s)
             if e is not None:
                 self.cached_bytes -= e.size
+                core_set_requested(self.core, e.ptr, n)
                 return self._wrap(e.ptr, n, e.size, s)
             self._retire_safe(0)
         return self._from_allocator(n, s)
@@ -459,6 +461,7 @@ cdef class MemPool:
             self._oom_ladder()
             with nogil:
                 core_malloc(self.core, n, self.tag, &p)
+        core_mark_owned(self.core, <uintptr_t>p)      # the pool's (its AsyncAllocation's): raw_free refuses it
         cdef size_t block = core_block_size(self.core, p)
         if s.closed or s._closing:
             # closed by another thread while the GIL was released (allocation, OOM ladder): the caller's error
