@@ -142,6 +142,22 @@ def test_every_output_into_a_closed_pipe_ends_quietly_with_141(tmp_path, args):
         assert (p.returncode, p.stderr) == (141, ""), (argv + args, p.returncode, p.stderr)
 
 
+def test_help_into_head_never_reports_a_broken_pipe(tmp_path):
+    """`paddle-rt --help | head -1` as typed, many times: head may exit before or after the program writes (the race
+    the closed-pipe test above forces), and either way nothing reaches stderr and the status is 0 or 141."""
+    script = tmp_path / "paddle-rt"
+    script.write_text(CONSOLE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=__import__("conftest").package_parent())
+    cmd = (f"for i in $(seq 8); do '{sys.executable}' '{script}' --help | head -1; echo \"status ${{PIPESTATUS[0]}}\"; "
+           f"'{sys.executable}' '{script}' replay --help | head -c 1 >/dev/null; echo \"status ${{PIPESTATUS[0]}}\"; done")
+    p = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                       executable="/bin/bash")
+    assert p.stderr == "", p.stderr
+    statuses = [line.split()[1] for line in p.stdout.splitlines() if line.startswith("status ")]
+    assert len(statuses) == 16 and set(statuses) <= {"0", "141"}, p.stdout
+    assert p.stdout.count("usage: paddle-rt COMMAND") == 8
+
+
 def test_output_into_an_open_pipe_is_unchanged(tmp_path):
     """The guard flushes, nothing more: with a reader the whole help arrives and the status is 0."""
     res = run_cli(["--help"], tmp_path)

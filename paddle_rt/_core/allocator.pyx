@@ -600,7 +600,8 @@ cdef class DeviceAllocator:
         return _allocation_api(self, "raw_malloc")[1](self, nbytes, stream)
 
     def raw_free(self, ptr):
-        """Free a pointer of this allocator."""
+        """Free a pointer of this allocator (from :meth:`raw_malloc`; the pointer of a live Allocation is refused with
+        InvalidArgument, as by :func:`paddle_rt.raw_free`)."""
         if not isinstance(ptr, int) or isinstance(ptr, bool):
             raise TypeError(f"expected a pointer as int, got {type(ptr).__name__}")
         if ptr <= 0 or ptr > <object>SIZE_MAX:
