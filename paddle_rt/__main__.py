@@ -1,7 +1,7 @@
 """``paddle-rt COMMAND`` (or ``python -m paddle_rt COMMAND``): demo, info, replay, capture, bench, check, plot, view."""
 import sys
 
-from paddle_rt.tools.cli import EXIT_USAGE, program, run_command
+from paddle_rt.tools.cli import EXIT_USAGE, program, run_command, run_program
 
 
 def _info(args):
@@ -45,7 +45,11 @@ def usage(prog):
 
 
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The program (the console script ``paddle-rt`` and ``python -m paddle_rt``); its exit status (docs/cli.md)."""
+    return run_program(_main, list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv):
     prog = program()
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(prog))

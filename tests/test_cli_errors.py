@@ -3,6 +3,7 @@ docs/cli.md documents; output paths are checked before the work starts; a closed
 the command: from a folder of their own, with relative paths (tests/test_cli.py's run_cli)."""
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -108,6 +109,61 @@ def test_closed_pipe_ends_quietly(tmp_path):
     p = subprocess.run(" ".join(f"'{a}'" for a in argv) + " demo | head -2; echo \"${PIPESTATUS[0]}\"", shell=True,
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, executable="/bin/bash")
     assert p.stdout.splitlines()[-1] == "141"         # 128 + SIGPIPE, as docs/cli.md says
+
+
+# What pip writes for the console script `paddle-rt` (pyproject's [project.scripts]): the installed-style command.
+CONSOLE_SCRIPT = "import sys\nfrom paddle_rt.__main__ import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
+COMMANDS = ["demo", "info", "replay", "capture", "check", "plot", "view", "bench"]
+
+
+def run_into_closed_pipe(argv, cwd):
+    """Run argv with its standard output a real pipe whose reader is already gone (`... | head -1` when head has
+    exited before the program writes): every write and flush meets EPIPE, no race left to chance."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["PYTHONPATH"] = __import__("conftest").package_parent()
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run(argv, stdout=w, stderr=subprocess.PIPE, cwd=cwd, env=env, text=True, timeout=300)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["info"]] + [[c, "--help"] for c in COMMANDS],
+                         ids=lambda a: " ".join(a))
+def test_every_output_into_a_closed_pipe_ends_quietly_with_141(tmp_path, args):
+    """Issue 46 item 12: `paddle-rt --help | head -1` printed a BrokenPipeError report and failed; docs/cli.md
+    promises status 141 and nothing on stderr, for the program's own output and every command's (argparse's --help
+    leaves through SystemExit with its text still buffered)."""
+    script = tmp_path / "paddle-rt"
+    script.write_text(CONSOLE_SCRIPT)
+    for argv in ([sys.executable, str(script)], [sys.executable, "-m", "paddle_rt"]):
+        p = run_into_closed_pipe(argv + args, tmp_path)
+        assert (p.returncode, p.stderr) == (141, ""), (argv + args, p.returncode, p.stderr)
+
+
+def test_help_into_head_never_reports_a_broken_pipe(tmp_path):
+    """`paddle-rt --help | head -1` as typed, many times: head may exit before or after the program writes (the race
+    the closed-pipe test above forces), and either way nothing reaches stderr and the status is 0 or 141."""
+    script = tmp_path / "paddle-rt"
+    script.write_text(CONSOLE_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=__import__("conftest").package_parent())
+    cmd = (f"for i in $(seq 8); do '{sys.executable}' '{script}' --help | head -1; echo \"status ${{PIPESTATUS[0]}}\"; "
+           f"'{sys.executable}' '{script}' replay --help | head -c 1 >/dev/null; echo \"status ${{PIPESTATUS[0]}}\"; done")
+    p = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                       executable="/bin/bash")
+    assert p.stderr == "", p.stderr
+    statuses = [line.split()[1] for line in p.stdout.splitlines() if line.startswith("status ")]
+    assert len(statuses) == 16 and set(statuses) <= {"0", "141"}, p.stdout
+    assert p.stdout.count("usage: paddle-rt COMMAND") == 8
+
+
+def test_output_into_an_open_pipe_is_unchanged(tmp_path):
+    """The guard flushes, nothing more: with a reader the whole help arrives and the status is 0."""
+    res = run_cli(["--help"], tmp_path)
+    assert res.returncode == 0 and res.stdout.startswith("usage: paddle-rt COMMAND") and res.stderr == ""
+    res = run_cli(["replay", "--help"], tmp_path)
+    assert res.returncode == 0 and res.stdout.startswith("usage: paddle-rt replay") and res.stderr == ""
 
 
 # -- paddle_rt.tools.cli in this process: the parts every command uses ------------------------------------------------
@@ -243,3 +299,31 @@ def test_closed_pipe_points_stdout_at_devnull(tmp_path, monkeypatch):
     finally:
         os.close(fd)
     assert target.read_bytes() == b""
+
+
+def test_run_program_turns_a_closed_pipe_at_the_last_flush_or_in_system_exit_into_141(monkeypatch):
+    """run_program flushes inside its guard: a BrokenPipeError of the final flush (after a normal return or after
+    argparse's SystemExit) is the quiet 141; another SystemExit keeps its code."""
+    flushes = []
+
+    class Gone:
+        def fileno(self):
+            return 1
+
+        def flush(self):
+            flushes.append(1)
+            raise BrokenPipeError
+
+    monkeypatch.setattr(clitools, "_quiet_stdout", lambda: None)
+    monkeypatch.setattr("sys.stdout", Gone())
+    assert clitools.run_program(lambda argv: 0, []) == 141
+
+    def help_exit(argv):
+        raise SystemExit(0)
+    assert clitools.run_program(help_exit, []) == 141
+    assert len(flushes) == 2
+    monkeypatch.setattr("sys.stdout", type("Ok", (), {"flush": lambda self: None})())
+    with pytest.raises(SystemExit) as exc:
+        clitools.run_program(lambda argv: (_ for _ in ()).throw(SystemExit(2)), [])
+    assert exc.value.code == 2
+    assert clitools.run_program(lambda argv: 3, []) == 3

@@ -96,6 +96,47 @@ def test_raw_addresses_bounded_by_their_allocation(host):
     assert bytes(memoryview(p)) == host[:32].tobytes()
 
 
+@pytest.mark.smoke
+def test_raw_addresses_bounded_by_the_bytes_requested(host):
+    """Issue 46 item 9: raw addresses were bounded by the rounded block (raw_malloc(60) accepted a 64-byte write);
+    the bound is the bytes asked for, and a pool block reused for a larger request (same rounded size) is bounded by
+    the new request."""
+    p = paddle_rt.raw_malloc(60)
+    try:
+        with pytest.raises(InvalidArgument, match=r"memcpy: nbytes=64 is larger than dst: 60 bytes lie between"):
+            paddle_rt.memcpy(p, host[:64], kind="H2D")
+        with pytest.raises(InvalidArgument, match=r"memset: nbytes=61 is larger than dst: 4 bytes lie between"):
+            paddle_rt.memset(p + 56, 0, 61)
+        with pytest.raises(InvalidArgument, match=r"memset: dst address 0x[0-9a-f]+ is not inside a live alloc"):
+            paddle_rt.memset(p + 64, 0, 4)            # in the block's rounding: no allocation's bytes
+        paddle_rt.memcpy(p, host[:60], kind="H2D")    # exactly the bytes asked for
+        paddle_rt.memset(p + 60, 0, 0)                # the end itself: an empty range
+        out = np.zeros(60, np.uint8)
+        paddle_rt.memcpy(out, p, nbytes=60, kind="D2H")
+        assert (out == host[:60]).all()
+    finally:
+        paddle_rt.raw_free(p)
+    z = paddle_rt.raw_malloc(0)                       # malloc(0): its address holds an empty range
+    paddle_rt.memset(z, 0, 0)
+    with pytest.raises(InvalidArgument, match=r"memset: nbytes=1 is larger than dst: 0 bytes"):
+        paddle_rt.memset(z, 0, 1)
+    paddle_rt.raw_free(z)
+    s = Stream()
+    small = paddle_rt.empty((4,), "uint8", stream=s)
+    ptr = small.data_ptr
+    del small                                         # its block waits in the pool for a request of its size
+    s.synchronize()
+    big = paddle_rt.empty((200,), "uint8", stream=s)
+    assert big.data_ptr == ptr                        # the same block (one rounded size), reused
+    paddle_rt.memcpy(big.data_ptr, host[:200], kind="H2D")      # bounded by 200, not by the 4 asked before
+    with pytest.raises(InvalidArgument, match=r"nbytes=201 is larger than dst: 200 bytes"):
+        paddle_rt.memcpy(big.data_ptr, host[:201], kind="H2D")
+    s.synchronize()
+    assert (big.numpy() == host[:200]).all()
+    del big
+    s.close()
+
+
 class _LooksLikeAllocation:
     def __init__(self, ptr, size, device):
         self.ptr, self.size, self.device = ptr, size, device

@@ -121,3 +121,25 @@ def test_raw_operand_bounded_by_its_allocation():
     small(a.data_ptr + 8, a.data_ptr)
     paddle_rt.synchronize()
     np.testing.assert_array_equal(a.numpy(), np.ones(8, np.float32))
+
+
+def test_raw_operand_bounded_by_the_bytes_requested_not_the_rounded_block():
+    """Issue 46 item 9: for A = malloc(64) (a block rounded up to the plugin's chunk: 512 bytes in the report, 256 by
+    rt_cpu's default) a 16-float32 add at the block's last 64 bytes (A.ptr + 448 there) was accepted: inside the
+    block but past the 64 bytes asked for."""
+    h = op.Handle("rt_cpu:0")
+    a = _alloc_with(np.ones(16, np.float32))
+    block, = [b for seg in paddle_rt.memory_snapshot() for b in seg["blocks"] if b["address"] == a.ptr]
+    assert block["size"] >= 128 and block["requested_size"] == 64
+    tail = a.ptr + block["size"] - 64                 # the rounded block's last 64 bytes
+    d = op.AddDescriptor(h, op.TensorDesc((16,)), op.TensorDesc((16,)), op.TensorDesc((16,)))
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"rt_cpu:0: operator add: out address 0x[0-9a-f]+ is not "
+                                                        r"inside a live allocation"):
+        d(tail, a.ptr, a.ptr)
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"operator add: out laid out as shape \(16,\).* spans 64 "
+                                                        r"bytes.*4 bytes lie between address"):
+        d(a.ptr + 60, a.ptr, a.ptr)                   # inside the 64 bytes, the layout runs past them
+    d(a.ptr, a.ptr, a.ptr)                            # exactly the bytes asked for: runs
+    paddle_rt.synchronize()
+    np.testing.assert_array_equal(_read(a, np.float32, 16), np.full(16, 2.0, np.float32))
+

@@ -119,3 +119,25 @@ def test_contiguous_copies_with_the_rearrange_ops_registered(monkeypatch):
     assert t.contiguous() is t
     with pytest.raises(paddle_rt.NotSupportedError, match=r"Tensor.contiguous: .*paddle_rt._core.ops"):
         v.contiguous()
+
+
+@pytest.mark.smoke
+def test_a_size_that_fits_64_bits_but_no_device_is_out_of_memory():
+    """Issue 46 item 11: empty((2**63 - 1,), uint8) said its bytes "overflow 64-bit sizes", which they do not: the
+    factories say it is more memory than any device holds (OutOfMemoryError with the device's capacity, as malloc of
+    such a size); a layout past 64 bits still says so, and TensorDesc says what is wrong without an allocation."""
+    with pytest.raises(paddle_rt.OutOfMemoryError,
+                       match=r"^rt_cpu:0: empty: out of memory: shape \(9223372036854775807,\) of uint8 needs "
+                             r"9223372036854775807 bytes, more memory than any device holds \(rt_cpu:0 has a total "
+                             r"capacity of \d+ bytes\)$") as ei:
+        paddle_rt.empty((2**63 - 1,), "uint8", device="rt_cpu:0")
+    e = ei.value
+    assert (e.device, e.requested, e.call) == ("rt_cpu:0", 2**63 - 1, "empty") and e.capacity > 0
+    with pytest.raises(paddle_rt.OutOfMemoryError, match=r"needs 13835058055282163712 bytes"):
+        paddle_rt.zeros((2**62, 3), "uint8", device="rt_cpu:0")
+    with pytest.raises(paddle_rt.InvalidArgument, match=r"18446744073709551616 bytes overflow 64-bit sizes"):
+        paddle_rt.empty((2**62, 4), "uint8")                       # 2**64 bytes: really past 64 bits
+    with pytest.raises(paddle_rt.InvalidArgument,
+                       match=r"TensorDesc: .* 9223372036854775807 bytes is more memory than any device holds"):
+        paddle_rt.op.TensorDesc((2**63 - 1,), "uint8")
+    assert paddle_rt.empty((3,), "uint8").nbytes == 3

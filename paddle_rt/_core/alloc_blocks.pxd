@@ -132,6 +132,7 @@ cdef inline void _count_alloc(AllocatorCore* c, Block* b, size_t requested) noex
     cdef int pool = b.chunk.pool
     b.allocated = 1
     b.requested = requested
+    b.owned = 0
     c.cx.live.insert(b.addr, <void*>b)
     stat_add(c, pool, ST_ALLOCATED_BYTES, <int64_t>b.size)
     stat_add(c, pool, ST_REQUESTED_BYTES, <int64_t>requested)

@@ -16,6 +16,9 @@ cdef bint free_done(AllocatorCore* c, Block* b) noexcept nogil
 # Cross-stream reuse: a free block of `tag`'s memory serving `size` (mapped) whose frees the caller may follow
 # (free_seq <= seq_ok, or done_ok and free_done), or NULL.
 cdef Block* settled_fit(AllocatorCore* c, uintptr_t tag, size_t size, uint64_t seq_ok, bint done_ok) noexcept nogil
+# settled_fit's block handed out for nbytes (size rounded), held[0] its size, seq[0] its free_seq; NULL: none.
+cdef Block* take_settled(AllocatorCore* c, size_t nbytes, size_t size, uintptr_t tag, uint64_t seq_ok, bint done_ok,
+                         size_t* held, uint64_t* seq) noexcept nogil
 # Give one idle chunk (b is its single free block) back to the plugin.
 cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil
 # Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
@@ -42,7 +45,8 @@ cdef size_t vmm_mapped_runs(Chunk* ch, size_t g, size_t* out, size_t cap) noexce
 cdef Chunk* chunk_holding(AllocatorCore* c, uintptr_t ptr) noexcept nogil
 # 1: the start of a live block, 2: inside a chunk otherwise, 0: not in this allocator.
 cdef int owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil
-# Bytes from ptr to the end of the live block holding it; 0 when no live block holds it.
-cdef size_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil
+# Bytes from ptr to the end of the bytes requested of the live block holding it (Block.requested, not the rounded
+# size); -1 when no live block's [addr, addr + requested] holds it.
+cdef int64_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil
 # Whether ptr is the start of a free block (parked in a quick-reuse slot or in the free index): a double free.
 cdef int is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil

@@ -11,14 +11,15 @@ from cython.operator cimport dereference as deref, preincrement as inc, predecre
 
 from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.alloc_types cimport (
-    AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_SMALL, POOL_LARGE, ST_RESERVED_BYTES, ST_SEGMENT,
-    ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES,
+    AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_SMALL, POOL_LARGE, ST_RESERVED_BYTES,
+    ST_SEGMENT, ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES, VMM_CALL_RESERVE,
+    VMM_CALL_CREATE, VMM_CALL_MAP, VMM_CALL_MAP_PAGES,
 )
 from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, lowest_key, index_split, pool_of,
 )
-from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem, handed_out, take_at, span_unmapped
+from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem, handed_out, take_at, span_unmapped, _take
 from paddle_rt._core.alloc_policy cimport (
     consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended, serves, borrows_from_large, SETTLED_SCAN,
 )
@@ -161,6 +162,23 @@ cdef Block* settled_fit(AllocatorCore* c, uintptr_t tag, size_t size, uint64_t s
     return NULL
 
 
+# settled_fit's block for a request of nbytes (rounded: size), handed out with its stream's tag and marked as held by
+# an Allocation (the pool's). held: its size, seq: its free_seq (which policy allowed it). NULL: none.
+cdef Block* take_settled(AllocatorCore* c, size_t nbytes, size_t size, uintptr_t tag, uint64_t seq_ok, bint done_ok,
+                         size_t* held, uint64_t* seq) noexcept nogil:
+    cdef int fail = 0
+    cdef Block* b = settled_fit(c, tag, size, seq_ok, done_ok)
+    if b == NULL:
+        return NULL
+    seq[0] = b.free_seq
+    c.num_cache_hits += 1
+    b = _take(c, b, size, nbytes, &fail)
+    if b != NULL:
+        b.owned = 1
+        held[0] = b.size
+    return b
+
+
 # Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after streams_idle).
 cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     cdef Chunk* ch = b.chunk
@@ -257,9 +275,11 @@ cdef inline size_t _page_hi(Chunk* ch, uintptr_t a, size_t g) noexcept nogil:
     return (a - ch.base) // g
 
 
-cdef int _vmm_status(AllocError* err, C_Status st) noexcept nogil:
+cdef int _vmm_status(AllocError* err, C_Status st, int call) noexcept nogil:
+    """A failed call of the extension (VMM_CALL_*): out of memory for C_FAILED, else the plugin's error naming it."""
     err.status = st
     err.kind = ERR_OOM if st == C_FAILED else ERR_PLUGIN
+    err.call = call
     return -1
 
 
@@ -412,8 +432,9 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
             if st == C_SUCCESS:
                 err.kind = ERR_PLUGIN_NULL
                 err.status = st
+                err.call = VMM_CALL_CREATE
                 return -1
-            return _vmm_status(err, st)
+            return _vmm_status(err, st, VMM_CALL_CREATE)
         c.num_device_alloc += 1
         hs.push_back(h)
     k0 = 0
@@ -425,7 +446,7 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
         if st != C_SUCCESS:
             _release_handles(c, hs, k0)
             _undo_created(c, ch, miss, nd, k0)
-            return _vmm_status(err, st)
+            return _vmm_status(err, st, VMM_CALL_MAP_PAGES if c.vmm.map_pages != NULL else VMM_CALL_MAP)
         k0 = k
     return 0
 
@@ -476,8 +497,9 @@ cdef Chunk* _new_range(AllocatorCore* c, int pool, uintptr_t stream, size_t at_l
         if st == C_SUCCESS:
             err.kind = ERR_PLUGIN_NULL
             err.status = st
+            err.call = VMM_CALL_RESERVE
             return NULL
-        _vmm_status(err, st)
+        _vmm_status(err, st, VMM_CALL_RESERVE)
         return NULL
     _name_chunk(c, ch, <uintptr_t>base, pool, stream)
     ch.vsize = v
@@ -685,21 +707,22 @@ cdef int owns(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     return 2 if chunk_holding(c, ptr) != NULL else 0
 
 
-cdef size_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
-    """Lock held: bytes from ptr to the end of the live block holding it, 0 when no live block holds it. A block's
-    start is one lookup; an address inside a block walks its chunk's blocks down from the top (parked blocks stay
-    linked, so nothing is flushed)."""
+cdef int64_t live_extent(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """Lock held: bytes from ptr to the end of the bytes requested of the live block holding it (Block.requested:
+    the rounding past them belongs to no allocation), or -1 when ptr lies in no live block's [addr, addr + requested]
+    (its end included: an empty range there is valid, as for malloc(0)). A block's start is one lookup; an address
+    inside a block walks its chunk's blocks down from the top (parked blocks stay linked, so nothing is flushed)."""
     cdef Block* b = <Block*>c.cx.live.find(ptr)
     cdef Chunk* ch
     if b != NULL:
-        return b.size
+        return <int64_t>b.requested
     ch = chunk_holding(c, ptr)
     b = ch.tail if ch != NULL else NULL
     while b != NULL and b.addr > ptr:
         b = b.prev
-    if b == NULL or b.allocated != 1 or ptr >= b.addr + b.size:
-        return 0
-    return b.addr + b.size - ptr
+    if b == NULL or b.allocated != 1 or ptr > b.addr + b.requested:
+        return -1
+    return <int64_t>(b.addr + b.requested - ptr)
 
 
 cdef int is_free_block_start(AllocatorCore* c, uintptr_t ptr) noexcept nogil:

@@ -62,6 +62,15 @@ cdef enum:
     ERR_INTERIOR = 7
     ERR_HOST_OOM = 8
     ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
+    ERR_OWNED = 10          # raw_free of a block that a live Allocation holds (Block.owned)
+
+# Which call of the virtual-memory extension failed (AllocError.call; alloc_errors.VMM_CALL_NAMES has their names).
+cdef enum:
+    VMM_CALL_NONE = 0       # not the extension: the plugin's allocation hook (device/host_memory_allocate)
+    VMM_CALL_RESERVE = 1
+    VMM_CALL_CREATE = 2
+    VMM_CALL_MAP = 3
+    VMM_CALL_MAP_PAGES = 4
 
 # One counter of PyTorch's scheme: current, peak, allocated (sum of increases), freed (sum of decreases).
 cdef struct Stat:
@@ -114,6 +123,8 @@ cdef struct Block:
     # (stream.pxd stream_order_now): its memory may leave its stream once that free has run there (free_done). A
     # merged block keeps the latest of its parts, a split remainder its parent's.
     uint64_t free_seq
+    int owned              # 1 while an Allocation object holds it (malloc, a pool's blocks): raw_free refuses it;
+                           # 0 for raw_malloc's and the C API's pointers (set at each allocation)
 
 cdef struct AllocConfig:
     int paddle_compat
@@ -151,6 +162,7 @@ cdef struct AllocError:
     uintptr_t ptr
     int64_t allocated      # the device's allocated and reserved bytes when the error was found (read under the lock:
     int64_t reserved       # the message and the trace event must not read the counters without it)
+    int call               # ERR_PLUGIN / ERR_PLUGIN_NULL: the call that failed, VMM_CALL_* (0: the allocation hook)
 
 cdef struct AllocatorCore:
     prt_alloc_containers* cx

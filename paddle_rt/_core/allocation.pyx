@@ -20,6 +20,7 @@ from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.allocator cimport (
     AllocatorCore, DeviceAllocator, KIND_DEVICE, KIND_HOST, ST_ALLOCATED_BYTES, ST_RESERVED_BYTES, core_free,
     core_try_malloc, core_try_free, core_lookup, core_deferred_pending, allocator_of, existing_allocator,
+    core_mark_owned, core_try_raw_free, core_raw_free,
 )
 from paddle_rt._core.deferred_free cimport free_after_streams, malloc_waiting
 from paddle_rt._core.stream cimport Stream, current_stream_tag, stream_alloc_tag
@@ -359,9 +360,10 @@ cdef Allocation _make_allocation(DeviceAllocator a, object nbytes, object stream
     cdef size_t n = _check_nbytes(nbytes, call, a.device)
     cdef uintptr_t s = _stream_arg(a, stream)
     cdef AllocatorCore* c = a.core
-    cdef void* p = core_try_malloc(c, n, s)
+    cdef void* p = core_try_malloc(c, n, s, 1)
     if p == NULL:
         malloc_waiting(c, n, s, &p)
+        core_mark_owned(c, <uintptr_t>p)      # raw_free refuses it while the Allocation lives
     cdef Allocation r = Allocation.__new__(Allocation)
     r.core = c
     r.ptr = <uintptr_t>p
@@ -396,7 +398,7 @@ def raw_malloc(nbytes, device=None, stream=0):
     cdef DeviceAllocator a = _dev_alloc(device)
     cdef size_t n = _check_nbytes(nbytes, "raw_malloc", a.device)
     cdef uintptr_t s = stream
-    cdef void* p = core_try_malloc(a.core, n, s)
+    cdef void* p = core_try_malloc(a.core, n, s, 0)
     if p == NULL:
         malloc_waiting(a.core, n, s, &p)
     return <uintptr_t>p
@@ -404,27 +406,29 @@ def raw_malloc(nbytes, device=None, stream=0):
 
 def raw_free(ptr, device=None):
     """Free a pointer from :func:`raw_malloc`. Without ``device`` the owning device is found (the current device is
-    tried first); with ``device``, a pointer of another device raises InvalidArgument."""
+    tried first); with ``device``, a pointer of another device raises InvalidArgument. The pointer of a live
+    :class:`Allocation` (``malloc``, ``malloc_async``, a tensor's memory) raises InvalidArgument and stays allocated:
+    free the Allocation instead."""
     cdef uintptr_t p = _check_ptr(ptr)
     cdef DeviceAllocator a
     cdef DeviceAllocator o
     cdef int r
     if device is not None:
         a = _dev_alloc(device)
-        if not core_try_free(a.core, p):
+        if not core_try_raw_free(a.core, p):
             with nogil:
-                core_free(a.core, <void*>p)
+                core_raw_free(a.core, <void*>p)
         return
-    if _last_core != NULL and core_try_free(_last_core, p):     # the most recently used allocator owns it
+    if _last_core != NULL and core_try_raw_free(_last_core, p):     # the most recently used allocator owns it
         return
     a = _dev_alloc(None)
-    if core_try_free(a.core, p):
+    if core_try_raw_free(a.core, p):
         return
     with nogil:
         r = core_lookup(a.core, p)
     if r == 1 or r == 2:
         with nogil:
-            core_free(a.core, <void*>p)
+            core_raw_free(a.core, <void*>p)
         return
     for o in list(_allocator_mod._allocators):
         if o is a or o.core.torn_down:
@@ -433,7 +437,7 @@ def raw_free(ptr, device=None):
             r = core_lookup(o.core, p)
         if r:
             with nogil:
-                core_free(o.core, <void*>p)
+                core_raw_free(o.core, <void*>p)
             return
     if _allocator_mod._torn_down:
         return

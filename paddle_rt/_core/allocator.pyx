@@ -23,13 +23,12 @@ is best fit -> grow -> retry with exactly the request -> give back every idle ch
 deferred frees' streams passed them, then until every stream of the device has run everything submitted so far
 (not inside a stream callback), and retry the whole ladder once -> ``OutOfMemoryError``.
 
-Giving memory back never races with queued work: a free is stream-ordered (the block is reusable at once by its
-stream while earlier work on the stream may still use it), and plugins free at once, unlike ``cudaFree`` which
-synchronizes. So idle chunks go back to the plugin (growth's consolidation, the ladder, ``release:free``,
-``empty_cache``) only while every stream of the device (of every device, for pinned host memory) has completed
-everything submitted to it; otherwise they stay cached, usable, counted in ``num_release_deferred``, and go back at a
-later release point. ``empty_cache()`` first waits for the streams, so after it every idle chunk is back (inside a
-stream callback it does not wait). Teardown (after the streams are closed) gives everything back.
+Giving memory back never races with queued work: a free is stream-ordered (reusable at once by its stream while
+earlier work on it may still use the block) and plugins free at once, unlike ``cudaFree``. A free block remembers
+where its stream was at its frees (``Block.free_seq``); its memory leaves the stream (donor pages, growth's
+consolidation, the ladder, ``release:free``, ``empty_cache``) once the stream has run that far, a query of its
+position (alloc_segment.free_done), never a wait; until then it stays cached, counted in ``num_release_deferred``.
+``empty_cache()`` waits for the streams first unless ``wait=False``. Teardown gives everything back.
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
 back by the ladder stay given back.
 
@@ -65,9 +64,10 @@ from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle, free_done as _free_done,
     release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow_backed,
     owns as _owns, live_extent as _live_extent, is_free_block_start as _is_free_block_start,
-    vmm_teardown, settled_fit as _settled_fit,
+    vmm_teardown, take_settled as _take_settled,
 )
 from paddle_rt._core cimport alloc_snapshot
+from paddle_rt._core.alloc_errors cimport raise_alloc_error
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce, stream_order_now
 from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
 from paddle_rt._core.includes.alloc_support cimport (
@@ -102,11 +102,10 @@ _torn_down = False
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
 # With may_map (the nogil path), pages of an expandable range under the part handed out are mapped first (vmm_back);
 # without (the GIL path, which never calls the plugin), such a block is a miss.
-cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail,
+cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, AllocError* err,
                                  bint may_map=True) noexcept nogil:
     cdef Block* b
     cdef int pool
-    cdef AllocError e
     cdef Block* x
     cdef uintptr_t at
     cdef size_t span
@@ -134,11 +133,10 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
                 b = x                   # a larger free block that needs no page mapped
             elif not may_map or c.q_blocks:
                 return NULL     # mapping may create memory: parked blocks are merged first (the caller flushes)
-            elif vmm_back(c, b, at, span, &e) != 0:
-                fail[0] = e.kind
-                return NULL
+            elif vmm_back(c, b, at, span, err) != 0:
+                return NULL             # err names the extension's call that failed, with its status
     c.num_cache_hits += 1
-    return _take(c, b, size, nbytes, fail)
+    return _take(c, b, size, nbytes, &err.kind)
 
 
 # Free a live pointer (lock held). Returns 1 when a plugin call is needed afterwards (release on free), 0 done,
@@ -175,14 +173,6 @@ cdef inline int _free_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
 # ---------------------------------------------------------------------------------------------------------------------
 # Raising (GIL taken only here, never with the lock held)
 # ---------------------------------------------------------------------------------------------------------------------
-def _fmt(n):
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.2f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-
-
 cdef inline void _note_counts(AllocatorCore* c, AllocError* e) noexcept nogil:
     """Lock held: the device's counters, as the error's message and trace event will show them."""
     e.allocated = c.stats[0][ST_ALLOCATED_BYTES].current
@@ -190,70 +180,14 @@ cdef inline void _note_counts(AllocatorCore* c, AllocError* e) noexcept nogil:
 
 
 cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
-    dev = <object>c.device
-    what = "pinned host memory" if c.kind == KIND_HOST else "memory"
-    if e.kind == ERR_OOM:
-        # the counters as they were under the lock when the request failed (_note_counts): read here, without the
-        # lock, they would race with other threads' allocations
-        if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
-            trace_memory_event(c.device, c.kind, PRT_EV_OOM, 0, e.requested, 0, 0, e.allocated, e.reserved)
-        allocated = e.allocated
-        reserved = e.reserved
-        try:
-            free_, total = dev.memory_info()
-        except BaseException:
-            free_, total = 0, 0
-        cap_text = (f"{dev} has a total capacity of {_fmt(total)} of which {_fmt(free_)} is free. "
-                    if total else f"{dev} does not report its capacity. ")
-        lim = ""
-        if c.cfg.limit != SIZE_MAX:
-            lim = f"The allocator's limit is {_fmt(c.cfg.limit)}. "
-        msg = (f"{dev}: out of {what}. Tried to allocate {_fmt(e.requested)} ({e.requested} bytes). {cap_text}{lim}"
-               f"Of the memory held by paddle_rt, {_fmt(allocated)} is allocated and "
-               f"{_fmt(reserved - allocated)} is reserved but unallocated. If reserved but unallocated memory is "
-               f"large, try PADDLE_RT_ALLOC_CONF=max_split_size:<bytes> to avoid fragmentation, or "
-               f"paddle_rt.empty_cache(); otherwise lower the memory demand.")
-        raise errors.OutOfMemoryError(msg, device=str(dev), requested=int(e.requested), allocated=int(allocated),
-                                      reserved=int(reserved), capacity=int(total) if total else None,
-                                      free=int(free_) if total else None,
-                                      call="malloc_host" if c.kind == KIND_HOST else "malloc")
-    if e.kind == ERR_PLUGIN:
-        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
-        raise errors.PluginError(str(dev), call, e.status, f"while allocating {e.requested} bytes")
-    if e.kind == ERR_PLUGIN_NULL:
-        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
-        raise errors.PluginError(
-            str(dev), call, e.status, returned="a NULL pointer",
-            detail=f"asked for a chunk of at least {e.requested} bytes; a plugin out of memory must return C_FAILED",
-            plugin=dev.type)
-    if e.kind == ERR_HOST_OOM:
-        raise MemoryError(f"{dev}: out of host memory for the allocator's bookkeeping")
-    if e.kind == ERR_TORN_DOWN:
-        if c.torn_down == 2:
-            raise errors.ForkError(f"{dev}: the allocator belongs to the parent process; in a child after fork() "
-                                   f"call paddle_rt.reinitialize_after_fork() before allocating")
-        raise errors.DeviceError(f"{dev}: the allocator was torn down (interpreter shutting down)")
-    if e.kind == ERR_BAD_SIZE:
-        raise errors.InvalidArgument(f"{dev}: malloc of {e.requested} bytes: the size is too large")
-    if e.kind == ERR_DOUBLE_FREE:
-        raise errors.InvalidArgument(f"{dev}: free of 0x{e.ptr:x}: double free (the block is already free)")
-    if e.kind == ERR_INTERIOR:
-        raise errors.InvalidArgument(
-            f"{dev}: free of 0x{e.ptr:x}: the pointer is inside a chunk of this allocator but is not the start of "
-            f"a live allocation")
-    if e.kind == ERR_FOREIGN:
-        owner = _owner_of(e.ptr, c)
-        if owner is not None:
-            raise errors.InvalidArgument(
-                f"{dev}: free of 0x{e.ptr:x}: wrong device, the pointer belongs to {owner}")
-        raise errors.InvalidArgument(f"{dev}: free of 0x{e.ptr:x}: the pointer was not allocated by paddle_rt's "
-                                     f"{'host ' if c.kind == KIND_HOST else ''}allocator of {dev}")
-    raise errors.PaddleRTError(f"{dev}: allocator error {e.kind}")
+    """The exception of error e (alloc_errors.raise_alloc_error; a foreign pointer is looked up among the allocators
+    first, to name the device it belongs to)."""
+    return raise_alloc_error(c, e, _owner_of(e.ptr, c) if e.kind == ERR_FOREIGN else None)
 
 
-cdef size_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+cdef int64_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     """alloc_segment.live_extent under c's lock (core_lookup is the same for the owner code)."""
-    cdef size_t r
+    cdef int64_t r
     c.cx.mu.lock()
     r = _live_extent(c, ptr)
     c.cx.mu.unlock()
@@ -262,14 +196,14 @@ cdef size_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
 
 cdef int64_t raw_live_extent(object device, int kind, uintptr_t ptr) except -2:
     cdef DeviceAllocator a
-    cdef size_t n = 0
+    cdef int64_t n = -1
     # a device's allocator is one lookup (copies and memsets of tensors come here); only "any device" walks them all
     for a in ([existing_allocator(<Device>device, kind)] if isinstance(device, Device) else list(_allocators)):
         if a is not None and not a.core.torn_down and a.core.kind == kind:
             with nogil:
                 n = _live_extent_locked(a.core, ptr)
-            if n:
-                return <int64_t>n
+            if n >= 0:
+                return n
     return -1
 
 
@@ -303,6 +237,7 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     err.requested = nbytes
     err.ptr = 0
     err.allocated = err.reserved = 0
+    err.call = VMM_CALL_NONE
     if nbytes > SIZE_MAX // 2:
         err.kind = ERR_BAD_SIZE
         return _raise(c, &err)
@@ -316,10 +251,10 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         c.cx.mu.unlock()
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
-    b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+    b = _alloc_cached(c, size, nbytes, stream, &err)
     if b == NULL and err.kind == ERR_NONE and c.q_blocks:
         _q_flush(c)
-        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+        b = _alloc_cached(c, size, nbytes, stream, &err)
     if b == NULL and c.vmm_on and (err.kind == ERR_NONE or err.kind == ERR_OOM):
         b = _vmm_alloc(c, pool, stream, size, nbytes, &err)
     elif b == NULL and err.kind == ERR_NONE:
@@ -362,7 +297,7 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         c.num_alloc_retries += 1
         _release_idle(c, -1, 0, 0)
         err.kind = ERR_NONE
-        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+        b = _alloc_cached(c, size, nbytes, stream, err)
         if b != NULL:
             return b
         if err.kind == ERR_NONE:
@@ -375,6 +310,20 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
 
 
 cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
+    return _core_free(c, <uintptr_t>ptr, 0)
+
+
+cdef int core_raw_free(AllocatorCore* c, void* ptr) except -1 nogil:
+    return _core_free(c, <uintptr_t>ptr, 1)
+
+
+cdef inline bint _held_by_allocation(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
+    """Lock held: ptr starts a live block that an Allocation object holds (raw_free must not free it under it)."""
+    cdef Block* b = <Block*>c.cx.live.find(ptr)
+    return b != NULL and b.owned != 0
+
+
+cdef int _core_free(AllocatorCore* c, uintptr_t ptr, int raw) except -1 nogil:
     cdef AllocError err
     if c.torn_down:
         return 0
@@ -382,19 +331,27 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     if c.torn_down:
         c.cx.mu.unlock()
         return 0
-    if _free_locked(c, <uintptr_t>ptr) >= 0:
+    err.call = VMM_CALL_NONE
+    if raw and _held_by_allocation(c, ptr):
+        c.cx.mu.unlock()
+        err.kind = ERR_OWNED
+        err.ptr = ptr
+        err.requested = 0
+        err.allocated = err.reserved = 0
+        return _raise(c, &err)
+    if _free_locked(c, ptr) >= 0:
         c.cx.mu.unlock()
         return 0
-    owns = _owns(c, <uintptr_t>ptr)
+    owns = _owns(c, ptr)
     if owns == 2:
         # the start of a free block is a double free; anything else inside a chunk is an interior pointer
         err.kind = ERR_INTERIOR
-        if _is_free_block_start(c, <uintptr_t>ptr):
+        if _is_free_block_start(c, ptr):
             err.kind = ERR_DOUBLE_FREE
     else:
         err.kind = ERR_FOREIGN
     c.cx.mu.unlock()
-    err.ptr = <uintptr_t>ptr
+    err.ptr = ptr
     err.requested = 0
     err.allocated = err.reserved = 0
     return _raise(c, &err)
@@ -643,14 +600,15 @@ cdef class DeviceAllocator:
         return _allocation_api(self, "raw_malloc")[1](self, nbytes, stream)
 
     def raw_free(self, ptr):
-        """Free a pointer of this allocator."""
+        """Free a pointer of this allocator (from :meth:`raw_malloc`; the pointer of a live Allocation is refused with
+        InvalidArgument, as by :func:`paddle_rt.raw_free`)."""
         if not isinstance(ptr, int) or isinstance(ptr, bool):
             raise TypeError(f"expected a pointer as int, got {type(ptr).__name__}")
         if ptr <= 0 or ptr > <object>SIZE_MAX:
             raise errors.InvalidArgument(f"0x{ptr:x} is not a valid pointer" if ptr >= 0 else f"{ptr} is not a pointer")
         cdef uintptr_t p = ptr
         with nogil:
-            core_free(self.core, <void*>p)
+            core_raw_free(self.core, <void*>p)
 
     def owns(self, ptr):
         """True if ``ptr`` is the start of a live allocation of this allocator."""
@@ -828,6 +786,7 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     err.requested = nbytes
     err.ptr = 0
     err.allocated = err.reserved = 0
+    err.call = VMM_CALL_NONE
     if c.torn_down:
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
@@ -928,14 +887,11 @@ cdef DeviceAllocator existing_allocator(Device dev, int kind):
 
 # With the GIL held: serve from the cache without releasing the GIL when the lock is free (never blocks, never calls
 # the plugin). NULL: take the slow path (nogil core_malloc).
-cdef void* core_try_malloc(AllocatorCore* c, size_t n, uintptr_t stream) noexcept:
-    cdef size_t held
-    return core_try_malloc_block(c, n, stream, &held)
-
-
-cdef void* core_try_malloc_block(AllocatorCore* c, size_t n, uintptr_t stream, size_t* held) noexcept:
+cdef void* core_try_malloc_block(AllocatorCore* c, size_t n, uintptr_t stream, int owned, size_t* held) noexcept:
     cdef Block* b = NULL
-    cdef int fail = 0
+    cdef AllocError fail
+    fail.kind = ERR_NONE
+    fail.call = VMM_CALL_NONE
     if prt_tracing(trace_mask, PRT_TRACE_STACKS):
         trace_note_caller()       # the Python caller's frames, for the event of this allocation
     if c.torn_down or n > SIZE_MAX // 2:
@@ -946,32 +902,22 @@ cdef void* core_try_malloc_block(AllocatorCore* c, size_t n, uintptr_t stream, s
     if not c.torn_down:
         b = _alloc_cached(c, round_request(c, n), n, stream, &fail, False)
         if b != NULL:
+            b.owned = owned
             addr = b.addr
             held[0] = b.size
     c.cx.mu.unlock()
     return <void*>addr
 
 
-# Cross-stream reuse for the stream-ordered pool (takes the lock; never calls the plugin): a free block of stream tag
-# `tag`'s memory that serves `n` and whose frees the caller may follow (alloc_segment.settled_fit), handed out with
-# `tag`; NULL when none. held: its size; seq: its free_seq (which policy allowed it).
+# Cross-stream reuse for the stream-ordered pool (takes the lock, never calls the plugin): alloc_segment.take_settled.
 cdef void* core_malloc_settled(AllocatorCore* c, size_t n, uintptr_t tag, uint64_t seq_ok, bint done_ok,
                                size_t* held, uint64_t* seq) noexcept nogil:
-    cdef int fail = 0
     cdef Block* b = NULL
-    cdef uintptr_t addr = 0
     c.cx.mu.lock()
     if not c.torn_down and n <= SIZE_MAX // 2:
-        b = _settled_fit(c, tag, round_request(c, n), seq_ok, done_ok)
-        if b != NULL:
-            seq[0] = b.free_seq
-            c.num_cache_hits += 1
-            b = _take(c, b, round_request(c, n), n, &fail)
-        if b != NULL:
-            addr = b.addr
-            held[0] = b.size
+        b = _take_settled(c, n, round_request(c, n), tag, seq_ok, done_ok, held, seq)
     c.cx.mu.unlock()
-    return <void*>addr
+    return <void*>b.addr if b != NULL else NULL
 
 
 # With the GIL held: 1 when freed (or torn down), 0 when the slow path must run (lock busy, unknown pointer, or a
@@ -986,6 +932,41 @@ cdef int core_try_free(AllocatorCore* c, uintptr_t p) noexcept:
         r = _free_locked(c, p)
     c.cx.mu.unlock()
     return r >= 0
+
+
+# With the GIL held: as core_try_free for raw_free: 0 also when an Allocation holds the block (core_raw_free raises).
+cdef int core_try_raw_free(AllocatorCore* c, uintptr_t p) noexcept:
+    cdef int r = -1
+    if c.torn_down:
+        return 1
+    if releases_on_free(&c.cfg) or not c.cx.mu.try_lock():
+        return 0
+    if not c.torn_down and not _held_by_allocation(c, p):
+        r = _free_locked(c, p)
+    c.cx.mu.unlock()
+    return r >= 0
+
+
+cdef void core_set_requested(AllocatorCore* c, uintptr_t p, size_t n) noexcept nogil:
+    """The live block at p (a pool's, reused) now serves a request of n bytes: raw addresses into it are bounded by
+    n (raw_live_extent), and requested_bytes counts n."""
+    cdef Block* b
+    c.cx.mu.lock()
+    b = <Block*>c.cx.live.find(p)
+    if b != NULL and b.requested != n:
+        stat_add(c, b.chunk.pool, ST_REQUESTED_BYTES, <int64_t>n - <int64_t>b.requested)
+        b.requested = n
+    c.cx.mu.unlock()
+
+
+cdef void core_mark_owned(AllocatorCore* c, uintptr_t p) noexcept nogil:
+    """The live block at p (made by core_malloc) is now held by an Allocation object."""
+    cdef Block* b
+    c.cx.mu.lock()
+    b = <Block*>c.cx.live.find(p)
+    if b != NULL:
+        b.owned = 1
+    c.cx.mu.unlock()
 
 
 # ---------------------------------------------------------------------------------------------------------------------

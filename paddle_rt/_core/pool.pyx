@@ -40,7 +40,8 @@ from cpython.object cimport PyTypeObject
 from paddle_rt._core.includes.obj_freelist cimport prt_objfl_install
 from paddle_rt._core.allocator cimport (
     AllocatorCore, get_core, core_malloc, core_free, core_block_size, core_empty_cache, KIND_DEVICE,
-    round_request, core_deferred_pending, core_try_malloc_block, core_try_free, core_malloc_settled,
+    round_request, core_deferred_pending, core_try_malloc_block, core_try_free, core_malloc_settled, core_mark_owned,
+    core_set_requested,
 )
 from paddle_rt._core.allocation cimport Allocation, check_nbytes
 from paddle_rt._core.deferred_free cimport core_wait_deferred
@@ -349,9 +350,10 @@ cdef class MemPool:
                 e = self._take_with_internal_dependency(r, s)
             if e is not None:
                 self.cached_bytes -= e.size
+                core_set_requested(self.core, e.ptr, n)   # raw addresses into it are bounded by n, not the last request
                 return self._wrap(e.ptr, n, e.size, s, e.tag, e.tag != tag)
             self._retire_safe(0)
-        p = core_try_malloc_block(self.core, n, tag, &held)      # the allocator's cached path, GIL held
+        p = core_try_malloc_block(self.core, n, tag, 1, &held)      # the allocator's cached path, GIL held
         if p != NULL:
             self.reserved_cur += held
             if self.reserved_cur > self.reserved_high:
@@ -476,6 +478,7 @@ cdef class MemPool:
             self._oom_ladder()
             with nogil:
                 core_malloc(self.core, n, tag, &p)
+        core_mark_owned(self.core, <uintptr_t>p)      # the pool's (its AsyncAllocation's): raw_free refuses it
         cdef size_t block = core_block_size(self.core, p)
         if s.closed or s._closing:
             # closed by another thread while the GIL was released (allocation, OOM ladder): the caller's error

@@ -140,7 +140,7 @@ cdef int check_layout(str what, int ndim, const int64_t* shape, const int64_t* s
         if strides == NULL or n * es > PRT_MAX_BYTES:
             st = "" if strides == NULL else f", strides {tuple([strides[i] for i in range(ndim)])}"
             raise errors.InvalidArgument(f"{what}: shape {sh}{st} of {_DTYPES[dtype][0]} has {n} elements of {es} "
-                                         f"bytes: {n * es} bytes overflow 64-bit sizes")
+                                         f"bytes: {_too_many_bytes(n * es)}")
         sts = tuple([strides[i] for i in range(ndim)])          # Python ints: exact
         reach = 1
         for extent, stride in zip(sh, sts):
@@ -149,6 +149,40 @@ cdef int check_layout(str what, int ndim, const int64_t* shape, const int64_t* s
             f"{what}: shape {sh} with strides {sts} spans {reach} elements of "
             f"{_DTYPES[dtype][0]} ({reach * es} bytes): the offsets overflow 64-bit arithmetic")
     return 0
+
+
+cdef str _too_many_bytes(object nbytes):
+    """Why a layout of `nbytes` (over PRT_MAX_BYTES) is refused: past 64 bits, or more than any memory holds."""
+    if nbytes >= (1 << 64):
+        return f"{nbytes} bytes overflow 64-bit sizes"
+    return (f"{nbytes} bytes is more memory than any device holds (a layout describes at most {PRT_MAX_BYTES} "
+            f"bytes)")
+
+
+cdef int _check_fits_a_device(Device dev, int ndim, const int64_t* shape, int32_t dtype, str what) except -1:
+    """A factory's contiguous tensor whose byte count fits 64 bits but is over PRT_MAX_BYTES: out of memory (as
+    malloc says of such a size: allocation.check_nbytes), with the device's capacity. Larger ones, and layouts wrong
+    otherwise, are check_layout's InvalidArgument."""
+    cdef int64_t nbytes = 0
+    cdef int64_t es = prt_dtype_size(dtype)
+    cdef int i
+    if ndim < 0 or ndim > MAX_NDIM or (not prt_nbytes(ndim, shape, es, &nbytes) and nbytes <= PRT_MAX_BYTES):
+        return 0
+    n = 1
+    for i in range(ndim):
+        n *= shape[i]
+    if n * es >= (1 << 64):
+        return 0
+    try:
+        free_, total = dev.memory_info()
+    except BaseException:
+        free_, total = 0, 0
+    cap = f"{dev} has a total capacity of {total} bytes" if total else f"{dev} does not report its capacity"
+    where = what if what.startswith(f"{dev}:") else f"{dev}: {what}"
+    raise errors.OutOfMemoryError(
+        f"{where}: out of memory: shape {tuple([shape[i] for i in range(ndim)])} of {_DTYPES[dtype][0]} needs "
+        f"{n * es} bytes, more memory than any device holds ({cap})", device=str(dev), requested=n * es,
+        capacity=int(total) if total else None, free=int(free_) if total else None, call=what)
 
 
 cdef void _contiguous_strides(int ndim, const int64_t* shape, int64_t* strides) noexcept:
@@ -318,6 +352,7 @@ cdef class _Storage:
 cdef Tensor new_tensor(Device dev, Stream s, int ndim, const int64_t* shape, int32_t dtype, str what="tensor"):
     cdef Tensor t = Tensor.__new__(Tensor)
     cdef int64_t n = 0
+    _check_fits_a_device(dev, ndim, shape, dtype, what)
     _set_layout(t, ndim, shape, NULL, dtype, what)       # checked: n * itemsize is exact below
     prt_numel(ndim, shape, &n)
     cdef _Storage st = _Storage.__new__(_Storage)

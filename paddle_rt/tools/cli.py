@@ -7,7 +7,7 @@ import os
 import sys
 
 __all__ = ["program", "command_parser", "CommandParser", "usage_error", "error", "output_path_problem",
-           "run_command", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_DOES_NOT_FIT", "EXIT_INTERRUPTED",
+           "run_command", "run_program", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_DOES_NOT_FIT", "EXIT_INTERRUPTED",
            "EXIT_BROKEN_PIPE"]
 
 #: Exit statuses of every command (docs/cli.md).
@@ -46,6 +46,14 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+    # argparse's own printing drops an OSError of the write: a closed output pipe would end `COMMAND --help` with
+    # status 0. Written here, the BrokenPipeError reaches run_command / run_program: status 141 (docs/cli.md).
+    def print_help(self, file=None):
+        (file or sys.stdout).write(self.format_help())
+
+    def print_usage(self, file=None):
+        (file or sys.stdout).write(self.format_usage())
 
 
 def command_parser(command, description=None, **kw):
@@ -103,6 +111,25 @@ def _quiet_stdout():
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def run_program(fn, argv):
+    """Run the whole program (``paddle-rt``'s main, ``fn(argv)``) so that a closed output pipe ends it quietly with
+    EXIT_BROKEN_PIPE whatever wrote last: a command, the program's own ``--help``/``--version``, or argparse's
+    ``COMMAND --help`` (which leaves through SystemExit). Standard output is flushed here, inside the guard: output
+    still buffered would otherwise meet the closed pipe at the interpreter's exit (a traceback-like report, status
+    120)."""
+    try:
+        try:
+            status = fn(argv)
+        except SystemExit:
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
 
 
 def run_command(command, fn, argv):
