@@ -65,7 +65,7 @@ from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
     release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow_backed,
     owns as _owns, live_extent as _live_extent, is_free_block_start as _is_free_block_start,
-    vmm_teardown,
+    vmm_teardown, take_refusal, report_refusal,
 )
 from paddle_rt._core cimport alloc_snapshot
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
@@ -96,7 +96,6 @@ from paddle_rt._core import alloc_config
 _registry_lock = threading.RLock()
 _allocators = []          # every DeviceAllocator ever created (they live as long as the process)
 _torn_down = False
-
 
 
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
@@ -296,7 +295,8 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     cdef AllocError err
     cdef Block* b
     cdef size_t size, chunk
-    cdef int pool
+    cdef int pool, rc = 0
+    cdef C_Status rst = C_SUCCESS
     err.kind = ERR_NONE
     err.status = C_SUCCESS
     err.requested = nbytes
@@ -343,7 +343,10 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
             b = _take(c, b, size, nbytes, &err.kind)
     if b == NULL:
         _note_counts(c, &err)
+    rc = take_refusal(c, &rst) if c.rel_call else 0     # a release point of this call met a refusal: warn
     c.cx.mu.unlock()
+    if rc:
+        report_refusal(c, rc, rst, -1, -1, 1)
     if b == NULL:
         return _raise(c, &err)
     out[0] = <void*>b.addr
@@ -375,6 +378,8 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
 
 cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
     cdef AllocError err
+    cdef int rc = 0
+    cdef C_Status rst = C_SUCCESS
     if c.torn_down:
         return 0
     c.cx.mu.lock()
@@ -382,8 +387,9 @@ cdef int core_free(AllocatorCore* c, void* ptr) except -1 nogil:
         c.cx.mu.unlock()
         return 0
     if _free_locked(c, <uintptr_t>ptr) >= 0:
+        rc = take_refusal(c, &rst) if c.rel_call else 0     # release on free met a refusal: warn
         c.cx.mu.unlock()
-        return 0
+        return report_refusal(c, rc, rst, -1, -1, 1) if rc else 0
     owns = _owns(c, <uintptr_t>ptr)
     if owns == 2:
         # the start of a free block is a double free; anything else inside a chunk is an interior pointer
@@ -412,13 +418,18 @@ cdef size_t core_block_size(AllocatorCore* c, void* ptr) noexcept nogil:
 
 cdef int64_t core_empty_cache(AllocatorCore* c) except -1 nogil:
     cdef size_t r = 0
+    cdef int rc = 0
+    cdef C_Status rst = C_SUCCESS
+    cdef int64_t held = 0
     c.cx.mu.lock()
     if not c.torn_down:
         r = _release_idle(c, -1, 0, 0)
         if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
             _trace_mem(c, PRT_EV_EMPTY_CACHE, 0, r, 0)
+        rc = take_refusal(c, &rst)          # the plugin refused part of it: PluginError (the books keep that part)
+        held = c.stats[0][ST_RESERVED_BYTES].current
     c.cx.mu.unlock()
-    return <int64_t>r
+    return report_refusal(c, rc, rst, <int64_t>r, held, 0) if rc else <int64_t>r
 
 
 # Teardown: every chunk back to the plugin, live blocks included; later frees do nothing.
@@ -665,7 +676,8 @@ cdef class DeviceAllocator:
         """Give every idle chunk back to the plugin; returns the number of bytes released. First waits until the
         streams that may use the memory (the device's; every device's for pinned host memory) have run everything
         submitted so far, since queued work may still use freed (stream-ordered) memory. Inside a stream callback it
-        does not wait: chunks that busy streams may use stay cached (nothing is lost; they go back later)."""
+        does not wait: chunks that busy streams may use stay cached (nothing is lost; they go back later). A refused
+        release (alloc_segment.pyx): PluginError naming the device and the call (``released``: the bytes released)."""
         cdef int64_t r
         stream_device_quiesce(None if self.core.kind == KIND_HOST else self.device)
         with nogil:
@@ -675,7 +687,7 @@ cdef class DeviceAllocator:
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
         cdef Stat st[N_STAT_GROUPS][N_STATS]
-        cdef int64_t extra[8]
+        cdef int64_t extra[9]
         cdef AllocatorCore* c = self.core
         cdef int p
         with nogil:
@@ -694,6 +706,7 @@ cdef class DeviceAllocator:
             extra[5] = c.num_release_deferred
             extra[6] = c.num_maps
             extra[7] = c.num_unmaps
+            extra[8] = c.num_release_failures
             c.cx.mu.unlock()
         names = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
                  "allocation", "segment", "active", "inactive_split")
@@ -714,6 +727,7 @@ cdef class DeviceAllocator:
         out["num_release_deferred"] = extra[5]
         out["num_maps"] = extra[6]
         out["num_unmaps"] = extra[7]
+        out["num_release_failures"] = extra[8]
         return out
 
     def reset_peak_stats(self):
@@ -742,6 +756,7 @@ cdef class DeviceAllocator:
             self.core.num_release_deferred = 0
             self.core.num_maps = 0
             self.core.num_unmaps = 0
+            self.core.num_release_failures = 0
             self.core.cx.mu.unlock()
 
     def reset(self):
@@ -838,7 +853,6 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     if b == NULL:
         return _raise(c, &err)
     return before
-
 
 
 # ---------------------------------------------------------------------------------------------------------------------
