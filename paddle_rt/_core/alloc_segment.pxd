@@ -20,6 +20,8 @@ cdef int take_refusal(AllocatorCore* c, C_Status* st) noexcept nogil
 # Report it (no lock held): PluginError from empty_cache (warn=0), a RuntimeWarning from the other release points.
 cdef int report_refusal(AllocatorCore* c, int call, C_Status st, int64_t released, int64_t reserved,
                         bint warn) except -1 with gil
+# The name of the extension's call behind an allocation's plugin error (AllocError.vmm_call: VMM_CALL_*).
+cdef object vmm_call_name(AllocatorCore* c, int call)
 # Size of the chunk to ask for on a miss of `size` bytes (alloc_policy.chunk_for_miss, after consolidation).
 cdef size_t growth_size(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil
 

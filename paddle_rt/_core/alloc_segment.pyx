@@ -13,7 +13,8 @@ from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.alloc_types cimport (
     AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_LARGE, ST_RESERVED_BYTES, ST_SEGMENT,
     ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES, HeldPhys,
-    REL_NONE, REL_FREE, REL_UNMAP, REL_RELEASE, REL_FREE_RANGE, REL_HOST_OOM,
+    REL_NONE, REL_FREE, REL_UNMAP, REL_RELEASE, REL_FREE_RANGE, REL_HOST_OOM, VMM_CALL_RESERVE, VMM_CALL_CREATE,
+    VMM_CALL_MAP,
 )
 from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
 from paddle_rt._core.alloc_index cimport stat_add, new_block, drop_block, index_insert, index_remove, lowest_key
@@ -77,6 +78,15 @@ cdef int take_refusal(AllocatorCore* c, C_Status* st) noexcept nogil:
     return call
 
 
+cdef object vmm_call_name(AllocatorCore* c, int call):
+    """The name of the extension's call behind an allocation's plugin error (AllocError.vmm_call)."""
+    if call == VMM_CALL_RESERVE:
+        return "paddle_rt_ext_vmm_reserve"
+    if call == VMM_CALL_CREATE:
+        return "paddle_rt_ext_vmm_create"
+    return "paddle_rt_ext_vmm_map_pages" if c.vmm.map_pages != NULL else "paddle_rt_ext_vmm_map"
+
+
 def _call_name(int call, int kind, bint batched):
     if call == REL_FREE:
         return "host_memory_deallocate" if kind == KIND_HOST else "device_memory_deallocate"
@@ -95,8 +105,8 @@ cdef int report_refusal(AllocatorCore* c, int call, C_Status st, int64_t release
     empty_cache, which released `released` bytes), or a RuntimeWarning (the other release points)."""
     import warnings
     dev = str(<object>c.device)
-    kept = (f"what the plugin still holds stays counted ({reserved} bytes reserved) and is given back at the next "
-            f"release point")
+    kept = (f"what the plugin still holds stays counted{f' ({reserved} bytes reserved)' if reserved >= 0 else ''} and "
+            f"is given back at the next release point")
     if call == REL_HOST_OOM:
         msg = f"{dev}: out of host memory for the allocator's bookkeeping while giving memory back; {kept}"
         if warn:
@@ -295,7 +305,9 @@ cdef inline size_t _page_hi(Chunk* ch, uintptr_t a, size_t g) noexcept nogil:
     return (a - ch.base) // g
 
 
-cdef int _vmm_status(AllocError* err, C_Status st) noexcept nogil:
+cdef int _vmm_status(AllocError* err, C_Status st, int call) noexcept nogil:
+    """err for a failed call of the extension (VMM_CALL_*): out of memory for C_FAILED, else a plugin error."""
+    err.vmm_call = call
     err.status = st
     err.kind = ERR_OOM if st == C_FAILED else ERR_PLUGIN
     return -1
@@ -526,10 +538,10 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
         if st != C_SUCCESS or h == NULL:
             _release_handles(c, hs, 0, ch.pool)
             if st == C_SUCCESS:
+                _vmm_status(err, st, VMM_CALL_CREATE)
                 err.kind = ERR_PLUGIN_NULL
-                err.status = st
                 return -1
-            return _vmm_status(err, st)
+            return _vmm_status(err, st, VMM_CALL_CREATE)
         c.num_device_alloc += 1
         if prt_push(hs, h) != 0:
             _release_handles(c, hs, 0, ch.pool)
@@ -545,7 +557,7 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
         if st != C_SUCCESS:
             _release_handles(c, hs, k0, ch.pool)
             _undo_created(c, ch, miss, nd, k0)
-            return _vmm_status(err, st)
+            return _vmm_status(err, st, VMM_CALL_MAP)
         k0 = k
     return 0
 
@@ -592,11 +604,9 @@ cdef Chunk* _new_range(AllocatorCore* c, int pool, uintptr_t stream, size_t at_l
     if st != C_SUCCESS or base == NULL:
         c_free(ch.phys)
         c_free(ch)
+        _vmm_status(err, st, VMM_CALL_RESERVE)
         if st == C_SUCCESS:
             err.kind = ERR_PLUGIN_NULL
-            err.status = st
-            return NULL
-        _vmm_status(err, st)
         return NULL
     _name_chunk(c, ch, <uintptr_t>base, pool, stream)
     ch.vsize = v

@@ -63,6 +63,12 @@ cdef enum:
     ERR_HOST_OOM = 8
     ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
 
+# The extension's call behind an allocation's ERR_PLUGIN / ERR_PLUGIN_NULL on an expandable path (AllocError.vmm_call).
+cdef enum:
+    VMM_CALL_RESERVE = 1
+    VMM_CALL_CREATE = 2
+    VMM_CALL_MAP = 3      # map_pages (batched) or map
+
 # A release-side plugin call the plugin refused (AllocatorCore.rel_call): the books keep what the plugin still holds.
 cdef enum:
     REL_NONE = 0
@@ -157,6 +163,7 @@ cdef struct AllocConfig:
 cdef struct AllocError:
     int kind               # 0 none, 1 OOM, 2 plugin error, 3 invalid pointer, 4 double free, 5 torn down, 6 bad size
     C_Status status
+    int vmm_call           # VMM_CALL_*: set with ERR_PLUGIN / ERR_PLUGIN_NULL when the extension's call failed
     size_t requested
     uintptr_t ptr
     int64_t allocated      # the device's allocated and reserved bytes when the error was found (read under the lock:

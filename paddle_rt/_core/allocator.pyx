@@ -31,7 +31,7 @@ everything submitted to it; otherwise they stay cached, usable, counted in ``num
 later release point. ``empty_cache()`` first waits for the streams, so after it every idle chunk is back (inside a
 stream callback it does not wait). Teardown (after the streams are closed) gives everything back.
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
-back by the ladder stay given back.
+back by the ladder stay given back. A release the plugin refuses: alloc_segment.pyx ("When the plugin refuses").
 
 Configuration: the keys, their values and their precedence are documented in alloc_config.py.
 """
@@ -65,7 +65,7 @@ from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle,
     release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow_backed,
     owns as _owns, live_extent as _live_extent, is_free_block_start as _is_free_block_start,
-    vmm_teardown, take_refusal, report_refusal,
+    vmm_teardown, take_refusal, report_refusal, vmm_call_name,
 )
 from paddle_rt._core cimport alloc_snapshot
 from paddle_rt._core.stream cimport Stream, stream_device_idle, stream_device_quiesce
@@ -102,7 +102,7 @@ _torn_down = False
 # With may_map (the nogil path), pages of an expandable range under the part handed out are mapped first (vmm_back);
 # without (the GIL path, which never calls the plugin), such a block is a miss.
 cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, uintptr_t stream, int* fail,
-                                 bint may_map=True) noexcept nogil:
+                                 bint may_map=True, AllocError* err=NULL) noexcept nogil:
     cdef Block* b
     cdef int pool
     cdef AllocError e
@@ -135,6 +135,8 @@ cdef inline Block* _alloc_cached(AllocatorCore* c, size_t size, size_t nbytes, u
                 return NULL     # mapping may create memory: parked blocks are merged first (the caller flushes)
             elif vmm_back(c, b, at, span, &e) != 0:
                 fail[0] = e.kind
+                if err != NULL:         # the plugin's status and call, for the message
+                    err.status, err.vmm_call = e.status, e.vmm_call
                 return NULL
     c.num_cache_hits += 1
     return _take(c, b, size, nbytes, fail)
@@ -215,15 +217,14 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
                                       reserved=int(reserved), capacity=int(total) if total else None,
                                       free=int(free_) if total else None,
                                       call="malloc_host" if c.kind == KIND_HOST else "malloc")
+    call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
+    if c.vmm_on and c.kind != KIND_HOST and (e.kind == ERR_PLUGIN or e.kind == ERR_PLUGIN_NULL):
+        call = vmm_call_name(c, e.vmm_call)
     if e.kind == ERR_PLUGIN:
-        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
         raise errors.PluginError(str(dev), call, e.status, f"while allocating {e.requested} bytes")
     if e.kind == ERR_PLUGIN_NULL:
-        call = "host_memory_allocate" if c.kind == KIND_HOST else "device_memory_allocate"
-        raise errors.PluginError(
-            str(dev), call, e.status, returned="a NULL pointer",
-            detail=f"asked for a chunk of at least {e.requested} bytes; a plugin out of memory must return C_FAILED",
-            plugin=dev.type)
+        raise errors.PluginError(str(dev), call, e.status, returned="a NULL pointer", plugin=dev.type, detail=(
+            f"asked for a chunk of at least {e.requested} bytes; a plugin out of memory must return C_FAILED"))
     if e.kind == ERR_HOST_OOM:
         raise MemoryError(f"{dev}: out of host memory for the allocator's bookkeeping")
     if e.kind == ERR_TORN_DOWN:
@@ -315,10 +316,10 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         c.cx.mu.unlock()
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
-    b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+    b = _alloc_cached(c, size, nbytes, stream, &err.kind, True, &err)
     if b == NULL and err.kind == ERR_NONE and c.q_blocks:
         _q_flush(c)
-        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+        b = _alloc_cached(c, size, nbytes, stream, &err.kind, True, &err)
     if b == NULL and c.vmm_on and (err.kind == ERR_NONE or err.kind == ERR_OOM):
         b = _vmm_alloc(c, pool, stream, size, nbytes, &err)
     elif b == NULL and err.kind == ERR_NONE:
@@ -364,7 +365,7 @@ cdef Block* _vmm_alloc(AllocatorCore* c, int pool, uintptr_t stream, size_t size
         c.num_alloc_retries += 1
         _release_idle(c, -1, 0, 0)
         err.kind = ERR_NONE
-        b = _alloc_cached(c, size, nbytes, stream, &err.kind)
+        b = _alloc_cached(c, size, nbytes, stream, &err.kind, True, err)
         if b != NULL:
             return b
         if err.kind == ERR_NONE:

@@ -26,7 +26,7 @@
  * free_range, create, release, map, unmap, map_pages, unmap_pages; read at each call) makes those calls return
  * C_ERROR and do nothing; at run time the fault kinds "unmap" (unmap, unmap_pages), "release" and "free_range" do
  * the same on a schedule (rt_cpu_set_fault). Past the kernel's vm.max_map_count an mmap fails with ENOMEM: map and
- * unmap then fail (C_FAILED) and change nothing.
+ * unmap then fail with C_ERROR (the call failed; the device is not out of memory) and change nothing.
  *
  * Exported helpers (not part of the ABI; tests): size_t rt_cpu_vmm_count(int device, int which): physical bytes (0),
  * physical allocations (1), mappings (2), ranges (3) of the device.
@@ -336,7 +336,7 @@ static C_Status map_locked(int id, void* base, size_t offset, const PaddleRtVmmP
                           : mmap(want, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, g_vdev[id].fd,
                                  (off_t)handles[k]->offset);
     if (p == MAP_FAILED) {
-      st = C_FAILED;
+      st = C_ERROR; /* ENOMEM past vm.max_map_count: a failure of the call, not a device out of memory */
       goto unmap;
     }
   }
@@ -372,7 +372,7 @@ static C_Status unmap_locked(int id, void* base, size_t offset, size_t n, size_t
   /* replacing part of a mapping splits it: past vm.max_map_count the kernel refuses (ENOMEM) and nothing changes;
    * the call fails and the pages stay mapped */
   if (mmap((void*)at, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-    return errno == ENOMEM ? C_FAILED : C_ERROR;
+    return C_ERROR;
   for (k = 0; k < n; k++) {
     ptrmap_find(&g_mappings, (void*)(at + k * page), &v);
     ((struct PaddleRtVmmPhys_st*)(uintptr_t)v)->mapped_at = 0;
