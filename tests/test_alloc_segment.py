@@ -192,3 +192,74 @@ except paddle_rt.PluginError as e:
     r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["paddle_rt_ext_vmm_map_pages", "C_ERROR"], r.stdout
+
+
+def test_the_public_empty_cache_raises_after_emptying_both_allocators(dev, fault):
+    held_idle(dev, 8 * MiB, True)
+    h = paddle_rt.malloc_host(1 * MiB, dev)
+    h.free()
+    host = paddle_rt.get_allocator(dev, "host")
+    cached = host.stats()["reserved_bytes.all.current"]
+    assert cached >= 1 * MiB
+    fault("unmap")
+    with pytest.raises(paddle_rt.PluginError) as ei:
+        paddle_rt.empty_cache(dev)
+    assert ei.value.call == "paddle_rt_ext_vmm_unmap_pages"
+    assert ei.value.released == cached                   # the device gave nothing back, pinned memory all of it
+    assert host.stats()["reserved_bytes.all.current"] == 0
+    assert paddle_rt.memory_reserved(dev) == 8 * MiB == plugin_bytes()
+
+
+def _max_map_count():
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.skipif(not _max_map_count() or _max_map_count() > 100000, reason="needs vm.max_map_count <= 100000")
+def test_the_kernels_mapping_limit_keeps_the_books_and_raises_no_bad_alloc(run_python):
+    """Issue 46 item 3: with 4 KiB pages, unmapping every other block of many small ones passes vm.max_map_count; rt_cpu's
+    mmap fails with ENOMEM. Before: the allocator counted the pages unmapped while rt_cpu kept them, a later small
+    malloc was out of memory with most of the device free, and empty_cache printed "Exception ignored ...
+    std::bad_alloc". Now every step keeps reserved == what rt_cpu holds, and each refusal is a typed error."""
+    n = _max_map_count() + 4000            # every other block freed and unmapped: about two mappings each
+    code = f"""
+import ctypes, paddle_rt
+from paddle_rt import plugins
+lib = ctypes.CDLL(plugins.rt_cpu_path()); lib.rt_cpu_live_bytes.restype = ctypes.c_size_t
+def books():
+    assert paddle_rt.memory_reserved() == lib.rt_cpu_live_bytes(0), (paddle_rt.memory_reserved(), lib.rt_cpu_live_bytes(0))
+paddle_rt.set_allocator_config(expandable_segments=1)
+ps = [paddle_rt.raw_malloc(3 << 12) for _ in range({n})]
+for p in ps[::2]:
+    paddle_rt.raw_free(p)
+try:
+    paddle_rt.empty_cache()
+    print("released")
+except paddle_rt.PluginError as e:
+    print(e.call, e.status_name)
+books()
+try:
+    paddle_rt.raw_free(paddle_rt.raw_malloc(64 << 10))
+    print("malloc ok")
+except paddle_rt.PluginError as e:
+    print(e.call, e.status_name)
+books()
+for i in range(1, len(ps), 2):    # no slice: at the limit, host mallocs that need an mmap fail too
+    paddle_rt.raw_free(ps[i])
+try:
+    paddle_rt.empty_cache()
+except paddle_rt.PluginError as e:
+    print(e.call, e.status_name)
+books()
+print("allocated", paddle_rt.memory_allocated())
+"""
+    r = run_python(code, env={"RT_CPU_VMM_GRANULARITY": "4K", "RT_CPU_MEMORY_BYTES": str(1 << 30)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Exception ignored" not in r.stderr and "bad_alloc" not in r.stderr, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "paddle_rt_ext_vmm_unmap_pages C_ERROR", out      # the limit was reached, and reported
+    assert out[1] in ("malloc ok", "paddle_rt_ext_vmm_map_pages C_ERROR"), out   # never out of memory
+    assert out[-1] == "allocated 0"
