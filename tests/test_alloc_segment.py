@@ -181,8 +181,8 @@ def test_a_failed_map_names_the_extension_call_and_its_status(run_python):
     code = """
 import os, paddle_rt
 paddle_rt.set_allocator_config(expandable_segments=1)
-p = paddle_rt.raw_malloc(16 << 20); paddle_rt.raw_free(p); paddle_rt.empty_cache()
-q = paddle_rt.raw_malloc(1 << 20)        # a range with a free end over unmapped pages: the cached path maps them
+p = paddle_rt.raw_malloc(16 << 20); q = paddle_rt.raw_malloc(2 << 20)
+paddle_rt.raw_free(p); paddle_rt.empty_cache()   # p's pages unmapped: a cached free block over holes, mapped on use
 os.environ["RT_CPU_FAIL_VMM"] = "map_pages"
 try:
     paddle_rt.raw_malloc(4 << 20)
