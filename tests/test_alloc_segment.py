@@ -137,7 +137,8 @@ def test_a_range_whose_free_range_fails_stays_and_is_freed_later(dev, fault):
     assert LIB.rt_cpu_vmm_count(1, 3) == 0 and paddle_rt.memory_stats(dev)["segment.all.current"] == 0
 
 
-@pytest.mark.parametrize("kind,call", [("free", "device_memory_deallocate"), ("unmap", "paddle_rt_ext_vmm_unmap_pages")])
+@pytest.mark.parametrize("kind,call", [("free", "device_memory_deallocate"),
+                                       ("unmap", "paddle_rt_ext_vmm_unmap_pages")])
 def test_the_oom_ladder_warns_when_the_plugin_refuses(dev, fault, kind, call):
     """The OOM ladder's release point cannot raise the refusal: it warns, and the request fails as out of memory with
     the books still the plugin's; once the plugin gives the memory back, the same request succeeds. (With segments,
@@ -220,8 +221,8 @@ def _max_map_count():
 
 @pytest.mark.skipif(not _max_map_count() or _max_map_count() > 100000, reason="needs vm.max_map_count <= 100000")
 def test_the_kernels_mapping_limit_keeps_the_books_and_raises_no_bad_alloc(run_python):
-    """Issue 46 item 3: with 4 KiB pages, unmapping every other block of many small ones passes vm.max_map_count; rt_cpu's
-    mmap fails with ENOMEM. Before: the allocator counted the pages unmapped while rt_cpu kept them, a later small
+    """Issue 46 item 3: with 4 KiB pages, unmapping every other block of many small ones passes vm.max_map_count;
+    rt_cpu's mmap fails with ENOMEM. Before: the allocator counted the pages unmapped while rt_cpu kept them, a later small
     malloc was out of memory with most of the device free, and empty_cache printed "Exception ignored ...
     std::bad_alloc". Now every step keeps reserved == what rt_cpu holds, and each refusal is a typed error."""
     n = _max_map_count() + 4000            # every other block freed and unmapped: about two mappings each
@@ -230,7 +231,8 @@ import ctypes, paddle_rt
 from paddle_rt import plugins
 lib = ctypes.CDLL(plugins.rt_cpu_path()); lib.rt_cpu_live_bytes.restype = ctypes.c_size_t
 def books():
-    assert paddle_rt.memory_reserved() == lib.rt_cpu_live_bytes(0), (paddle_rt.memory_reserved(), lib.rt_cpu_live_bytes(0))
+    r, used = paddle_rt.memory_reserved(), lib.rt_cpu_live_bytes(0)
+    assert r == used, (r, used)
 paddle_rt.set_allocator_config(expandable_segments=1)
 ps = [paddle_rt.raw_malloc(3 << 12) for _ in range({n})]
 for p in ps[::2]:
