@@ -222,8 +222,8 @@ def _max_map_count():
 @pytest.mark.skipif(not _max_map_count() or _max_map_count() > 100000, reason="needs vm.max_map_count <= 100000")
 def test_the_kernels_mapping_limit_keeps_the_books_and_raises_no_bad_alloc(run_python):
     """Issue 46 item 3: with 4 KiB pages, unmapping every other block of many small ones passes vm.max_map_count;
-    rt_cpu's mmap fails with ENOMEM. Before: the allocator counted the pages unmapped while rt_cpu kept them, a later small
-    malloc was out of memory with most of the device free, and empty_cache printed "Exception ignored ...
+    rt_cpu's mmap fails with ENOMEM. Before: the allocator counted the pages unmapped while rt_cpu kept them, a later
+    small malloc was out of memory with most of the device free, and empty_cache printed "Exception ignored ...
     std::bad_alloc". Now every step keeps reserved == what rt_cpu holds, and each refusal is a typed error."""
     n = _max_map_count() + 4000            # every other block freed and unmapped: about two mappings each
     code = f"""
