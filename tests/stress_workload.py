@@ -11,10 +11,13 @@ Thread roles, all on rt_cpu:0 unless said, every result checked against numpy:
   close(wait=False) with nothing pending) -- while other threads' pools still hold blocks freed on it;
 - ops: tensors a + b, a * b on a stream of its own against numpy;
 - ccl: all_reduce between rt_cpu:0 and rt_cpu:1 (two threads' worth of ranks, one per device) against numpy.
-With --faults, rt_cpu's fault injection (allocations, copies, memsets, event and stream creation, synchronize) is
-switched on and off at run time; an iteration that raised a typed paddle_rt error is counted as an error (and
-cleaned up), never as a check. Prints one line of JSON: operations, checks, wrong, errors by type, used bytes at the
-end (must be 0)."""
+With --faults, rt_cpu's fault injection (allocations, copies, memsets, event and stream creation, synchronize, and the
+release side: device frees, unmap, release and free_range of the virtual-memory extension) is switched on and off at
+run time; an iteration that raised a typed paddle_rt error is counted as an error (and cleaned up), never as a check;
+a release point that met a refusal warns (RuntimeWarning, counted with the errors). Prints one line of JSON:
+operations, checks, wrong, errors by type, used bytes at the end (must be 0), and the books: per device the
+allocator's reserved bytes against what the plugin says it uses (device_memory_stats), after the threads stopped and
+again after empty_cache (must agree both times)."""
 import argparse
 import json
 import math
@@ -23,6 +26,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -32,7 +36,7 @@ from paddle_rt import ccl, ops
 from paddle_rt.plugins import rt_cpu_set_fault, rt_cpu_clear_faults, rt_cpu_live_bytes
 
 FAULTS = [("alloc", 25), ("memcpy", 97), ("memset", 89), ("create_event", 53), ("create_stream", 31),
-          ("synchronize", 211), ("record_event", 73)]
+          ("synchronize", 211), ("record_event", 73), ("free", 7), ("unmap", 5), ("release", 11), ("free_range", 3)]
 
 
 class Stats:
@@ -174,6 +178,8 @@ def pressure(st, stop, rng, cap):
             paddle_rt.free_async(a, s)
         try:
             s.synchronize()
+            if rng.random() < 0.2:
+                paddle_rt.memory.empty_cache()       # a release point that raises what the plugin refused
         except E.PaddleRTError as exc:
             st.error(exc)
     s.close()
@@ -293,6 +299,8 @@ def main(argv=None):
     raw = os.environ.get("RT_CPU_MEMORY_BYTES", "1G").strip().upper().rstrip("IB")
     cap = int(raw[:-1]) << {"K": 10, "M": 20, "G": 30}[raw[-1]] if raw[-1] in "KMG" else int(raw)
     st = Stats()
+    warnings.simplefilter("always", RuntimeWarning)
+    warnings.showwarning = lambda message, *rest, **kw: st.error(message)   # refusals met at release points
     stop = threading.Event()
     roles = [r for r in a.roles.split(",") if r]
     plan = [("victim", i) for i in range(a.threads if "victim" in roles else 0)]
@@ -321,20 +329,33 @@ def main(argv=None):
         if th.is_alive():
             hung.append(th.name)
     paddle_rt.synchronize()
+    books = {"stopped": _books(), "emptied": None}
     for d in ("rt_cpu:0", "rt_cpu:1"):
         try:
             from paddle_rt.pool import default_mem_pool
             default_mem_pool(d).trim_to(0)
         except E.PaddleRTError:
             pass
-        paddle_rt.memory.empty_cache(d)
+        paddle_rt.memory.empty_cache(d)         # faults are off: what was refused before goes back now
+    books["emptied"] = _books()
     used = {d: paddle_rt.memory.memory_allocated(d) for d in ("rt_cpu:0", "rt_cpu:1")}
     out = {"seconds": round(time.monotonic() - t0, 1), "threads": len(threads), "cap": cap, "faults": a.faults,
            "ops": st.ops, "checks": st.checks, "wrong": len(st.wrong), "wrong_first": st.wrong[:5],
            "errors": st.errors, "hung": hung, "allocated": used,
-           "live": [rt_cpu_live_bytes(0), rt_cpu_live_bytes(1)]}
+           "live": [rt_cpu_live_bytes(0), rt_cpu_live_bytes(1)], "books": books,
+           "books_agree": all(r == u for b in books.values() for r, u in b.values())}
     print(json.dumps(out), flush=True)
-    return 1 if (st.wrong or hung) else 0
+    return 1 if (st.wrong or hung or not out["books_agree"]) else 0
+
+
+def _books():
+    """Per device: [the allocator's reserved bytes, the bytes the plugin says are in use (device_memory_stats:
+    total - free)]. Nothing but the allocator takes device memory here, so the two must agree."""
+    out = {}
+    for d in ("rt_cpu:0", "rt_cpu:1"):
+        free, total = paddle_rt.device(d).memory_info()
+        out[d] = [paddle_rt.memory.memory_reserved(d), total - free]
+    return out
 
 
 if __name__ == "__main__":

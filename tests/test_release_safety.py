@@ -194,16 +194,25 @@ def test_pool_oom_ladder_waits_for_other_streams():
 s = paddle_rt.Stream()
 t = paddle_rt.Stream()
 h = np.zeros(40 * MiB, np.uint8)
-with paddle_rt.stream(s):
-    a = paddle_rt.malloc(40 * MiB)
-gate = busy_fill(s, a, 4, h)
-a.free()
-open_soon(gate)
-b = paddle_rt.malloc_async(40 * MiB, stream=t)
-assert s.query() and (h == 4).all()
-paddle_rt.free_async(b)
-t.synchronize()
-s.synchronize()
+for internal in (False, True):
+    pool = paddle_rt.MemPool(reuse_allow_internal_dependencies=internal)
+    with paddle_rt.stream(s):
+        a = paddle_rt.malloc(40 * MiB)
+    gate = busy_fill(s, a, 4, h)
+    a.free()
+    open_soon(gate)
+    b = pool.malloc_async(40 * MiB, stream=t)
+    if not internal:
+        assert s.query()                      # the ladder waited for s before s's memory went to t
+    # with internal dependencies t takes s's memory at once and waits for s on the device instead
+    paddle_rt.memset_async(b, 5, stream=t)
+    t.synchronize()
+    s.synchronize()
+    assert (h == 4).all()                     # s's pending work read its own data, not t's
+    pool.free_async(b)
+    t.synchronize()
+    del pool
+    paddle_rt.empty_cache()
 print("OK")
 """, RT_CPU_MEMORY_BYTES=64 * MiB)
 
@@ -271,7 +280,18 @@ gate = busy(s)
 s.add_callback(cb)
 gate.set()
 s.synchronize()                               # no StreamError, no deadlock
-assert out == [0], out                        # s (running the callback) is busy: nothing released, nothing lost
+# s (running the callback) is busy, t is not: t's memory, whose free has run, goes back; nothing waits
+assert out == [8 * MiB], out
+assert paddle_rt.memory_reserved() == 0
+with paddle_rt.stream(s):
+    c = paddle_rt.malloc(8 * MiB)
+gate = busy(s)
+s.add_callback(cb)
+paddle_rt.memset_async(c, 1, stream=s)        # queued after the callback: it still uses c when the callback runs
+c.free()
+gate.set()
+s.synchronize()
+assert out[1] == 0, out                       # c's free has not run when the callback does: kept, not lost
 assert paddle_rt.memory_reserved() == 8 * MiB
 assert paddle_rt.empty_cache() == 8 * MiB
 print("OK")

@@ -68,3 +68,28 @@ def test_bad_arguments():
     with pytest.raises(ValueError):
         rt_cpu_set_fault("memcpy", every=-1)
     assert "synchronize" in RT_CPU_FAULT_KINDS
+
+
+def test_the_release_side_kinds_refuse_on_schedule_and_change_nothing():
+    """free (device_memory_deallocate) on a schedule: of two idle chunks, the second free is refused; rt_cpu keeps
+    that chunk (its live bytes) and the allocator keeps counting it, until the fault is cleared."""
+    import ctypes
+    from paddle_rt import plugins
+    from memory_helpers import clean_allocator
+    lib = ctypes.CDLL(plugins.rt_cpu_path())
+    lib.rt_cpu_live_bytes.restype = ctypes.c_size_t
+    assert {"free", "unmap", "release", "free_range"} <= set(RT_CPU_FAULT_KINDS)
+    for d in clean_allocator(paddle_rt.device("rt_cpu:1")):
+        a = paddle_rt.get_allocator(d)
+        a.configure(expandable_segments=0, growth="exact")
+        ps = [paddle_rt.raw_malloc(8 << 20, d) for _ in range(2)]
+        for p in ps:
+            paddle_rt.raw_free(p, d)
+        assert lib.rt_cpu_live_bytes(1) == 16 << 20
+        rt_cpu_set_fault("free", every=2)
+        with pytest.raises(PluginError, match="device_memory_deallocate failed with C_ERROR") as ei:
+            a.empty_cache()
+        assert ei.value.released == 8 << 20
+        assert lib.rt_cpu_live_bytes(1) == 8 << 20 == paddle_rt.memory_reserved(d)
+        rt_cpu_clear_faults()
+        assert a.empty_cache() == 8 << 20 and lib.rt_cpu_live_bytes(1) == 0

@@ -46,4 +46,5 @@ def test_stress(threads, cap, faults):
     assert not out["hung"]
     assert out["checks"] > 0
     assert out["live"] == [0, 0], out
+    assert out["books_agree"], out["books"]          # the allocator's reserved bytes == the plugin's used bytes
     assert all(v == 0 for v in out["allocated"].values()), out

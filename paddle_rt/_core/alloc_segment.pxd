@@ -1,10 +1,11 @@
 # Segments (chunks) of the caching allocator (alloc_segment.pyx): every function is called with the allocator's lock
 # held and no GIL. Only allocator.pyx cimports them.
 from libc.stdint cimport uintptr_t, int64_t, uint64_t
+from paddle_rt._core.device_ext cimport C_Status
 from paddle_rt._core.alloc_types cimport AllocatorCore, AllocError, Block, Chunk
 
-# Give `size` bytes at `ptr` back to the plugin (counts num_device_free).
-cdef void plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nogil
+# Give `size` bytes at `ptr` back to the plugin (counts num_device_free): C_SUCCESS or the plugin's failure status.
+cdef C_Status plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nogil
 # A new chunk of `size` bytes as one free indexed block; NULL with err.kind set (ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL,
 # ERR_HOST_OOM) on failure.
 cdef Block* new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
@@ -19,10 +20,15 @@ cdef Block* settled_fit(AllocatorCore* c, uintptr_t tag, size_t size, uint64_t s
 # settled_fit's block handed out for nbytes (size rounded), held[0] its size, seq[0] its free_seq; NULL: none.
 cdef Block* take_settled(AllocatorCore* c, size_t nbytes, size_t size, uintptr_t tag, uint64_t seq_ok, bint done_ok,
                          size_t* held, uint64_t* seq) noexcept nogil
-# Give one idle chunk (b is its single free block) back to the plugin.
-cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil
+# Give one idle chunk (b is its single free block) back to the plugin; the bytes released (0: the plugin refused).
+cdef size_t release_chunk(AllocatorCore* c, Block* b) noexcept nogil
 # Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
 cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t stream) noexcept nogil
+# A release-side call the plugin refused (REL_*; REL_NONE: none) since the last report, and its status; clears it.
+cdef int take_refusal(AllocatorCore* c, C_Status* st) noexcept nogil
+# Report it (no lock held): PluginError from empty_cache (warn=0), a RuntimeWarning from the other release points.
+cdef int report_refusal(AllocatorCore* c, int call, C_Status st, int64_t released, int64_t reserved,
+                        bint warn) except -1 with gil
 # Size of the chunk to ask for on a miss of `size` bytes (alloc_policy.chunk_for_miss, after consolidation).
 cdef size_t growth_size(AllocatorCore* c, int pool, uintptr_t stream, size_t size) noexcept nogil
 

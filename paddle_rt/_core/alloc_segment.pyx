@@ -4,7 +4,7 @@ of the chunk a miss asks for (the mechanism around alloc_policy's growth rules),
 address lies among the segments. Called by allocator.pyx with the allocator's lock held and no GIL; never on the
 cached allocation path."""
 from libc.stdint cimport uintptr_t, int64_t, uint64_t, SIZE_MAX
-from libc.stdlib cimport malloc as c_malloc, calloc as c_calloc, free as c_free
+from libc.stdlib cimport malloc as c_malloc, calloc as c_calloc, realloc as c_realloc, free as c_free
 from libc.string cimport memset
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc, predecrement as dec
@@ -12,8 +12,9 @@ from cython.operator cimport dereference as deref, preincrement as inc, predecre
 from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.alloc_types cimport (
     AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_SMALL, POOL_LARGE, ST_RESERVED_BYTES,
-    ST_SEGMENT, ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES, VMM_CALL_RESERVE,
-    VMM_CALL_CREATE, VMM_CALL_MAP, VMM_CALL_MAP_PAGES,
+    ST_SEGMENT, ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES, HeldPhys,
+    REL_NONE, REL_FREE, REL_UNMAP, REL_RELEASE, REL_FREE_RANGE, REL_HOST_OOM, VMM_CALL_RESERVE, VMM_CALL_CREATE,
+    VMM_CALL_MAP, VMM_CALL_MAP_PAGES,
 )
 from paddle_rt._core.includes.vmm_ext cimport PaddleRtVmmPhys
 from paddle_rt._core.alloc_index cimport (
@@ -24,11 +25,12 @@ from paddle_rt._core.alloc_policy cimport (
     consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended, serves, borrows_from_large, SETTLED_SCAN,
 )
 from paddle_rt._core.stream cimport stream_device_idle, stream_tag_done
-from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_chunk_map
+from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_chunk_map, prt_push
 from paddle_rt._core.includes.trace_support cimport (
     prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE, PRT_EV_SEGMENT_MAP, PRT_EV_SEGMENT_UNMAP,
 )
 from paddle_rt._core.trace cimport trace_mask
+from paddle_rt._core import errors
 
 
 cdef inline C_Status _plugin_alloc(AllocatorCore* c, size_t size, void** out) noexcept nogil:
@@ -40,13 +42,79 @@ cdef inline C_Status _plugin_alloc(AllocatorCore* c, size_t size, void** out) no
     return c.iface.device_memory_allocate(c.cdev, out, size)
 
 
-cdef void plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nogil:
+cdef C_Status plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept nogil:
+    cdef C_Status st
     c.iface.set_device(c.cdev)
     if c.kind == KIND_HOST:
-        c.iface.host_memory_deallocate(c.cdev, <void*>ptr, size)
+        st = c.iface.host_memory_deallocate(c.cdev, <void*>ptr, size)
     else:
-        c.iface.device_memory_deallocate(c.cdev, <void*>ptr, size)
+        st = c.iface.device_memory_deallocate(c.cdev, <void*>ptr, size)
+    if st != C_SUCCESS and st != C_WARNING:
+        return st
     c.num_device_free += 1
+    return C_SUCCESS
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# When the plugin refuses to give memory back (a release-side call fails: device_memory_deallocate, the extension's
+# unmap, release, free_range). The books follow the plugin's state: what the plugin still holds stays counted in
+# reserved memory and is retried at the next release point (empty_cache, the OOM ladder, release on free). A chunk
+# whose free failed stays a chunk, idle; a page whose unmap failed stays mapped; a physical allocation whose release
+# failed is held (AllocatorCore.held); a range whose free_range failed stays, empty. The refusal is recorded
+# (rel_call, rel_status) and reported once the lock is released: empty_cache raises PluginError, the other release
+# points warn (report_refusal).
+# ---------------------------------------------------------------------------------------------------------------------
+cdef inline void _refused(AllocatorCore* c, int call, C_Status st) noexcept nogil:
+    """Record a refusal: the first one since the last report is the one reported (later ones often follow from it)."""
+    if c.rel_call == REL_NONE:
+        c.rel_call = call
+        c.rel_status = st
+    c.num_release_failures += 1
+
+
+cdef int take_refusal(AllocatorCore* c, C_Status* st) noexcept nogil:
+    """Lock held: the refused call recorded since the last report (REL_NONE: none) and its status; clears it."""
+    cdef int call = c.rel_call
+    st[0] = c.rel_status
+    c.rel_call = REL_NONE
+    return call
+
+
+def _call_name(int call, int kind, bint batched):
+    if call == REL_FREE:
+        return "host_memory_deallocate" if kind == KIND_HOST else "device_memory_deallocate"
+    if call == REL_UNMAP:
+        return "paddle_rt_ext_vmm_unmap_pages" if batched else "paddle_rt_ext_vmm_unmap"
+    if call == REL_RELEASE:
+        return "paddle_rt_ext_vmm_release"
+    if call == REL_FREE_RANGE:
+        return "paddle_rt_ext_vmm_free_range"
+    return "the allocator's bookkeeping"
+
+
+cdef int report_refusal(AllocatorCore* c, int call, C_Status st, int64_t released, int64_t reserved,
+                        bint warn) except -1 with gil:
+    """Report a refused release-side call (take_refusal): PluginError naming the device and the call (warn=0:
+    empty_cache, which released `released` bytes), or a RuntimeWarning (the other release points)."""
+    import warnings
+    dev = str(<object>c.device)
+    kept = (f"what the plugin still holds stays counted{f' ({reserved} bytes reserved)' if reserved >= 0 else ''} and "
+            f"is given back at the next release point")
+    if call == REL_HOST_OOM:
+        msg = f"{dev}: out of host memory for the allocator's bookkeeping while giving memory back; {kept}"
+        if warn:
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            return 0
+        raise MemoryError(msg + (f" (empty_cache released {released} bytes)" if released >= 0 else ""))
+    name = _call_name(call, c.kind, c.vmm.unmap_pages != NULL)
+    if warn:
+        warnings.warn(f"{dev}: {name} failed with {errors.STATUS_NAMES.get(<int>st, <int>st)}: the plugin refused "
+                      f"to give memory back; {kept}", RuntimeWarning, stacklevel=2)
+        return 0
+    e = errors.PluginError(dev, name, st, f"the plugin refused to give memory back; empty_cache released {released} "
+                                          f"bytes, and {kept}")
+    e.released = int(released)
+    raise e
 
 
 cdef inline int _plugin_alloc_outcome(C_Status st, void* p) noexcept nogil:
@@ -179,12 +247,19 @@ cdef Block* take_settled(AllocatorCore* c, size_t nbytes, size_t size, uintptr_t
     return b
 
 
-# Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after streams_idle).
-cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
+# Give one idle chunk (b is its single free block) back to the plugin (outside teardown: after streams_idle). The
+# bytes released: 0 when the plugin refused (the chunk stays, idle and counted, retried at the next release point).
+cdef size_t release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
     cdef Chunk* ch = b.chunk
+    cdef size_t size = ch.size
+    cdef C_Status st
     if ch.expandable:
-        vmm_release(c, NULL)
-        return
+        return vmm_release(c, NULL)
+    st = plugin_free(c, ch.base, ch.size)
+    if st != C_SUCCESS:
+        _refused(c, REL_FREE, st)
+        c.release_kept = 1
+        return 0
     index_remove(c, b)
     c.cx.chunks.erase(ch.base)
     stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>ch.size)
@@ -193,9 +268,9 @@ cdef void release_chunk(AllocatorCore* c, Block* b) noexcept nogil:
         c.exact_bytes -= ch.size
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_FREE, ch.base, ch.size, ch.stream)
-    plugin_free(c, ch.base, ch.size)
     c_free(ch)
     drop_block(c, b)
+    return size
 
 
 # Give back every idle chunk of `pool` (-1: all pools) and `stream` (only_stream=0: every stream). Returns bytes.
@@ -216,12 +291,13 @@ cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t 
         while it != c.cx.free_blocks[p].end():
             b = <Block*>deref(it).block
             if b.prev == NULL and b.next == NULL and not b.chunk.expandable and (not only_stream or b.stream == stream):
-                if free_done(c, b):
-                    idle.push_back(b)
-                else:
+                if not free_done(c, b):
                     kept += 1        # queued work of its stream may still use it
+                elif prt_push(idle, b) != 0:
+                    _refused(c, REL_HOST_OOM, C_SUCCESS)     # the chunks not listed stay cached
+                    break
             inc(it)
-    if c.n_ranges and pool == -1 and not only_stream:
+    if (c.n_ranges or c.n_held) and pool == -1 and not only_stream:
         total += vmm_release(c, &kept)
     if kept:
         c.num_release_deferred += kept
@@ -229,8 +305,7 @@ cdef size_t release_idle(AllocatorCore* c, int pool, int only_stream, uintptr_t 
     elif pool == -1 and not only_stream:
         c.release_kept = 0
     for b in idle:
-        total += b.size
-        release_chunk(c, b)
+        total += release_chunk(c, b)
     return total
 
 
@@ -288,7 +363,7 @@ cdef C_Status _map_pages(AllocatorCore* c, Chunk* ch, size_t first, void** hs, s
     nothing: one call of the plugin's batched map when it has one, else one call per page (those made are undone
     when one fails). The plugin's status."""
     cdef size_t g = c.gran, k, j
-    cdef C_Status st = C_SUCCESS
+    cdef C_Status st = C_SUCCESS, ust
     if c.vmm.map_pages != NULL:
         st = c.vmm.map_pages(c.cdev, <void*>ch.base, first * g, <const PaddleRtVmmPhys*>hs, n, g)
     else:
@@ -296,10 +371,21 @@ cdef C_Status _map_pages(AllocatorCore* c, Chunk* ch, size_t first, void** hs, s
             st = c.vmm.map(c.cdev, <void*>ch.base, (first + k) * g, <PaddleRtVmmPhys>hs[k], g)
             if st != C_SUCCESS:
                 for j in range(k):
-                    c.vmm.unmap(c.cdev, <void*>ch.base, (first + j) * g, g)
+                    ust = c.vmm.unmap(c.cdev, <void*>ch.base, (first + j) * g, g)
+                    if ust != C_SUCCESS:          # the page stays mapped: counted as such, not released by the caller
+                        _refused(c, REL_UNMAP, ust)
+                        _mark_mapped(c, ch, first + j, &hs[j], 1)
+                        hs[j] = NULL
                 break
     if st != C_SUCCESS:
         return st
+    _mark_mapped(c, ch, first, hs, n)
+    return C_SUCCESS
+
+
+cdef void _mark_mapped(AllocatorCore* c, Chunk* ch, size_t first, void** hs, size_t n) noexcept nogil:
+    """The books of pages first .. first + n - 1 of ch, mapped with hs[0..n): counters and the event."""
+    cdef size_t g = c.gran, k
     for k in range(n):
         ch.phys[first + k] = hs[k]
     ch.holes -= n
@@ -307,25 +393,36 @@ cdef C_Status _map_pages(AllocatorCore* c, Chunk* ch, size_t first, void** hs, s
     stat_add(c, ch.pool, ST_RESERVED_BYTES, <int64_t>(n * g))
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_MAP, ch.base + first * g, n * g, ch.stream)
-    return C_SUCCESS
 
 
-cdef void _plugin_unmap(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
-    """The plugin calls that unmap pages first .. first + n - 1 of ch: one batched call when the plugin has one,
-    else one call per page."""
+cdef size_t _plugin_unmap(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
+    """The plugin calls that unmap pages first .. first + n - 1 of ch: one batched call when the plugin has one
+    (all or nothing), else one call per page up to the first the plugin refuses (recorded: _refused). How many of
+    the pages, from `first`, are unmapped."""
     cdef size_t g = c.gran, k
+    cdef C_Status st
     if c.vmm.unmap_pages != NULL:
-        c.vmm.unmap_pages(c.cdev, <void*>ch.base, first * g, n, g)
-    else:
-        for k in range(n):
-            c.vmm.unmap(c.cdev, <void*>ch.base, (first + k) * g, g)
+        st = c.vmm.unmap_pages(c.cdev, <void*>ch.base, first * g, n, g)
+        if st != C_SUCCESS:
+            _refused(c, REL_UNMAP, st)
+            return 0
+        return n
+    for k in range(n):
+        st = c.vmm.unmap(c.cdev, <void*>ch.base, (first + k) * g, g)
+        if st != C_SUCCESS:
+            _refused(c, REL_UNMAP, st)
+            return k
+    return n
 
 
-cdef void _unmap_pages(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
+cdef size_t _unmap_pages(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noexcept nogil:
     """Unmap pages first .. first + n - 1 of ch (each mapped), keeping their physical allocations (the caller read
-    them from ch.phys), with the counters and the event."""
+    them from ch.phys), with the counters and the event. How many of them, from `first`, are unmapped: the pages
+    the plugin refused to unmap stay mapped and counted."""
     cdef size_t g = c.gran, k
-    _plugin_unmap(c, ch, first, n)
+    n = _plugin_unmap(c, ch, first, n)
+    if n == 0:
+        return 0
     for k in range(n):
         ch.phys[first + k] = NULL
     ch.holes += n
@@ -333,24 +430,32 @@ cdef void _unmap_pages(AllocatorCore* c, Chunk* ch, size_t first, size_t n) noex
     stat_add(c, ch.pool, ST_RESERVED_BYTES, -<int64_t>(n * g))
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_UNMAP, ch.base + first * g, n * g, ch.stream)
+    return n
 
 
 cdef size_t _take_pages(AllocatorCore* c, Chunk* ch, size_t a, size_t z, Chunk* excl, size_t lo, size_t hi,
                         size_t want, vector[void*]& out) noexcept nogil:
     """Unmap up to `want` mapped pages among pages a .. z - 1 of ch (not pages lo .. hi - 1 of excl), run by run,
-    appending their physical allocations to out. How many were taken."""
-    cdef size_t i = a, j, n, got = 0
+    appending their physical allocations to out. How many were taken: it stops at a run the plugin refuses to unmap
+    (those pages stay mapped) or that host memory cannot list (REL_HOST_OOM; nothing of that run is unmapped)."""
+    cdef size_t i = a, j, n, got = 0, start
     while i < z and got < want:
         if ch.phys[i] == NULL or (ch == excl and lo <= i < hi):
             i += 1
             continue
         j = i
+        start = out.size()
         while j < z and got + (j - i) < want and ch.phys[j] != NULL and not (ch == excl and lo <= j < hi):
-            out.push_back(ch.phys[j])
+            if prt_push(out, ch.phys[j]) != 0:
+                out.resize(start)
+                _refused(c, REL_HOST_OOM, C_SUCCESS)
+                return got
             j += 1
-        n = j - i
-        _unmap_pages(c, ch, i, n)
+        n = _unmap_pages(c, ch, i, j - i)
         got += n
+        if n < j - i:
+            out.resize(start + n)      # the pages from i + n on stay mapped (their handles are still in ch.phys)
+            return got
         i = j
     return got
 
@@ -383,12 +488,58 @@ cdef void _donors(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t wa
             return
 
 
-cdef void _release_handles(AllocatorCore* c, vector[void*]& hs, size_t start) noexcept nogil:
-    """Give the (unmapped) physical allocations hs[start:] back to the device."""
-    cdef size_t k
-    for k in range(start, hs.size()):
-        c.vmm.release(c.cdev, <PaddleRtVmmPhys>hs[k])
+cdef size_t _release_one(AllocatorCore* c, void* h, int pool) noexcept nogil:
+    """Give one unmapped physical allocation back: 1, or 0 when the plugin refused and it is now held (counted in
+    pool's reserved bytes, retried by _retry_held)."""
+    cdef C_Status st = c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
+    cdef HeldPhys* grown
+    cdef size_t cap
+    if st == C_SUCCESS:
         c.num_device_free += 1
+        return 1
+    _refused(c, REL_RELEASE, st)
+    if c.n_held == c.cap_held:
+        cap = c.cap_held * 2 if c.cap_held else 16
+        grown = <HeldPhys*>c_realloc(c.held, cap * sizeof(HeldPhys))
+        if grown == NULL:
+            _refused(c, REL_HOST_OOM, C_SUCCESS)   # not even listed: the one thing the books lose
+            return 0
+        c.held = grown
+        c.cap_held = cap
+    c.held[c.n_held].handle = h
+    c.held[c.n_held].pool = pool
+    c.n_held += 1
+    stat_add(c, pool, ST_RESERVED_BYTES, <int64_t>c.gran)
+    return 0
+
+
+cdef size_t _release_handles(AllocatorCore* c, vector[void*]& hs, size_t start, int pool) noexcept nogil:
+    """Give the (unmapped) physical allocations hs[start:] (NULL entries skipped) back to the device; those the plugin
+    refuses are held, counted in `pool`. How many were released."""
+    cdef size_t k, n = 0
+    for k in range(start, hs.size()):
+        if hs[k] != NULL:
+            n += _release_one(c, hs[k], pool)
+    return n
+
+
+cdef size_t _retry_held(AllocatorCore* c) noexcept nogil:
+    """Release again the physical allocations the plugin refused before; those it refuses again stay held. Bytes
+    released."""
+    cdef size_t k, j = 0, n = 0
+    cdef C_Status st
+    for k in range(c.n_held):
+        st = c.vmm.release(c.cdev, <PaddleRtVmmPhys>c.held[k].handle)
+        if st == C_SUCCESS:
+            c.num_device_free += 1
+            stat_add(c, c.held[k].pool, ST_RESERVED_BYTES, -<int64_t>c.gran)
+            n += 1
+        else:
+            _refused(c, REL_RELEASE, st)
+            c.held[j] = c.held[k]
+            j += 1
+    c.n_held = j
+    return n * c.gran
 
 
 cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocError* err) noexcept nogil:
@@ -409,8 +560,9 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
     cdef vector[size_t] miss
     cdef vector[void*] hs
     for i in range(lo, hi):
-        if ch.phys[i] == NULL:
-            miss.push_back(i)
+        if ch.phys[i] == NULL and prt_push(miss, i) != 0:
+            err.kind = ERR_HOST_OOM
+            return -1
     n = miss.size()
     if n == 0:
         return 0
@@ -422,21 +574,26 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
     for k in range(nd, n):
         if c.cfg.limit != SIZE_MAX and (reserved < 0 or <size_t>reserved > c.cfg.limit or
                                         (k + 1) * g > c.cfg.limit - <size_t>reserved):
-            _release_handles(c, hs, 0)
+            _release_handles(c, hs, 0, ch.pool)
             err.kind = ERR_OOM
             return -1
         h = NULL
         st = c.vmm.create(c.cdev, g, <PaddleRtVmmPhys*>&h)
         if st != C_SUCCESS or h == NULL:
-            _release_handles(c, hs, 0)
+            _release_handles(c, hs, 0, ch.pool)
             if st == C_SUCCESS:
+                _vmm_status(err, st, VMM_CALL_CREATE)
                 err.kind = ERR_PLUGIN_NULL
                 err.status = st
                 err.call = VMM_CALL_CREATE
                 return -1
             return _vmm_status(err, st, VMM_CALL_CREATE)
         c.num_device_alloc += 1
-        hs.push_back(h)
+        if prt_push(hs, h) != 0:
+            _release_handles(c, hs, 0, ch.pool)
+            _release_one(c, h, ch.pool)
+            err.kind = ERR_HOST_OOM
+            return -1
     k0 = 0
     while k0 < n:
         k = k0 + 1
@@ -444,7 +601,7 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
             k += 1
         st = _map_pages(c, ch, miss[k0], &hs[k0], k - k0)
         if st != C_SUCCESS:
-            _release_handles(c, hs, k0)
+            _release_handles(c, hs, k0, ch.pool)
             _undo_created(c, ch, miss, nd, k0)
             return _vmm_status(err, st, VMM_CALL_MAP_PAGES if c.vmm.map_pages != NULL else VMM_CALL_MAP)
         k0 = k
@@ -453,15 +610,14 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
 
 cdef void _undo_created(AllocatorCore* c, Chunk* ch, vector[size_t]& miss, size_t start, size_t end) noexcept nogil:
     """Unmap and release pages miss[start:end] of ch, which one vmm_back call created and mapped (it failed
-    later)."""
+    later). A page the plugin refuses to unmap stays mapped (under the free block: vmm_release retries it)."""
     cdef size_t k, i
     cdef void* h
     for k in range(start, end):
         i = miss[k]
         h = ch.phys[i]
-        _unmap_pages(c, ch, i, 1)
-        c.vmm.release(c.cdev, <PaddleRtVmmPhys>h)
-        c.num_device_free += 1
+        if _unmap_pages(c, ch, i, 1) == 1:
+            _release_one(c, h, ch.pool)
 
 
 cdef Chunk* _new_range(AllocatorCore* c, int pool, uintptr_t stream, size_t at_least, AllocError* err) noexcept nogil:
@@ -494,6 +650,7 @@ cdef Chunk* _new_range(AllocatorCore* c, int pool, uintptr_t stream, size_t at_l
     if st != C_SUCCESS or base == NULL:
         c_free(ch.phys)
         c_free(ch)
+        _vmm_status(err, st, VMM_CALL_RESERVE)
         if st == C_SUCCESS:
             err.kind = ERR_PLUGIN_NULL
             err.status = st
@@ -578,9 +735,13 @@ cdef Block* vmm_grow_backed(AllocatorCore* c, int pool, uintptr_t stream, size_t
 
 
 cdef void _free_range(AllocatorCore* c, Chunk* ch) noexcept nogil:
-    """Give an empty range (no block, nothing mapped) back to the plugin."""
+    """Give an empty range (no block, nothing mapped) back to the plugin. When the plugin refuses, the range stays
+    (empty, in c.ranges: vmm_grow may grow it again, vmm_release frees it again)."""
     cdef int r, j = 0
-    c.vmm.free_range(c.cdev, <void*>ch.base, ch.vsize)
+    cdef C_Status st = c.vmm.free_range(c.cdev, <void*>ch.base, ch.vsize)
+    if st != C_SUCCESS:
+        _refused(c, REL_FREE_RANGE, st)
+        return
     c.cx.chunks.erase(ch.base)
     stat_add(c, ch.pool, ST_SEGMENT, -1)
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
@@ -594,12 +755,20 @@ cdef void _free_range(AllocatorCore* c, Chunk* ch) noexcept nogil:
     c_free(ch)
 
 
+cdef inline size_t _last_mapped(Chunk* ch, size_t a, size_t z, size_t g) noexcept nogil:
+    """The end (bytes from the base) of the last mapped page among pages a .. z - 1 of ch; a * g when none is."""
+    while z > a and ch.phys[z - 1] == NULL:
+        z -= 1
+    return z * g
+
+
 cdef size_t vmm_release(AllocatorCore* c, int64_t* kept) noexcept nogil:
     """Unmap every mapped page that lies wholly inside a free block whose frees have run (free_done) and give its
-    physical memory back; cut each range's free end back to the last page it still needs; give back ranges left with
-    no block. Returns the bytes released; adds the free blocks left mapped (their streams still run work queued
-    before their frees) to *kept (NULL: not counted)."""
-    cdef size_t total = 0, g = c.gran, keep
+    physical memory back (and what the plugin refused before: _retry_held); cut each range's free end back to the
+    last page it still needs; give back ranges left with no block. Returns the bytes released (what the plugin
+    refuses stays counted: _refused); adds the free blocks left mapped (their streams still run work queued before
+    their frees) to *kept (NULL: not counted)."""
+    cdef size_t total = _retry_held(c), g = c.gran, keep
     cdef prt_free_set.iterator it
     cdef Block* b
     cdef Block* t
@@ -620,16 +789,19 @@ cdef size_t vmm_release(AllocatorCore* c, int64_t* kept) noexcept nogil:
             hs.clear()
             _take_pages(c, b.chunk, _page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g), NULL, 0, 0,
                         SIZE_MAX, hs)
-            _release_handles(c, hs, 0)
-            total += hs.size() * g
+            total += _release_handles(c, hs, 0, b.chunk.pool) * g
     r = c.n_ranges - 1
     while r >= 0:
         ch = c.ranges[r]
         r -= 1
         t = ch.tail
+        if t == NULL and ch.size == 0:
+            _free_range(c, ch)                     # an empty range whose free_range the plugin refused before
+            continue
         if t == NULL or t.allocated != 0 or not free_done(c, t):
             continue
         keep = _page_lo(ch, t.addr, g) * g         # the pages below the free end that other blocks touch
+        keep = _last_mapped(ch, keep // g, ch.size // g, g)    # and those the plugin refused to unmap
         if keep >= ch.size:
             continue
         index_remove(c, t)
@@ -651,7 +823,7 @@ cdef size_t vmm_release(AllocatorCore* c, int64_t* kept) noexcept nogil:
 cdef void vmm_teardown(AllocatorCore* c) noexcept nogil:
     """Interpreter exit: every page unmapped and released, every range given back (live blocks included)."""
     cdef Chunk* ch
-    cdef size_t i, j, npages
+    cdef size_t i, j, m, npages
     cdef int r
     for r in range(c.n_ranges):
         ch = c.ranges[r]
@@ -664,13 +836,17 @@ cdef void vmm_teardown(AllocatorCore* c) noexcept nogil:
             j = i
             while j < npages and ch.phys[j] != NULL:
                 j += 1
-            _plugin_unmap(c, ch, i, j - i)
-            while i < j:
+            m = i + _plugin_unmap(c, ch, i, j - i)    # pages the plugin refuses to unmap cannot be released
+            while i < m:
                 c.vmm.release(c.cdev, <PaddleRtVmmPhys>ch.phys[i])
                 ch.phys[i] = NULL
                 i += 1
+            i = j
         c.vmm.free_range(c.cdev, <void*>ch.base, ch.vsize)
     c.n_ranges = 0
+    for i in range(c.n_held):
+        c.vmm.release(c.cdev, <PaddleRtVmmPhys>c.held[i].handle)
+    c.n_held = 0
 
 
 cdef size_t vmm_mapped_runs(Chunk* ch, size_t g, size_t* out, size_t cap) noexcept nogil:

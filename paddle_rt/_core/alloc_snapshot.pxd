@@ -4,3 +4,5 @@ from paddle_rt._core.alloc_types cimport AllocatorCore
 
 # Every segment of `c` with its blocks, as DeviceAllocator.snapshot documents; `device` names them.
 cdef list segments(AllocatorCore* c, str device)
+# The allocator's counters (DeviceAllocator.stats): PyTorch's keys, read under the lock (parked blocks merged first).
+cdef dict counters(AllocatorCore* c)

@@ -1,11 +1,17 @@
 # cython: freethreading_compatible = False
 """The allocator's snapshot (``DeviceAllocator.snapshot``, ``paddle_rt.memory_snapshot``): every segment (chunk, or
 expandable range) with its blocks, ordered by address, in PyTorch's ``memory_snapshot`` shape. The segments are
-copied under the allocator's lock (no GIL), then turned into Python objects after it is released."""
+copied under the allocator's lock (no GIL), then turned into Python objects after it is released; likewise its
+counters (``DeviceAllocator.stats``, ``paddle_rt.memory_stats``)."""
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
 
-from paddle_rt._core.alloc_types cimport AllocatorCore, Block, Chunk, POOL_SMALL
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy
+from paddle_rt._core.alloc_types cimport (
+    AllocatorCore, Block, Chunk, POOL_SMALL, Stat, N_STAT_GROUPS, N_STATS, ST_ACTIVE_BYTES, ST_ALLOCATED_BYTES,
+    ST_ACTIVE, ST_ALLOCATION,
+)
 from paddle_rt._core.alloc_blocks cimport _q_flush, _first_block
 from paddle_rt._core.alloc_segment cimport vmm_mapped_runs
 from paddle_rt._core.includes.alloc_support cimport prt_chunk_map
@@ -62,3 +68,48 @@ cdef list segments(AllocatorCore* c, str device):
             bi += 1
         segs.append(seg)
     return segs
+
+
+cdef dict counters(AllocatorCore* c):
+    cdef Stat st[N_STAT_GROUPS][N_STATS]
+    cdef int64_t extra[9]
+    cdef int p
+    with nogil:
+        c.cx.mu.lock()
+        _q_flush(c)            # parked blocks are shown merged, as the snapshot shows them
+        memcpy(st, c.stats, sizeof(st))
+        # no block is pending a stream-ordered free yet: active == allocated (not counted twice on the hot path)
+        for p in range(3):
+            st[p][ST_ACTIVE_BYTES] = st[p][ST_ALLOCATED_BYTES]
+            st[p][ST_ACTIVE] = st[p][ST_ALLOCATION]
+        extra[0] = c.num_alloc_retries
+        extra[1] = c.num_ooms
+        extra[2] = c.num_device_alloc
+        extra[3] = c.num_device_free
+        extra[4] = c.num_cache_hits
+        extra[5] = c.num_release_deferred
+        extra[6] = c.num_maps
+        extra[7] = c.num_unmaps
+        extra[8] = c.num_release_failures
+        c.cx.mu.unlock()
+    names = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
+             "allocation", "segment", "active", "inactive_split")
+    pools = ("all", "small_pool", "large_pool")
+    out = {}
+    for i in range(N_STATS):
+        for p in range(3):
+            base = f"{names[i]}.{pools[p]}."
+            out[base + "current"] = st[p][i].current
+            out[base + "peak"] = st[p][i].peak
+            out[base + "allocated"] = st[p][i].allocated
+            out[base + "freed"] = st[p][i].freed
+    out["num_alloc_retries"] = extra[0]
+    out["num_ooms"] = extra[1]
+    out["num_device_alloc"] = extra[2]
+    out["num_device_free"] = extra[3]
+    out["num_cache_hits"] = extra[4]
+    out["num_release_deferred"] = extra[5]
+    out["num_maps"] = extra[6]
+    out["num_unmaps"] = extra[7]
+    out["num_release_failures"] = extra[8]
+    return out

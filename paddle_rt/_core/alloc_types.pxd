@@ -72,6 +72,20 @@ cdef enum:
     VMM_CALL_MAP = 3
     VMM_CALL_MAP_PAGES = 4
 
+# A release-side plugin call the plugin refused (AllocatorCore.rel_call): the books keep what the plugin still holds.
+cdef enum:
+    REL_NONE = 0
+    REL_FREE = 1          # device_memory_deallocate / host_memory_deallocate: the chunk stays, idle
+    REL_UNMAP = 2         # the extension's unmap / unmap_pages: the pages stay mapped
+    REL_RELEASE = 3       # the extension's release: the physical allocation is held (AllocatorCore.held)
+    REL_FREE_RANGE = 4    # the extension's free_range: the empty range stays
+    REL_HOST_OOM = 5      # host memory for the bookkeeping ran out (std::bad_alloc caught): nothing was released
+
+# An unmapped physical allocation the plugin refused to release: counted in its pool's reserved bytes, retried.
+cdef struct HeldPhys:
+    void* handle
+    int pool
+
 # One counter of PyTorch's scheme: current, peak, allocated (sum of increases), freed (sum of decreases).
 cdef struct Stat:
     int64_t current
@@ -206,3 +220,11 @@ cdef struct AllocatorCore:
     int64_t num_unmaps
     Chunk* ranges[N_RANGES]    # the ranges in use, the one a (pool, stream) grows is the last with that pair
     int n_ranges
+    # The release side (alloc_segment.pyx "When the plugin refuses"): the last refused call and its status since they
+    # were reported (REL_NONE: none), how many were refused, and the physical allocations whose release was refused
+    int rel_call
+    C_Status rel_status
+    int64_t num_release_failures
+    HeldPhys* held
+    size_t n_held
+    size_t cap_held

@@ -455,7 +455,8 @@ def memory_stats(device=None):
     reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes, allocation, segment, active,
     inactive_split; pool in all, small_pool, large_pool; field in current, peak, allocated, freed. Plus
     num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits, num_release_deferred (idle
-    chunks kept cached instead of given back because streams still had queued work, counted per attempt)."""
+    chunks kept cached instead of given back because streams still had queued work, counted per attempt), num_maps,
+    num_unmaps, num_release_failures (plugin calls that refused to give memory back: docs/memory.md)."""
     return _dev_alloc(device).stats()
 
 
@@ -494,12 +495,24 @@ def empty_cache(device=None, wait=True):
     released. With ``wait=True`` (the default) it waits first until the device's streams (every stream, for pinned
     host memory) have run everything submitted so far: queued work may still use freed memory. With ``wait=False``
     it does not wait and gives back only the memory whose frees have already run on their streams (see
-    :meth:`DeviceAllocator.empty_cache`). Inside a stream callback it does not wait."""
+    :meth:`DeviceAllocator.empty_cache`). Inside a stream callback it does not wait. When the plugin refuses to give
+    memory back, what it still holds stays counted (and is retried at the next release point) and PluginError is
+    raised, naming the device and the call, with ``released``: the bytes that did go back (both allocators are
+    emptied first)."""
     cdef Device dev = resolve_device(device)
-    total = _dev_alloc(dev).empty_cache(wait)
-    h = existing_allocator(dev, KIND_HOST)
-    if h is not None:
-        total += h.empty_cache(wait)
+    total = 0
+    refused = None
+    for a in (_dev_alloc(dev), existing_allocator(dev, KIND_HOST)):
+        if a is None:
+            continue
+        try:
+            total += a.empty_cache(wait)
+        except errors.PluginError as e:
+            total += e.released
+            refused = e
+    if refused is not None:
+        refused.released = total
+        raise refused
     return total
 
 

@@ -30,7 +30,7 @@ consolidation, the ladder, ``release:free``, ``empty_cache``) once the stream ha
 position (alloc_segment.free_done), never a wait; until then it stays cached, counted in ``num_release_deferred``.
 ``empty_cache()`` waits for the streams first unless ``wait=False``. Teardown gives everything back.
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
-back by the ladder stay given back.
+back by the ladder stay given back. A release the plugin refuses: alloc_segment.pyx ("When the plugin refuses").
 
 Configuration: the keys, their values and their precedence are documented in alloc_config.py.
 """
@@ -64,7 +64,7 @@ from paddle_rt._core.alloc_segment cimport (
     plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle, free_done as _free_done,
     release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow_backed,
     owns as _owns, live_extent as _live_extent, is_free_block_start as _is_free_block_start,
-    vmm_teardown, take_settled as _take_settled,
+    vmm_teardown, take_settled as _take_settled, take_refusal, report_refusal,
 )
 from paddle_rt._core cimport alloc_snapshot
 from paddle_rt._core.alloc_errors cimport raise_alloc_error
@@ -96,7 +96,6 @@ from paddle_rt._core import alloc_config
 _registry_lock = threading.RLock()
 _allocators = []          # every DeviceAllocator ever created (they live as long as the process)
 _torn_down = False
-
 
 
 # Cached allocation only (lock held): a parked block of exactly this size, or the best fit. NULL on a miss.
@@ -231,7 +230,8 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     cdef AllocError err
     cdef Block* b
     cdef size_t size, chunk
-    cdef int pool
+    cdef int pool, rc = 0
+    cdef C_Status rst = C_SUCCESS
     err.kind = ERR_NONE
     err.status = C_SUCCESS
     err.requested = nbytes
@@ -279,7 +279,10 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
             b = _take(c, b, size, nbytes, &err.kind)
     if b == NULL:
         _note_counts(c, &err)
+    rc = take_refusal(c, &rst) if c.rel_call else 0     # a release point of this call met a refusal: warn
     c.cx.mu.unlock()
+    if rc:
+        report_refusal(c, rc, rst, -1, -1, 1)
     if b == NULL:
         return _raise(c, &err)
     out[0] = <void*>b.addr
@@ -325,6 +328,8 @@ cdef inline bint _held_by_allocation(AllocatorCore* c, uintptr_t ptr) noexcept n
 
 cdef int _core_free(AllocatorCore* c, uintptr_t ptr, int raw) except -1 nogil:
     cdef AllocError err
+    cdef int rc = 0
+    cdef C_Status rst = C_SUCCESS
     if c.torn_down:
         return 0
     c.cx.mu.lock()
@@ -340,8 +345,9 @@ cdef int _core_free(AllocatorCore* c, uintptr_t ptr, int raw) except -1 nogil:
         err.allocated = err.reserved = 0
         return _raise(c, &err)
     if _free_locked(c, ptr) >= 0:
+        rc = take_refusal(c, &rst) if c.rel_call else 0     # release on free met a refusal: warn
         c.cx.mu.unlock()
-        return 0
+        return report_refusal(c, rc, rst, -1, -1, 1) if rc else 0
     owns = _owns(c, ptr)
     if owns == 2:
         # the start of a free block is a double free; anything else inside a chunk is an interior pointer
@@ -370,13 +376,18 @@ cdef size_t core_block_size(AllocatorCore* c, void* ptr) noexcept nogil:
 
 cdef int64_t core_empty_cache(AllocatorCore* c) except -1 nogil:
     cdef size_t r = 0
+    cdef int rc = 0
+    cdef C_Status rst = C_SUCCESS
+    cdef int64_t held = 0
     c.cx.mu.lock()
     if not c.torn_down:
         r = _release_idle(c, -1, 0, 0)
         if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
             _trace_mem(c, PRT_EV_EMPTY_CACHE, 0, r, 0)
+        rc = take_refusal(c, &rst)          # the plugin refused part of it: PluginError (the books keep that part)
+        held = c.stats[0][ST_RESERVED_BYTES].current
     c.cx.mu.unlock()
-    return <int64_t>r
+    return report_refusal(c, rc, rst, <int64_t>r, held, 0) if rc else <int64_t>r
 
 
 # Teardown: every chunk back to the plugin, live blocks included; later frees do nothing.
@@ -628,7 +639,8 @@ cdef class DeviceAllocator:
         the memory (the device's; every device's for pinned host memory) have run everything submitted so far, so
         every idle chunk goes back; with ``wait=False`` it never waits and gives back what has completed while work
         is queued (the rest stays cached, counted in ``num_release_deferred``, and goes back at a later release
-        point). Inside a stream callback it does not wait."""
+        point). Inside a stream callback it does not wait. A refused release (alloc_segment.pyx): PluginError naming
+        the device and the call (``released``: the bytes released)."""
         cdef int64_t r
         if wait:
             stream_device_quiesce(None if self.core.kind == KIND_HOST else self.device)
@@ -638,47 +650,7 @@ cdef class DeviceAllocator:
 
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
-        cdef Stat st[N_STAT_GROUPS][N_STATS]
-        cdef int64_t extra[8]
-        cdef AllocatorCore* c = self.core
-        cdef int p
-        with nogil:
-            c.cx.mu.lock()
-            _q_flush(c)            # parked blocks are shown merged, as the snapshot shows them
-            memcpy(st, c.stats, sizeof(st))
-            # no block is pending a stream-ordered free yet: active == allocated (not counted twice on the hot path)
-            for p in range(3):
-                st[p][ST_ACTIVE_BYTES] = st[p][ST_ALLOCATED_BYTES]
-                st[p][ST_ACTIVE] = st[p][ST_ALLOCATION]
-            extra[0] = c.num_alloc_retries
-            extra[1] = c.num_ooms
-            extra[2] = c.num_device_alloc
-            extra[3] = c.num_device_free
-            extra[4] = c.num_cache_hits
-            extra[5] = c.num_release_deferred
-            extra[6] = c.num_maps
-            extra[7] = c.num_unmaps
-            c.cx.mu.unlock()
-        names = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
-                 "allocation", "segment", "active", "inactive_split")
-        pools = ("all", "small_pool", "large_pool")
-        out = {}
-        for i in range(N_STATS):
-            for p in range(3):
-                base = f"{names[i]}.{pools[p]}."
-                out[base + "current"] = st[p][i].current
-                out[base + "peak"] = st[p][i].peak
-                out[base + "allocated"] = st[p][i].allocated
-                out[base + "freed"] = st[p][i].freed
-        out["num_alloc_retries"] = extra[0]
-        out["num_ooms"] = extra[1]
-        out["num_device_alloc"] = extra[2]
-        out["num_device_free"] = extra[3]
-        out["num_cache_hits"] = extra[4]
-        out["num_release_deferred"] = extra[5]
-        out["num_maps"] = extra[6]
-        out["num_unmaps"] = extra[7]
-        return out
+        return alloc_snapshot.counters(self.core)
 
     def reset_peak_stats(self):
         cdef int i, p
@@ -706,6 +678,7 @@ cdef class DeviceAllocator:
             self.core.num_release_deferred = 0
             self.core.num_maps = 0
             self.core.num_unmaps = 0
+            self.core.num_release_failures = 0
             self.core.cx.mu.unlock()
 
     def reset(self):
@@ -803,7 +776,6 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     if b == NULL:
         return _raise(c, &err)
     return before
-
 
 
 # ---------------------------------------------------------------------------------------------------------------------

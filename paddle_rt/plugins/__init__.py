@@ -21,7 +21,7 @@ __all__ = [
 
 #: The kinds of rt_cpu calls that fault injection can make fail or wait (rt_cpu_faults.c).
 RT_CPU_FAULT_KINDS = ("alloc", "host_alloc", "memcpy", "memset", "create_stream", "create_event", "record_event",
-                      "synchronize")
+                      "synchronize", "free", "unmap", "release", "free_range")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lib = None
@@ -96,7 +96,9 @@ def rt_cpu_set_fault(kind, every=0, after=0, delay_us=0):
     """Change rt_cpu's fault injection for one kind of call at run time (tests; the environment sets it at load:
     ``RT_CPU_FAULTS``, ``RT_CPU_FAIL_ALLOC_EVERY``...). ``kind`` is one of :data:`RT_CPU_FAULT_KINDS`: ``alloc``
     (device allocations fail as out of memory), ``host_alloc``, ``memcpy`` (every copy hook), ``memset``,
-    ``create_stream``, ``create_event``, ``record_event``, ``synchronize`` (device, stream and event synchronize).
+    ``create_stream``, ``create_event``, ``record_event``, ``synchronize`` (device, stream and event synchronize); the
+    release side: ``free`` (``device_memory_deallocate``), ``unmap`` (the virtual-memory extension's unmap and
+    unmap_pages), ``release`` (its release of a physical allocation), ``free_range`` (these fail with ``C_ERROR``).
     ``every=N``: the Nth, 2Nth... call of that kind from now on fails (``C_FAILED``); ``after=N``: every call after
     the Nth fails; ``delay_us``: each call of that kind first sleeps that long in the calling thread (paddle_rt's
     stream worker for work on a stream, the caller's thread for creation) -- the tool to force an interleaving.

@@ -13,6 +13,18 @@
 #include <map>
 #include <unordered_map>
 #include <cstdlib>
+#include <vector>
+
+/* Append x to v: 0, or -1 when host memory runs out. The allocator's nogil code runs under its lock with no GIL:
+   std::bad_alloc is caught here and reported as an error (it must never reach Python as "Exception ignored"). */
+template <class T> static inline int prt_push(std::vector<T>& v, const T& x) noexcept {
+    try {
+        v.push_back(x);
+        return 0;
+    } catch (...) {
+        return -1;
+    }
+}
 
 /* A free block in the best-fit index: ordered by (stream, size, chunk, address); `block` is the payload. Among blocks
    of one size the oldest chunk comes first (its serial number, not its address): the placement of a sequence of

@@ -2,6 +2,7 @@
 # Only declarations and tiny inline helpers live here; the allocator's logic is in paddle_rt/_core/allocator.pyx.
 from libc.stdint cimport uintptr_t, uint64_t
 from libcpp.utility cimport pair
+from libcpp.vector cimport vector
 
 cdef extern from "engine/alloc_containers.h" nogil:
     ctypedef struct prt_free_key:
@@ -27,6 +28,9 @@ cdef extern from "engine/alloc_containers.h" nogil:
         void erase(iterator)
         size_t size()
         bint empty()
+
+    # v.push_back(x), std::bad_alloc caught: 0, or -1 when host memory runs out
+    int prt_push[T](vector[T]& v, const T& x)
 
     void prt_free_rekey(prt_free_set& s, prt_free_set.iterator it, const prt_free_key& k)
     void prt_free_move(prt_free_set& src, prt_free_set.iterator it, prt_free_set& dst, const prt_free_key& k)

@@ -1063,7 +1063,7 @@ static C_Status h_device_memory_allocate(const C_Device device, void** ptr, size
 static C_Status h_device_memory_deallocate(const C_Device device, void* ptr, size_t size) {
   DEV_OR_ERROR(device, id);
   rt_device_state* ds = &g_dev[id];
-  if (!ptr) return C_ERROR;
+  if (!ptr || rt_fault_hit(RT_FAULT_FREE)) return C_ERROR;
   pthread_mutex_lock(&ds->mu);
   size_t have;
   if (!ptrmap_find(&ds->allocs, ptr, &have) || have != size) {

@@ -13,10 +13,12 @@
  *   void rt_cpu_clear_faults(void)      every schedule off.
  * Kinds: alloc (device_memory_allocate: out of memory), host_alloc (host/unified allocation), memcpy (every copy
  * hook, synchronous and asynchronous), memset (device_memory_set, async_memory_set), create_stream, create_event,
- * record_event, synchronize (synchronize_device, synchronize_stream, synchronize_event). A failing call returns
- * C_FAILED (alloc: as configured by RT_CPU_OOM_NULL) and changes nothing -- except synchronize, which waits first
- * and then reports the failure (an asynchronous error seen at a sync point: the work is over either way, so the
- * host never reuses memory that queued work may still use).
+ * record_event, synchronize (synchronize_device, synchronize_stream, synchronize_event); the release side of memory:
+ * free (device_memory_deallocate), unmap (the virtual-memory extension's unmap and unmap_pages), release (its release
+ * of a physical allocation), free_range (its free_range). A failing call returns C_FAILED (alloc: as configured by
+ * RT_CPU_OOM_NULL; the release side: C_ERROR) and changes nothing -- except synchronize, which waits first and then
+ * reports the failure (an asynchronous error seen at a sync point: the work is over either way, so the host never
+ * reuses memory that queued work may still use).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@ typedef struct {
 static rt_fault_schedule g_faults[RT_FAULT_N];
 static const char* const g_fault_names[RT_FAULT_N] = {
     "alloc", "host_alloc", "memcpy", "memset", "create_stream", "create_event", "record_event", "synchronize",
+    "free", "unmap", "release", "free_range",
 };
 
 static int fault_kind(const char* name, size_t len) {

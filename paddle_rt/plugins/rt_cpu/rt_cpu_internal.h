@@ -45,7 +45,8 @@ extern rt_config rt_cfg;
  * environment; rt_fault_hit(kind) sleeps the kind's delay and returns 1 when this call fails. */
 enum {
   RT_FAULT_ALLOC, RT_FAULT_HOST_ALLOC, RT_FAULT_MEMCPY, RT_FAULT_MEMSET, RT_FAULT_CREATE_STREAM, RT_FAULT_CREATE_EVENT,
-  RT_FAULT_RECORD_EVENT, RT_FAULT_SYNCHRONIZE, RT_FAULT_N
+  RT_FAULT_RECORD_EVENT, RT_FAULT_SYNCHRONIZE, RT_FAULT_FREE, RT_FAULT_UNMAP, RT_FAULT_RELEASE, RT_FAULT_FREE_RANGE,
+  RT_FAULT_N
 };
 void rt_fault_init(const rt_config* cfg);
 int rt_fault_hit(int kind);

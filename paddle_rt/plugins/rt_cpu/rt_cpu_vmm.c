@@ -24,7 +24,9 @@
  * RT_CPU_FAULTS=alloc:..., rt_cpu_set_fault("alloc", ...)): C_FAILED, or C_SUCCESS with a NULL handle under
  * RT_CPU_OOM_NULL=1; RT_CPU_FAIL_VMM=call[,call...] (granularity, reserve,
  * free_range, create, release, map, unmap, map_pages, unmap_pages; read at each call) makes those calls return
- * C_ERROR and do nothing.
+ * C_ERROR and do nothing; at run time the fault kinds "unmap" (unmap, unmap_pages), "release" and "free_range" do
+ * the same on a schedule (rt_cpu_set_fault). Past the kernel's vm.max_map_count an mmap fails with ENOMEM: map and
+ * unmap then fail with C_ERROR (the call failed; the device is not out of memory) and change nothing.
  *
  * Exported helpers (not part of the ABI; tests): size_t rt_cpu_vmm_count(int device, int which): physical bytes (0),
  * physical allocations (1), mappings (2), ranges (3) of the device.
@@ -206,7 +208,7 @@ static vmm_range* find_range(int id, const void* base) {
 
 RT_EXPORT C_Status paddle_rt_ext_vmm_free_range(const C_Device device, void* base, size_t size) {
   int id = vmm_device_id(device, "free_range");
-  if (id < 0) return C_ERROR;
+  if (id < 0 || rt_fault_hit(RT_FAULT_FREE_RANGE)) return C_ERROR;
   pthread_mutex_lock(&g_mu);
   vmm_range* r = find_range(id, base);
   if (!r || r->size != size || r->n_maps != 0) {
@@ -292,7 +294,7 @@ static void drop_physical(struct PaddleRtVmmPhys_st* h) {
 
 RT_EXPORT C_Status paddle_rt_ext_vmm_release(const C_Device device, PaddleRtVmmPhys handle) {
   int id = vmm_device_id(device, "release");
-  if (id < 0) return C_ERROR;
+  if (id < 0 || rt_fault_hit(RT_FAULT_RELEASE)) return C_ERROR;
   pthread_mutex_lock(&g_mu);
   struct PaddleRtVmmPhys_st* h = find_handle(id, handle);
   if (!h || h->mapped_at) {
@@ -334,7 +336,7 @@ static C_Status map_locked(int id, void* base, size_t offset, const PaddleRtVmmP
                           : mmap(want, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, g_vdev[id].fd,
                                  (off_t)handles[k]->offset);
     if (p == MAP_FAILED) {
-      st = C_FAILED;
+      st = C_ERROR; /* ENOMEM past vm.max_map_count: a failure of the call, not a device out of memory */
       goto unmap;
     }
   }
@@ -367,6 +369,8 @@ static C_Status unmap_locked(int id, void* base, size_t offset, size_t n, size_t
     if (!ptrmap_find(&g_mappings, (void*)(at + k * page), &v)) return C_ERROR;
     if (((struct PaddleRtVmmPhys_st*)(uintptr_t)v)->size != page) return C_ERROR;
   }
+  /* replacing part of a mapping splits it: past vm.max_map_count the kernel refuses (ENOMEM) and nothing changes;
+   * the call fails and the pages stay mapped */
   if (mmap((void*)at, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
     return C_ERROR;
   for (k = 0; k < n; k++) {
@@ -395,7 +399,7 @@ static C_Status locked_map(const C_Device device, const char* call, void* base, 
 static C_Status locked_unmap(const C_Device device, const char* call, void* base, size_t offset, size_t n,
                              size_t page) {
   int id = vmm_device_id(device, call);
-  if (id < 0) return C_ERROR;
+  if (id < 0 || rt_fault_hit(RT_FAULT_UNMAP)) return C_ERROR;
   pthread_mutex_lock(&g_mu);
   C_Status st = unmap_locked(id, base, offset, n, page);
   pthread_mutex_unlock(&g_mu);
