@@ -3,6 +3,9 @@ cimport cython
 from libc.stdint cimport uintptr_t, int64_t
 from paddle_rt._core.allocator cimport AllocatorCore
 from paddle_rt._core.includes.dlpack cimport prt_DLManagedTensor
+from paddle_rt._core.includes.alloc_support cimport _long_as_ssize, PyErr_Occurred
+from paddle_rt._core.checked cimport PRT_MAX_BYTES
+from cpython.exc cimport PyErr_Clear
 
 @cython.no_gc          # (also in allocation.pyx) no reference cycles through it; subclasses inherit this
 cdef class Allocation:
@@ -36,3 +39,14 @@ cdef void dl_capsule_destructor(object capsule) noexcept
 # A byte count from a user (malloc, malloc_async, malloc_host, raw_malloc, the pools): InvalidArgument naming `call`
 # for a non-int, negative or beyond-64-bit value, OutOfMemoryError beyond checked.pxd's PRT_MAX_BYTES.
 cdef size_t check_nbytes(object nbytes, str call, object device) except? 0
+# check_nbytes with the common case (an int within bounds) inline, for the hot paths (malloc, malloc_async).
+cdef inline size_t _check_nbytes(object nbytes, str call="malloc", object device=None) except? 0:
+    cdef Py_ssize_t v
+    if type(nbytes) is int:
+        v = _long_as_ssize(nbytes)
+        if v == -1 and PyErr_Occurred() != NULL:
+            PyErr_Clear()
+            v = -2 if nbytes >= 0 else -1
+        if v >= 0 and v <= PRT_MAX_BYTES:
+            return <size_t>v
+    return check_nbytes(nbytes, call, device)

@@ -62,19 +62,6 @@ cdef inline DeviceAllocator _dev_alloc(object device):
 
 
 
-cdef inline size_t _check_nbytes(object nbytes, str call="malloc", object device=None) except? 0:
-    cdef Py_ssize_t v
-    if type(nbytes) is int:
-        v = _long_as_ssize(nbytes)
-        if v == -1 and PyErr_Occurred() != NULL:
-            PyErr_Clear()
-            v = -2 if nbytes >= 0 else -1
-        if v >= 0 and v <= PRT_MAX_BYTES:
-            return <size_t>v
-        return check_nbytes(nbytes, call, device)
-    return check_nbytes(nbytes, call, device)
-
-
 cdef size_t check_nbytes(object nbytes, str call, object device) except? 0:
     """A byte count from a user (malloc, malloc_async, malloc_host, the pools): an int in [0, PRT_MAX_BYTES]; a
     larger one that fits 64 bits is out of memory (OutOfMemoryError); a negative or wider one InvalidArgument naming

@@ -43,7 +43,7 @@ from paddle_rt._core.allocator cimport (
     round_request, core_deferred_pending, core_try_malloc_block, core_try_free, core_malloc_settled, core_mark_owned,
     core_set_requested,
 )
-from paddle_rt._core.allocation cimport Allocation, check_nbytes
+from paddle_rt._core.allocation cimport Allocation, check_nbytes, _check_nbytes
 from paddle_rt._core.deferred_free cimport core_wait_deferred
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
@@ -578,7 +578,7 @@ cdef class MemPool:
     def malloc_async(self, nbytes, stream=None):
         """Allocate ``nbytes`` ordered on ``stream`` (default: the current stream of the pool's device)."""
         self._check()
-        cdef size_t n = check_nbytes(nbytes, "malloc_async", self.device)
+        cdef size_t n = _check_nbytes(nbytes, "malloc_async", self.device)
         cdef Stream s = current_stream(self.device) if stream is None else _as_stream(stream, self.device)
         return self.malloc_on(n, s)
 
@@ -672,7 +672,7 @@ def malloc_async(nbytes, stream=None, pool=None):
         s = current_stream(None) if stream is None else _as_stream(stream, None)
         p = default_pool_of(s.device)
     p._check()
-    return p.malloc_on(check_nbytes(nbytes, "malloc_async", p.device), s)
+    return p.malloc_on(_check_nbytes(nbytes, "malloc_async", p.device), s)
 
 
 def free_async(a, stream=None):

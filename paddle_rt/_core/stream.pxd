@@ -53,6 +53,7 @@ cdef class Stream:
                                      # close() frees ctx only after they left (docs/concurrency.md)
     cdef bint _closing               # close() is under way: no new work; ctx stays until the worker is joined
     cdef int _fork_gen               # _fork_generation when created: a child of fork() must not touch the worker
+    cdef uintptr_t _alloc_tag        # stream_alloc_tag: its queue's tag, 0 once it is its device's default stream
     cdef object __weakref__
 
     cdef int _setup(self, Device dev, uintptr_t handle, bint has_pstream, bint owned) except -1

@@ -214,9 +214,9 @@ cdef uint64_t stream_launch_host_func(Stream s, host_func_t fn, void* arg) excep
 
 
 cdef uintptr_t stream_alloc_tag(Stream s) noexcept:
-    if s.ctx == NULL or (<Device>s.device).layers.get("streams.default") is s:
+    if s.ctx == NULL:
         return 0
-    return s.ctx.core.tag
+    return s._alloc_tag
 
 
 cdef prt_stream_core* stream_current_worker() noexcept nogil:
@@ -506,6 +506,7 @@ cdef class Stream:
         ctx.core.trace_op = _trace_op
         ctx.core.order = prt_order_counter()
         ctx.core.tag = prt_next_stream_tag()
+        self._alloc_tag = ctx.core.tag
         self.ctx = ctx
         self.device = dev
         self.owned = owned
@@ -841,6 +842,7 @@ cpdef Stream default_stream(object device=None):
             if s is None or (<Stream>s).closed:
                 s = Stream(dev)
                 prt_streams_set_default((<Stream>s).ctx.core)
+                (<Stream>s)._alloc_tag = 0            # the default stream's blocks: tag 0 (malloc without a stream)
                 dev.layers["streams.default"] = s
                 _register_device_sync(dev)
     return s
@@ -912,7 +914,7 @@ cdef _set_tag(Device dev, Stream s):
         prt_t_stream_tag = NULL
         prt_t_stream_dev = NULL
     else:
-        prt_t_stream_tag = <void*>s.ctx.core.tag
+        prt_t_stream_tag = <void*>s._alloc_tag
         prt_t_stream_dev = <void*>dev
 
 
