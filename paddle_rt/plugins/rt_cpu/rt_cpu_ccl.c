@@ -1372,7 +1372,7 @@ static void ccl_fill(C_DeviceInterface* f) {
 
 static void ccl_teardown(void) { ptrmap_drain(&g_ccl_mu, &g_comms, release_comm); }
 
-static rt_layer g_ccl_layer = {"collectives", ccl_fill, ccl_teardown, NULL};
+static rt_layer g_ccl_layer = {"collectives", ccl_fill, ccl_teardown, NULL, NULL};
 
 __attribute__((constructor)) static void ccl_register(void) { rt_layer_register(&g_ccl_layer); }
 
