@@ -1041,6 +1041,41 @@ def test_reset_allocator_refuses_while_memory_is_live(d1):
     assert paddle_rt.max_memory_allocated(d1) == 0
 
 
+@pytest.mark.parametrize("expandable", [1, 0])
+def test_reset_allocator_racing_an_allocation_keeps_the_counters_true(d1, expandable):
+    """Issue 46 item 4: another thread allocates (a new segment, a 2 MiB page in segments mode) after reset's
+    empty_cache and before its last step. The reset used to zero the counters after that allocation (reserved 0 and
+    0 segments with the page in the snapshot; after the free and empty_cache reserved -2 MiB, segments -1); now its
+    check and its zeroing are one hold of the lock: it refuses, and the counters stay true."""
+    from paddle_rt._core import allocator as allocator_mod
+    paddle_rt.set_allocator_config(d1, expandable_segments=expandable)
+    paddle_rt.reset_allocator(d1)
+    held = []
+
+    def other_thread_allocates(a):
+        t = threading.Thread(target=lambda: held.append(paddle_rt.malloc(70144, device=d1)))
+        t.start()
+        t.join()
+
+    allocator_mod._reset_pause = other_thread_allocates
+    try:
+        with pytest.raises(paddle_rt.InvalidArgument, match=r"rt_cpu:1: reset of the device allocator: .* still held"):
+            paddle_rt.reset_allocator(d1)
+    finally:
+        allocator_mod._reset_pause = None
+    assert len(held) == 1
+    s = paddle_rt.memory_stats(d1)
+    assert s["segment.all.current"] == 1 and s["allocated_bytes.all.current"] >= 70144
+    check_consistent(d1)
+    held.pop().free()
+    paddle_rt.empty_cache(d1)
+    s = paddle_rt.memory_stats(d1)
+    assert (s["reserved_bytes.all.current"], s["segment.all.current"], s["allocated_bytes.all.current"]) == (0, 0, 0)
+    check_consistent(d1)
+    paddle_rt.reset_allocator(d1)
+    assert paddle_rt.memory_stats(d1)["reserved_bytes.all.peak"] == 0
+
+
 def _allocator_state(d):
     return (paddle_rt.memory_reserved(d), paddle_rt.memory_stats(d), paddle_rt.memory_snapshot(d),
             plugins.rt_cpu_live_bytes(d.index))

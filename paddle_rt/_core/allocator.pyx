@@ -442,6 +442,45 @@ cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
     c.cx.mu.unlock()
 
 
+cdef void _zero_accumulated(AllocatorCore* c) noexcept nogil:
+    """The allocated/freed totals and the num_* counters to 0 (lock held)."""
+    cdef int i, p
+    for p in range(3):
+        for i in range(N_STATS):
+            c.stats[p][i].allocated = 0
+            c.stats[p][i].freed = 0
+    c.num_alloc_retries = 0
+    c.num_ooms = 0
+    c.num_device_alloc = 0
+    c.num_device_free = 0
+    c.num_cache_hits = 0
+    c.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
+    c.num_release_deferred = 0
+    c.num_maps = 0
+    c.num_unmaps = 0
+
+
+cdef int64_t _reset_if_empty(AllocatorCore* c) noexcept nogil:
+    """DeviceAllocator.reset's last step, in one hold of c's lock: when nothing is held (no reserved byte, no live
+    block, no deferred free) every counter and peak goes to 0 and the chunk serial numbers restart; 0, or the bytes
+    still held (nothing changed). The check and the zeroing under one hold: a thread that allocates between them
+    would otherwise have its segment and block counted away (reserved 0 with a page mapped, then -2 MiB)."""
+    cdef int64_t held
+    c.cx.mu.lock()
+    held = c.stats[0][ST_RESERVED_BYTES].current
+    if held == 0 and (c.stats[0][ST_ALLOCATED_BYTES].current or prt_atomic_load_i64(&c.deferred_pending)):
+        held = 1
+    if held == 0:
+        _zero_accumulated(c)
+        memset(c.stats, 0, sizeof(c.stats))
+        c.chunk_serial = 0
+    c.cx.mu.unlock()
+    return held
+
+
+_reset_pause = None     # tests: called by DeviceAllocator.reset between its empty_cache and its last step
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # DeviceAllocator: the Python owner of one AllocatorCore
 # ---------------------------------------------------------------------------------------------------------------------
@@ -726,22 +765,9 @@ cdef class DeviceAllocator:
             self.core.cx.mu.unlock()
 
     def reset_accumulated_stats(self):
-        cdef int i, p
         with nogil:
             self.core.cx.mu.lock()
-            for p in range(3):
-                for i in range(N_STATS):
-                    self.core.stats[p][i].allocated = 0
-                    self.core.stats[p][i].freed = 0
-            self.core.num_alloc_retries = 0
-            self.core.num_ooms = 0
-            self.core.num_device_alloc = 0
-            self.core.num_device_free = 0
-            self.core.num_cache_hits = 0
-            self.core.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
-            self.core.num_release_deferred = 0
-            self.core.num_maps = 0
-            self.core.num_unmaps = 0
+            _zero_accumulated(self.core)
             self.core.cx.mu.unlock()
 
     def reset(self):
@@ -766,18 +792,12 @@ cdef class DeviceAllocator:
         if not idle:
             self._refuse_reset(held)
         self.empty_cache()
+        if _reset_pause is not None:
+            _reset_pause(self)         # tests: another thread allocates here
         with nogil:
-            c.cx.mu.lock()
-            held = c.stats[0][ST_RESERVED_BYTES].current
-            c.cx.mu.unlock()
-        if held or core_deferred_pending(c):   # memory allocated by another thread meanwhile
+            held = _reset_if_empty(c)  # one hold of the lock: memory allocated by another thread meanwhile is seen
+        if held:
             self._refuse_reset(held)
-        self.reset_accumulated_stats()
-        with nogil:
-            c.cx.mu.lock()
-            memset(c.stats, 0, sizeof(c.stats))
-            c.chunk_serial = 0
-            c.cx.mu.unlock()
 
     def _refuse_reset(self, int64_t held):
         raise errors.InvalidArgument(
