@@ -449,27 +449,18 @@ cdef void _zero_accumulated(AllocatorCore* c) noexcept nogil:
         for i in range(N_STATS):
             c.stats[p][i].allocated = 0
             c.stats[p][i].freed = 0
-    c.num_alloc_retries = 0
-    c.num_ooms = 0
-    c.num_device_alloc = 0
-    c.num_device_free = 0
-    c.num_cache_hits = 0
+    c.num_alloc_retries = c.num_ooms = c.num_device_alloc = c.num_device_free = 0
+    c.num_cache_hits = c.num_release_deferred = c.num_maps = c.num_unmaps = 0
     c.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
-    c.num_release_deferred = 0
-    c.num_maps = 0
-    c.num_unmaps = 0
 
 
 cdef int64_t _reset_if_empty(AllocatorCore* c) noexcept nogil:
-    """DeviceAllocator.reset's last step, in one hold of c's lock: when nothing is held (no reserved byte, no live
-    block, no deferred free) every counter and peak goes to 0 and the chunk serial numbers restart; 0, or the bytes
-    still held (nothing changed). The check and the zeroing under one hold: a thread that allocates between them
-    would otherwise have its segment and block counted away (reserved 0 with a page mapped, then -2 MiB)."""
+    """DeviceAllocator.reset's last step in one hold of the lock (a thread allocating between a check and the zeroing
+    had its segment counted away): when nothing is held, every counter to 0; 0, or the bytes held (nothing done)."""
     cdef int64_t held
     c.cx.mu.lock()
-    held = c.stats[0][ST_RESERVED_BYTES].current
-    if held == 0 and (c.stats[0][ST_ALLOCATED_BYTES].current or prt_atomic_load_i64(&c.deferred_pending)):
-        held = 1
+    held = c.stats[0][ST_RESERVED_BYTES].current or c.stats[0][ST_ALLOCATED_BYTES].current or \
+        prt_atomic_load_i64(&c.deferred_pending)
     if held == 0:
         _zero_accumulated(c)
         memset(c.stats, 0, sizeof(c.stats))
