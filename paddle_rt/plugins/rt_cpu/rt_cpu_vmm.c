@@ -139,12 +139,20 @@ static void bit_set(uint64_t* b, size_t i, int v) {
  * a physical allocation, with transparent huge pages asked for); 0 on failure. */
 static uintptr_t aligned_area(size_t size, int prot) {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | (prot == PROT_NONE ? MAP_NORESERVE : 0);
-  char* p = mmap(NULL, size + g_gran, prot, flags, -1, 0);
-  if (p == MAP_FAILED) return 0;
-  uintptr_t b = ((uintptr_t)p + g_gran - 1) & ~(uintptr_t)(g_gran - 1);
-  if (b > (uintptr_t)p) munmap(p, b - (uintptr_t)p);
-  uintptr_t tail = (uintptr_t)p + size + g_gran;
-  if (tail > b + size) munmap((void*)(b + size), tail - (b + size));
+  uintptr_t b;
+  /* the kernel aligns large anonymous mappings to 2 MiB when THP is on: then one call is enough */
+  char* p = mmap(NULL, size, prot, flags, -1, 0);
+  if (p != MAP_FAILED && ((uintptr_t)p & (g_gran - 1)) == 0) {
+    b = (uintptr_t)p;
+  } else {
+    if (p != MAP_FAILED) munmap(p, size);
+    p = mmap(NULL, size + g_gran, prot, flags, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    b = ((uintptr_t)p + g_gran - 1) & ~(uintptr_t)(g_gran - 1);
+    if (b > (uintptr_t)p) munmap(p, b - (uintptr_t)p);
+    uintptr_t tail = (uintptr_t)p + size + g_gran;
+    if (tail > b + size) munmap((void*)(b + size), tail - (b + size));
+  }
   if (prot != PROT_NONE) madvise((void*)b, size, MADV_HUGEPAGE); /* a hint: without THP it does nothing */
   return b;
 }
