@@ -6,8 +6,10 @@ memory, stream work) while the main thread forks children one after another. Eac
 - calls every public call of paddle_rt (memory, streams, events, pools, copies, collectives, operators, the
   devices) on objects the parent made and on fresh arguments: each must raise ForkError, at once (a lock a parent
   thread held at the fork must never be waited for);
-- calls paddle_rt.reinitialize_after_fork() and then a working set (allocate, write, copy, stream, event, pool,
-  empty_cache, an all_reduce, an operator): each must work, and the parent's memory is not touched by it.
+- calls paddle_rt.reinitialize_after_fork(), then uses the parent's objects (its streams, pools, communicators raise
+  ForkError; freeing its memory and reading its tensors do nothing harmful), then a working set (allocate, write,
+  copy, stream, event, pool, empty_cache, an all_reduce, an operator): each must work, and the parent's memory is
+  not touched by it.
 A child that does not finish within ``--child-timeout`` seconds is killed and counted as hung. Prints one line of
 JSON: forks, hung children, failed children, and the first failures (the call, what it raised)."""
 import argparse
@@ -98,6 +100,25 @@ def forked_calls(o):
     ]
 
 
+def parents_objects_after_reinit(o):
+    """(name, call, raises ForkError) on the parent's objects in the child after reinitialize_after_fork: its
+    streams, events recorded there, pools and communicators raise ForkError; freeing its memory and reading its
+    tensors (the child's copy-on-write copies) do nothing harmful; none waits."""
+    s, e, pool, t = o["s"], o["e"], o["pool"], o["t"]
+    return [
+        ("parent's Stream.synchronize", lambda: s.synchronize(), True),
+        ("parent's Stream.query", lambda: s.query(), True),
+        ("Event.record on the parent's stream", lambda: e.record(s), True),
+        ("parent's MemPool.malloc_async", lambda: pool.malloc_async(64), True),
+        ("all_reduce on the parent's communicator", lambda: ccl.all_reduce(o["bufs"][0], o["bufs"][0],
+                                                                           comm=o["comms"][0]), True),
+        ("parent's Communicator.destroy", lambda: o["comms"][1].destroy(), False),
+        ("parent's Allocation.free", lambda: o["a"].free(), False),
+        ("ops.add on the parent's tensor", lambda: ops.add(t, t).numpy(), False),
+        ("synchronize", lambda: paddle_rt.synchronize(), False),
+    ]
+
+
 def working_calls(o):
     """(name, call) that must work in the child after reinitialize_after_fork."""
     def memory():
@@ -167,6 +188,16 @@ def child(o, wfd, timeout):
             fails.append([name, f"{type(exc).__name__}: {exc}"[:200]])
     try:
         paddle_rt.reinitialize_after_fork()
+        for name, call, forks in parents_objects_after_reinit(o):
+            try:
+                call()
+                if forks:
+                    fails.append(["after reinitialize: " + name, "no ForkError"])
+            except paddle_rt.ForkError:
+                if not forks:
+                    fails.append(["after reinitialize: " + name, "ForkError"])
+            except BaseException as exc:  # noqa: BLE001
+                fails.append(["after reinitialize: " + name, f"{type(exc).__name__}: {exc}"[:200]])
         for name, call in working_calls(o):
             try:
                 call()
