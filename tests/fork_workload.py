@@ -97,6 +97,16 @@ def forked_calls(o):
         ("device", lambda: paddle_rt.device("rt_cpu:0")),
         ("Device.synchronize", lambda: d0.synchronize()),
         ("Device.memory_info", lambda: d0.memory_info()),
+        ("devices", lambda: paddle_rt.devices()),
+        ("device_count", lambda: paddle_rt.device_count("rt_cpu")),
+        ("Stream.wait_event", lambda: s.wait_event(e)),
+        ("Event.elapsed_time", lambda: e.elapsed_time(e)),
+        ("Stream.add_callback", lambda: s.add_callback(lambda: None)),
+        ("allocator_functions", lambda: paddle_rt.allocator_functions(d0)),
+        ("dump_trace", lambda: paddle_rt.dump_trace(os.devnull)),
+        ("memory.record_history", lambda: paddle_rt.memory.record_history()),
+        ("memory.history", lambda: paddle_rt.memory.history()),
+        ("memory.dump_snapshot", lambda: paddle_rt.memory.dump_snapshot(os.devnull)),
     ]
 
 

@@ -51,7 +51,7 @@ from paddle_rt._core.device cimport Device, resolve_device, device_host_addressa
 from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
-    pool_of, best_fit, best_fit_range,
+    pool_of, best_fit, best_fit_range, zero_accumulated,
 )
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
@@ -442,18 +442,6 @@ cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
     c.cx.mu.unlock()
 
 
-cdef void _zero_accumulated(AllocatorCore* c) noexcept nogil:
-    """The allocated/freed totals and the num_* counters to 0 (lock held)."""
-    cdef int i, p
-    for p in range(3):
-        for i in range(N_STATS):
-            c.stats[p][i].allocated = 0
-            c.stats[p][i].freed = 0
-    c.num_alloc_retries = c.num_ooms = c.num_device_alloc = c.num_device_free = 0
-    c.num_cache_hits = c.num_release_deferred = c.num_maps = c.num_unmaps = 0
-    c.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
-
-
 cdef int64_t _reset_if_empty(AllocatorCore* c) noexcept nogil:
     """DeviceAllocator.reset's last step in one hold of the lock (a thread allocating between a check and the zeroing
     had its segment counted away): when nothing is held, every counter to 0; 0, or the bytes held (nothing done)."""
@@ -462,7 +450,7 @@ cdef int64_t _reset_if_empty(AllocatorCore* c) noexcept nogil:
     held = c.stats[0][ST_RESERVED_BYTES].current or c.stats[0][ST_ALLOCATED_BYTES].current or \
         prt_atomic_load_i64(&c.deferred_pending)
     if held == 0:
-        _zero_accumulated(c)
+        zero_accumulated(c)
         memset(c.stats, 0, sizeof(c.stats))
         c.chunk_serial = 0
     c.cx.mu.unlock()
@@ -470,6 +458,14 @@ cdef int64_t _reset_if_empty(AllocatorCore* c) noexcept nogil:
 
 
 _reset_pause = None     # tests: called by DeviceAllocator.reset between its empty_cache and its last step
+
+
+cdef int _refuse_in_child(DeviceAllocator a) except -1:
+    """The parent's allocator in a child of fork(): ForkError, never a wait (a parent thread may have held its lock)."""
+    if a.core.torn_down == 2:
+        raise errors.ForkError(f"{a.device}: the {a.kind} allocator belongs to the parent process (fork()); call "
+                               f"paddle_rt.reinitialize_after_fork() and use the child's own allocators")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -525,6 +521,7 @@ cdef class DeviceAllocator:
 
     def _apply(self, conf):
         """Set the core's configuration from a normalised mapping (hints below, then env, then keywords)."""
+        _refuse_in_child(self)
         cdef AllocatorCore* c = self.core
         cdef AllocConfig cfg
         align = self.device.size_hint("min_chunk_size") or 1
@@ -683,6 +680,7 @@ cdef class DeviceAllocator:
 
     def owns(self, ptr):
         """True if ``ptr`` is the start of a live allocation of this allocator."""
+        _refuse_in_child(self)
         if not isinstance(ptr, int) or isinstance(ptr, bool) or not 0 < ptr <= <object>SIZE_MAX:
             return False
         cdef uintptr_t p = ptr
@@ -696,6 +694,7 @@ cdef class DeviceAllocator:
         streams that may use the memory (the device's; every device's for pinned host memory) have run everything
         submitted so far, since queued work may still use freed (stream-ordered) memory. Inside a stream callback it
         does not wait: chunks that busy streams may use stay cached (nothing is lost; they go back later)."""
+        _refuse_in_child(self)
         cdef int64_t r
         stream_device_quiesce(None if self.core.kind == KIND_HOST else self.device)
         with nogil:
@@ -704,6 +703,7 @@ cdef class DeviceAllocator:
 
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
+        _refuse_in_child(self)
         cdef Stat st[N_STAT_GROUPS][N_STATS]
         cdef int64_t extra[8]
         cdef AllocatorCore* c = self.core
@@ -747,6 +747,7 @@ cdef class DeviceAllocator:
         return out
 
     def reset_peak_stats(self):
+        _refuse_in_child(self)
         cdef int i, p
         with nogil:
             self.core.cx.mu.lock()
@@ -756,9 +757,10 @@ cdef class DeviceAllocator:
             self.core.cx.mu.unlock()
 
     def reset_accumulated_stats(self):
+        _refuse_in_child(self)
         with nogil:
             self.core.cx.mu.lock()
-            _zero_accumulated(self.core)
+            zero_accumulated(self.core)
             self.core.cx.mu.unlock()
 
     def reset(self):
@@ -767,6 +769,7 @@ cdef class DeviceAllocator:
         tie order, the only thing the policy carries from one allocation to the next besides the cache itself)
         restart. The configuration is kept. Raises InvalidArgument while memory is still allocated (or held by
         busy streams), changing nothing: the live-memory condition is checked before any chunk goes back."""
+        _refuse_in_child(self)
         cdef AllocatorCore* c = self.core
         cdef int64_t live, held
         cdef bint idle
@@ -800,6 +803,7 @@ cdef class DeviceAllocator:
         also carries ``expandable`` True, ``granularity``, ``reserved_size`` (its virtual range), ``mapped_size`` and
         ``mapped_pages``: the mapped parts as ``[offset, length]`` runs from its address; its ``total_size`` is the
         extent its blocks cover, and an inactive block may lie over unmapped pages."""
+        _refuse_in_child(self)
         return alloc_snapshot.segments(self.core, str(self.device))
 
     def reserve(self, nbytes):

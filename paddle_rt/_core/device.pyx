@@ -366,6 +366,12 @@ cpdef Device resolve_device(object dev=None):
     return device(dev)
 
 
+def refuse_in_child(what=None):
+    """ForkError in a child of fork() before reinitialize_after_fork (for the Python layers: memory, profiler)."""
+    if process_forked():
+        raise_forked(what)
+
+
 cdef int raise_forked(object dev) except -1:
     """Every call that names or implies a device, in a child of fork() before reinitialize_after_fork: ForkError
     (never a wait: a lock of the parent's state may have been held by one of its threads at the fork)."""
@@ -377,6 +383,8 @@ cdef int raise_forked(object dev) except -1:
 
 def devices(device_type=None):
     """All devices, or those of ``device_type``, in plugin load order."""
+    if process_forked():
+        raise_forked(device_type)
     if device_type is not None:
         p = _plugin_mod.get_plugin(device_type)
         return [_device_of(p, i) for i in range(p.device_count())]
@@ -395,6 +403,8 @@ def devices(device_type=None):
 
 def device_count(device_type=None):
     """Number of devices of ``device_type`` (default: the current device's type)."""
+    if process_forked():
+        raise_forked(device_type)
     if device_type is None:
         return get_device().plugin.device_count()
     return _plugin_mod.get_plugin(device_type).device_count()
