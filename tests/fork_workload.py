@@ -2,7 +2,8 @@
 ``python tests/fork_workload.py --seconds 20 --threads 2``).
 
 The parent keeps ``--threads`` threads allocating and freeing (device memory, a stream-ordered pool, pinned host
-memory, stream work) while the main thread forks children one after another. Each child, under a watchdog:
+memory, stream work) and one running all_reduce between rt_cpu:0 and rt_cpu:1, while the main thread forks children
+one after another. Each child, under a watchdog:
 - calls every public call of paddle_rt (memory, streams, events, pools, copies, collectives, operators, the
   devices) on objects the parent made and on fresh arguments: each must raise ForkError, at once (a lock a parent
   thread held at the fork must never be waited for);
@@ -236,6 +237,15 @@ def allocator_thread(stop, seed, d0):
             paddle_rt.empty_cache(d0)
 
 
+def collectives_thread(stop):
+    comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
+    streams = [paddle_rt.Stream(c.device) for c in comms]
+    xs = [paddle_rt.tensor(np.ones(1024, np.float32), device=c.device, stream=s) for c, s in zip(comms, streams)]
+    while not stop.is_set():
+        for w in [ccl.all_reduce(x, x, "max", comm=c, stream=s) for x, c, s in zip(xs, comms, streams)]:
+            w.wait(timeout=60)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10)
@@ -246,6 +256,7 @@ def main(argv=None):
     stop = threading.Event()
     threads = [threading.Thread(target=allocator_thread, args=(stop, i, o["d0"]), daemon=True)
                for i in range(args.threads)]
+    threads.append(threading.Thread(target=collectives_thread, args=(stop,), daemon=True))
     for t in threads:
         t.start()
     forks = hung = failed = 0
