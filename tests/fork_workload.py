@@ -53,6 +53,7 @@ def forked_calls(o):
         ("raw_free", lambda: paddle_rt.raw_free(o["ptr"])),
         ("free", lambda: paddle_rt.free(a)),
         ("Allocation.free", lambda: a.free()),
+        ("Allocation.record_stream", lambda: a.record_stream(s)),
         ("malloc_host", lambda: paddle_rt.malloc_host(64)),
         ("empty_cache", lambda: paddle_rt.empty_cache()),
         ("empty_cache(device)", lambda: paddle_rt.empty_cache(d0)),

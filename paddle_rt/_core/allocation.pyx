@@ -185,6 +185,8 @@ cdef class Allocation:
         waits until ``stream`` has run everything submitted to it before the free (the block goes back to the
         allocator from ``stream``'s worker; until then it counts as allocated). Recording the stream the memory
         belongs to, or a closed stream, does nothing."""
+        if process_forked():
+            raise_forked(self.device)
         if not isinstance(stream, Stream):
             raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: expected a paddle_rt "
                                          f"Stream, not {type(stream).__name__}")
