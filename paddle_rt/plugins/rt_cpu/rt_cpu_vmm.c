@@ -384,7 +384,13 @@ static C_Status unmap_locked(int id, void* base, size_t offset, size_t n, size_t
     }
     hs[k] = (struct PaddleRtVmmPhys_st*)(uintptr_t)v;
   }
-  if (park_all(at, hs, n, page) != 0 || reserve_over(at, span) != 0) {
+  if (park_all(at, hs, n, page) != 0) {
+    free(hs);
+    return C_FAILED;
+  }
+  if (reserve_over(at, span) != 0) { /* the pages go back in place: still mapped, nothing changed */
+    for (k = 0; k < n; k++)
+      if (!g_lie_remap) move_pages(hs[k]->parked, page, at + k * page, 0);
     free(hs);
     return C_FAILED;
   }
