@@ -367,7 +367,7 @@ cpdef Device resolve_device(object dev=None):
 
 
 def refuse_in_child(what=None):
-    """ForkError in a child of fork() before reinitialize_after_fork (for the Python layers: memory, profiler)."""
+    """ForkError in a child of fork() before reinitialize_after_fork (for the Python layers: the memory history)."""
     if process_forked():
         raise_forked(what)
 
