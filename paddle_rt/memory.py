@@ -21,6 +21,7 @@ from paddle_rt._core.allocation import (
     reset_allocator, empty_cache, memory_snapshot, set_allocator_config, allocator_config,
 )
 from paddle_rt._core import trace as _trace
+from paddle_rt._core.device import refuse_in_child as _refuse_in_child
 from paddle_rt._core.errors import InvalidArgument
 
 __all__ = [
@@ -81,6 +82,7 @@ def record_history(enabled=True, max_entries=100_000, stacks=True):
     out-of-memory error also keeps the Python frames of its caller (allocations made by C code without the GIL keep
     none). Calling it while recording applies the new settings and keeps what was recorded; starting after a stop
     starts a new history. Cost while not recording: none measurable (one branch per allocator event)."""
+    _refuse_in_child()
     global _history
     if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 1:
         raise InvalidArgument(f"record_history: max_entries must be a positive int, not {max_entries!r}")
@@ -107,6 +109,7 @@ def record_history(enabled=True, max_entries=100_000, stacks=True):
 
 def clear_history():
     """Forget what was recorded (recording, if on, goes on from now)."""
+    _refuse_in_child()
     with _lock:
         h = _history
         if h is not None:
@@ -147,6 +150,7 @@ def history():
     ``requested`` is the bytes asked for (an alloc or oom; 0 for the others);
     ``frames`` are ``{"filename", "line", "name"}``, innermost first. Pinned host memory appears as a device named
     ``"<device>/pinned"``."""
+    _refuse_in_child()
     from paddle_rt._core import allocator as _alloc
     entries = _recorded_entries()
     devices = {}
@@ -173,6 +177,7 @@ def history():
 def dump_snapshot(path):
     """Write :func:`history` as JSON to ``path`` (works whether or not history is being recorded: without a history
     the traces are empty and the segments still show the current state)."""
+    _refuse_in_child()
     text = json.dumps(history())
     with open(path, "w") as f:
         f.write(text)
@@ -202,6 +207,7 @@ def dump_trace(path, device=None):
     free matches a live allocation. ``device``: which device (default: the one device with recorded allocations).
     Raises InvalidArgument when nothing was recorded or several devices were and none is named. Returns
     ``(path, number of allocations, peak live requested bytes)``."""
+    _refuse_in_child()
     from paddle_rt._core import alloc_log
     events = {}
     for e in _recorded_entries():

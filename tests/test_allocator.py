@@ -906,9 +906,14 @@ if pid == 0:
         out.append("allocated")
     except paddle_rt.ForkError:
         out.append("ForkError")
-    a.free()                          # the parent's memory: nothing happens in the child
-    paddle_rt.raw_free(p)
+    for free in (a.free, lambda: paddle_rt.raw_free(p), paddle_rt.empty_cache):   # issue 46 item 7
+        try:
+            free()
+            out.append("freed")
+        except paddle_rt.ForkError:
+            out.append("ForkError")
     paddle_rt.reinitialize_after_fork()
+    a.free()                          # the parent's memory: nothing happens in the child
     b = paddle_rt.malloc(10)
     b.free()
     out.append("reinit-ok")
@@ -921,7 +926,60 @@ print("parent", paddle_rt.memory_allocated(), flush=True)
 """
     r = run_python(code)
     assert r.returncode == 0, r.stderr
-    assert "ForkError reinit-ok" in r.stdout and "parent 0" in r.stdout
+    assert "ForkError ForkError ForkError ForkError reinit-ok" in r.stdout and "parent 0" in r.stdout
+
+
+@pytest.mark.parametrize("expandable", [1, 0])
+def test_fork_child_never_waits_for_a_lock_a_parent_thread_held(run_python, expandable):
+    """Issue 46 item 7: a parent thread is inside the plugin's allocation (rt_cpu's alloc delay), holding the
+    allocator's lock, when the main thread forks. In the child every call raises ForkError at once (empty_cache used
+    to spin on that lock forever: gdb showed __nanosleep in core_empty_cache); after reinitialize_after_fork the child
+    allocates, frees and empties its own cache."""
+    code = r"""
+import os, threading, time, paddle_rt
+from paddle_rt.plugins import rt_cpu_set_fault
+paddle_rt.malloc(1).free()
+rt_cpu_set_fault("alloc", delay_us=800000)
+t = threading.Thread(target=lambda: paddle_rt.malloc(4 << 20).free())   # one or two plugin calls
+t.start()
+time.sleep(0.3)                      # t is in the plugin's allocation, the allocator's lock held
+assert t.is_alive()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    rt_cpu_set_fault("alloc", delay_us=0)
+    out = []
+    for name, call in (("empty_cache", paddle_rt.empty_cache), ("memory_stats", paddle_rt.memory_stats),
+                       ("malloc", lambda: paddle_rt.malloc(10)), ("reset_allocator", paddle_rt.reset_allocator),
+                       ("memory_snapshot", paddle_rt.memory_snapshot)):
+        try:
+            call()
+            out.append(name + ":ran")
+        except paddle_rt.ForkError:
+            out.append(name + ":ForkError")
+    paddle_rt.reinitialize_after_fork()
+    b = paddle_rt.malloc(3 << 20)
+    b.free()
+    out.append("released:%d" % paddle_rt.empty_cache())
+    os.write(w, " ".join(out).encode())
+    os._exit(0)
+os.close(w)
+deadline = time.monotonic() + 20
+while os.waitpid(pid, os.WNOHANG) == (0, 0):
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print("CHILD hung")
+        break
+    time.sleep(0.05)
+print("CHILD", os.read(r, 1000).decode())
+t.join()
+"""
+    r = run_python(code, env={"PADDLE_RT_ALLOC_CONF": f"expandable_segments:{expandable}"})
+    assert r.returncode == 0, r.stderr
+    assert ("CHILD empty_cache:ForkError memory_stats:ForkError malloc:ForkError reset_allocator:ForkError "
+            "memory_snapshot:ForkError released:") in r.stdout, r.stdout
+    assert "released:0" not in r.stdout
 
 
 def test_malloc_host_out_of_memory(run_python):
@@ -1039,6 +1097,41 @@ def test_reset_allocator_refuses_while_memory_is_live(d1):
     a.free()
     paddle_rt.reset_allocator(d1)
     assert paddle_rt.max_memory_allocated(d1) == 0
+
+
+@pytest.mark.parametrize("expandable", [1, 0])
+def test_reset_allocator_racing_an_allocation_keeps_the_counters_true(d1, expandable):
+    """Issue 46 item 4: another thread allocates (a new segment, a 2 MiB page in segments mode) after reset's
+    empty_cache and before its last step. The reset used to zero the counters after that allocation (reserved 0 and
+    0 segments with the page in the snapshot; after the free and empty_cache reserved -2 MiB, segments -1); now its
+    check and its zeroing are one hold of the lock: it refuses, and the counters stay true."""
+    from paddle_rt._core import allocator as allocator_mod
+    paddle_rt.set_allocator_config(d1, expandable_segments=expandable)
+    paddle_rt.reset_allocator(d1)
+    held = []
+
+    def other_thread_allocates(a):
+        t = threading.Thread(target=lambda: held.append(paddle_rt.malloc(70144, device=d1)))
+        t.start()
+        t.join()
+
+    allocator_mod._reset_pause = other_thread_allocates
+    try:
+        with pytest.raises(paddle_rt.InvalidArgument, match=r"rt_cpu:1: reset of the device allocator: .* still held"):
+            paddle_rt.reset_allocator(d1)
+    finally:
+        allocator_mod._reset_pause = None
+    assert len(held) == 1
+    s = paddle_rt.memory_stats(d1)
+    assert s["segment.all.current"] == 1 and s["allocated_bytes.all.current"] >= 70144
+    check_consistent(d1)
+    held.pop().free()
+    paddle_rt.empty_cache(d1)
+    s = paddle_rt.memory_stats(d1)
+    assert (s["reserved_bytes.all.current"], s["segment.all.current"], s["allocated_bytes.all.current"]) == (0, 0, 0)
+    check_consistent(d1)
+    paddle_rt.reset_allocator(d1)
+    assert paddle_rt.memory_stats(d1)["reserved_bytes.all.peak"] == 0
 
 
 def _allocator_state(d):

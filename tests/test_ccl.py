@@ -812,3 +812,46 @@ def test_work_wait_from_its_streams_callback_is_an_error_not_a_deadlock(run_pyth
     out = res.stdout
     assert out.count("StreamError:") == 2 and "would deadlock" in out, out
     assert "returned" not in out and "CollectiveTimeout" not in out
+
+
+def test_fork_child_refuses_the_parents_communicators(run_python):
+    """Issue 46 item 7: in a child of fork() a collective on the parent's communicator raises ForkError, before and
+    after reinitialize_after_fork (it used to be queued after reinitialize and wait for a peer rank that is in the
+    parent, then the child's synchronize waited with it); destroying it forgets it; new communicators work."""
+    code = r"""
+import os, numpy as np, paddle_rt
+from paddle_rt import ccl
+comms = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
+x = paddle_rt.tensor(np.ones(4, np.float32), device="rt_cpu:0")
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    import faulthandler
+    faulthandler.dump_traceback_later(20, exit=True)
+    out = []
+    for phase in ("before", "after"):
+        try:
+            ccl.all_reduce(x, x, comm=comms[0])
+            out.append(phase + ":ran")
+        except paddle_rt.ForkError:
+            out.append(phase + ":ForkError")
+        if phase == "before":
+            paddle_rt.reinitialize_after_fork()
+    comms[0].destroy()
+    paddle_rt.synchronize()
+    mine = ccl.comm_init_all(["rt_cpu:0", "rt_cpu:1"])
+    streams = [paddle_rt.Stream(c.device) for c in mine]
+    ys = [paddle_rt.tensor(np.full(4, i + 1, np.float32), device=c.device, stream=s)
+          for i, (c, s) in enumerate(zip(mine, streams))]
+    for wk in [ccl.all_reduce(y, y, comm=c, stream=s) for y, c, s in zip(ys, mine, streams)]:
+        wk.wait(timeout=30)
+    out.append("mine:%d" % ys[0].numpy()[0])
+    os.write(w, " ".join(out).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+print("CHILD", os.read(r, 200).decode())
+"""
+    res = run_python(code, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "CHILD before:ForkError after:ForkError mine:3" in res.stdout, (res.stdout, res.stderr)

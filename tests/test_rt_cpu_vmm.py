@@ -317,3 +317,86 @@ def test_batched_calls_fault_injection():
         assert release(a) == OK and release(b) == OK
         assert free_range(base, 4 * G) == OK
     """)
+
+
+# -- fork (issue 46 item 1): nothing of the parent's memory is shared with a child --------------------------------------
+FORK_ALIASING = """
+import os, sys
+import numpy as np
+import paddle_rt
+a = paddle_rt.malloc(8 << 20)
+va = np.asarray(a).view(np.uint8)
+va[:] = 0x5A
+spare = paddle_rt.malloc(8 << 20)        # a cached page the child's empty_cache could give back
+spare.free()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    out = []
+    va[:16] = 0x11                       # an inherited view: the child's own copy
+    paddle_rt.reinitialize_after_fork()
+    b = paddle_rt.malloc(8 << 20)
+    vb = np.asarray(b).view(np.uint8)
+    out.append("child-sees-parent" if (vb == 0x5A).all() else "child-fresh")
+    vb[:] = 0x22
+    del vb
+    b.free()
+    paddle_rt.empty_cache()
+    out.append("inherited-view-kept" if va[100] == 0x5A and va[0] == 0x11 else "inherited-view-changed")
+    os.write(w, " ".join(out).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+child = os.read(r, 200).decode()
+print("CHILD", child)
+print("PARENT", "intact" if (va == 0x5A).all() else f"changed:{int(va[0])}:{int(va[-1])}")
+del va
+a.free()
+"""
+
+
+@pytest.mark.parametrize("expandable", ["1", "0"])
+def test_fork_child_memory_is_not_the_parents(run_python, expandable):
+    """Issue 46 item 1, segments and chunks: a child that reinitialises and allocates gets fresh memory, not the
+    parent's pages; its writes (through its own block or a view it inherited) and its empty_cache leave the parent's
+    live block as it was; the child's inherited view is its private copy."""
+    r = run_python(FORK_ALIASING, env={"PADDLE_RT_ALLOC_CONF": f"expandable_segments:{expandable}"})
+    assert r.returncode == 0, r.stderr
+    assert "CHILD child-fresh inherited-view-kept" in r.stdout, r.stdout
+    assert "PARENT intact" in r.stdout, r.stdout
+
+
+def test_fork_child_forgets_the_parents_physical_memory():
+    """In a child of fork() rt_cpu's extension starts empty (the parent's ranges and physical allocations are not the
+    child's: counts and capacity 0), a mapping the child inherited is its copy-on-write copy, and the child's
+    creations and releases do not touch the parent's bytes."""
+    run("""
+        G = gran()
+        base = reserve(2 * G)
+        st, a = create(G)
+        assert vmap(base, 0, a, G) == OK
+        ctypes.memset(base, 0x5A, G)
+        st, parked = create(G)                                    # not mapped at the fork
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            ok = [lib.rt_cpu_vmm_count(0, k) == 0 for k in range(4)]
+            ctypes.memset(base, 0x11, G)                          # the child's own copy
+            ok.append(ctypes.string_at(base + G - 1, 1) == b"\\x11")
+            ok.append(release(a) == ERR and release(parked) == ERR)   # not the child's
+            b2 = reserve(G)
+            st2, c = create(G)
+            ok.append(st2 == OK and vmap(b2, 0, c, G) == OK)
+            ctypes.memset(b2, 0x22, G)
+            ok.append(unmap(b2, 0, G) == OK and release(c) == OK and free_range(b2, G) == OK)
+            os.write(wr, bytes(int(x) for x in ok))
+            os._exit(0)
+        os.close(wr)
+        os.waitpid(pid, 0)
+        got = os.read(rd, 100)
+        assert got == bytes([1] * len(got)) and len(got) == 8, list(got)
+        assert ctypes.string_at(base, G) == b"\\x5a" * G            # the parent's bytes
+        assert lib.rt_cpu_vmm_count(0, 1) == 2
+        assert unmap(base, 0, G) == OK and release(a) == OK and release(parked) == OK
+        assert free_range(base, 2 * G) == OK
+    """)

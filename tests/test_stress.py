@@ -2,6 +2,8 @@
 capacities, with rt_cpu's faults on and off, every result checked against numpy, memory back to 0 at the end.
 
 The total time is PADDLE_RT_STRESS_SECONDS (default 60), split over the configurations below; `.ci/run` gives it 90 s.
+The fork soak (tests/fork_workload.py, issue 46) and the reset race take a share of it on top (a tenth and a twentieth per
+allocator mode).
 Each configuration runs tests/stress_workload.py in a child process (the device capacity is read at load), and fails
 on any wrong result, a hung thread, a crash, or memory not back to 0."""
 import json
@@ -48,3 +50,96 @@ def test_stress(threads, cap, faults):
     assert out["live"] == [0, 0], out
     assert out["books_agree"], out["books"]          # the allocator's reserved bytes == the plugin's used bytes
     assert all(v == 0 for v in out["allocated"].values()), out
+
+
+# -- fork soak (issue 46 item 7) ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("expandable", ["1", "0"])
+def test_fork_soak(expandable):
+    """Parent threads allocate while the main thread forks children one after another (tests/fork_workload.py): every
+    public call in a child raises ForkError at once before reinitialize_after_fork (none hangs on a lock a parent
+    thread held at the fork), works after it, and the parent's memory is never touched. A share of
+    PADDLE_RT_STRESS_SECONDS (a tenth, at least 3 s) per allocator mode."""
+    import paddle_rt
+    seconds = max(3.0, _budget() / 10)
+    here = os.path.dirname(os.path.abspath(__file__))
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+    env = dict(os.environ, PYTHONPATH=parent, PADDLE_RT_ALLOC_CONF=f"expandable_segments:{expandable}")
+    cmd = [sys.executable, os.path.join(here, "fork_workload.py"), "--seconds", str(seconds), "--threads", "2",
+           "--child-timeout", "30"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=parent, timeout=seconds + 300)
+    assert res.returncode == 0, (res.returncode, res.stdout[-2000:], res.stderr[-4000:])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    print({k: v for k, v in out.items() if k != "first"})
+    assert out["forks"] >= 2
+    assert out["hung"] == 0 and out["failed"] == 0, out["first"]
+    assert out["parent_intact"]
+
+
+# -- reset_allocator racing allocating threads (issue 46 item 4) --------------------------------------------------------
+RESET_RACE = r"""
+import json, sys, threading, time
+import paddle_rt
+seconds = float(sys.argv[1])
+d = paddle_rt.device("rt_cpu:1")
+
+def check(tag):
+    s = paddle_rt.memory_stats(d)
+    snap = paddle_rt.memory_snapshot(d)
+    reserved = sum(seg["mapped_size"] if seg.get("expandable") else seg["total_size"] for seg in snap)
+    allocated = sum(b["size"] for seg in snap for b in seg["blocks"] if b["state"] == "active_allocated")
+    got = (s["reserved_bytes.all.current"], s["segment.all.current"], s["allocated_bytes.all.current"])
+    want = (reserved, len(snap), allocated)
+    if got != want or min(v for k, v in s.items() if k.endswith(".current")) < 0:
+        print(json.dumps({"bad": tag, "stats": got, "snapshot": want}))
+        sys.exit(1)
+
+rounds = resets = refused = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end or rounds < 3:
+    stop = threading.Event()
+    held = [[] for _ in range(2)]
+    def work(mine, n):
+        while not stop.is_set():
+            mine.append(paddle_rt.malloc(n, device=d))
+            if len(mine) > 3:
+                mine.pop(0).free()
+    threads = [threading.Thread(target=work, args=(held[i], n)) for i, n in enumerate((70144, 3 << 20))]
+    for t in threads:
+        t.start()
+    for _ in range(20):
+        try:
+            paddle_rt.reset_allocator(d)
+            resets += 1
+        except paddle_rt.InvalidArgument:
+            refused += 1
+    stop.set()
+    for t in threads:
+        t.join()
+    check("with blocks held")
+    for mine in held:
+        for a in mine:
+            a.free()
+    paddle_rt.empty_cache(d)
+    check("after the frees and empty_cache")
+    s = paddle_rt.memory_stats(d)
+    assert (s["reserved_bytes.all.current"], s["segment.all.current"], s["allocated_bytes.all.current"]) == (0, 0, 0)
+    rounds += 1
+print(json.dumps({"rounds": rounds, "resets": resets, "refused": refused}))
+"""
+
+
+@pytest.mark.parametrize("expandable", ["1", "0"])
+def test_reset_allocator_racing_threads_keeps_the_counters_true(expandable):
+    """reset_allocator called again and again while two threads allocate and free: after each round the counters
+    agree with the snapshot and return to 0 once everything is freed (they went to reserved -2 MiB, segments -1).
+    A twentieth of PADDLE_RT_STRESS_SECONDS (at least 2 s) per allocator mode."""
+    import paddle_rt
+    seconds = max(2.0, _budget() / 20)
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(paddle_rt.__file__)))
+    env = dict(os.environ, PYTHONPATH=parent, PADDLE_RT_ALLOC_CONF=f"expandable_segments:{expandable}")
+    res = subprocess.run([sys.executable, "-c", RESET_RACE, str(seconds)], capture_output=True, text=True, env=env,
+                         cwd=parent, timeout=seconds + 120)
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-4000:])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    print(out)
+    assert out["rounds"] >= 3 and out["resets"] + out["refused"] == 20 * out["rounds"]

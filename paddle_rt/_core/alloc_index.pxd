@@ -6,7 +6,7 @@ from libc.string cimport memset
 from cython.operator cimport dereference as deref
 
 from paddle_rt._core.alloc_types cimport (
-    AllocatorCore, Block, Stat, ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT, POOL_SMALL, POOL_LARGE,
+    AllocatorCore, Block, Stat, ST_INACTIVE_SPLIT_BYTES, ST_INACTIVE_SPLIT, POOL_SMALL, POOL_LARGE, N_STATS,
 )
 from paddle_rt._core.alloc_policy cimport pool_for, serves, tie_rank
 from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_free_key, prt_free_rekey, prt_free_move
@@ -25,6 +25,18 @@ cdef inline void stat_add(AllocatorCore* c, int pool, int which, int64_t d) noex
                 s.peak = s.current
         else:
             s.freed -= d
+
+
+cdef inline void zero_accumulated(AllocatorCore* c) noexcept nogil:
+    """The allocated/freed totals and the num_* counters to 0 (lock held)."""
+    cdef int i, p
+    for p in range(3):
+        for i in range(N_STATS):
+            c.stats[p][i].allocated = 0
+            c.stats[p][i].freed = 0
+    c.num_alloc_retries = c.num_ooms = c.num_device_alloc = c.num_device_free = 0
+    c.num_cache_hits = c.num_release_deferred = c.num_maps = c.num_unmaps = c.num_release_failures = 0
+    c.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
 
 
 # Block structs come from a free list of spares.

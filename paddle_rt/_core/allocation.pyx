@@ -16,7 +16,8 @@ from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
 
-from paddle_rt._core.device cimport Device, resolve_device
+from paddle_rt._core.device cimport Device, resolve_device, raise_forked
+from paddle_rt._core.plugin cimport process_forked
 from paddle_rt._core.allocator cimport (
     AllocatorCore, DeviceAllocator, KIND_DEVICE, KIND_HOST, ST_ALLOCATED_BYTES, ST_RESERVED_BYTES, core_free,
     core_try_malloc, core_try_free, core_lookup, core_deferred_pending, allocator_of, existing_allocator,
@@ -143,6 +144,8 @@ cdef class Allocation:
                 pass
 
     cdef int _release(self) except -1:
+        if process_forked():
+            raise_forked(self.device)
         if self._freed:
             raise errors.InvalidArgument(f"{self.device}: free of 0x{self.ptr:x}: the Allocation was already freed")
         if self.exports > 0:
@@ -170,6 +173,8 @@ cdef class Allocation:
         waits until ``stream`` has run everything submitted to it before the free (the block goes back to the
         allocator from ``stream``'s worker; until then it counts as allocated). Recording the stream the memory
         belongs to, or a closed stream, does nothing."""
+        if process_forked():
+            raise_forked(self.device)
         if not isinstance(stream, Stream):
             raise errors.InvalidArgument(f"{self.device}: record_stream of 0x{self.ptr:x}: expected a paddle_rt "
                                          f"Stream, not {type(stream).__name__}")

@@ -50,7 +50,7 @@ from paddle_rt._core.device cimport Device, resolve_device, device_host_addressa
 from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.alloc_index cimport (
     stat_add, new_block, drop_block, index_insert, index_remove, split_uncount, split_count, index_find, index_rekey,
-    pool_of, best_fit, best_fit_range,
+    pool_of, best_fit, best_fit_range, zero_accumulated,
 )
 from paddle_rt._core.alloc_policy cimport (
     pool_for, serves, splits, remainder_low, tie_rank, consolidates_before_growth, chunk_for_miss, releases_on_free,
@@ -411,6 +411,32 @@ cdef void _core_teardown(AllocatorCore* c, int release_memory) noexcept nogil:
     c.cx.mu.unlock()
 
 
+cdef int64_t _reset_if_empty(AllocatorCore* c) noexcept nogil:
+    """DeviceAllocator.reset's last step in one hold of the lock (a thread allocating between a check and the zeroing
+    had its segment counted away): when nothing is held, every counter to 0; 0, or the bytes held (nothing done)."""
+    cdef int64_t held
+    c.cx.mu.lock()
+    held = c.stats[0][ST_RESERVED_BYTES].current or c.stats[0][ST_ALLOCATED_BYTES].current or \
+        prt_atomic_load_i64(&c.deferred_pending)
+    if held == 0:
+        zero_accumulated(c)
+        memset(c.stats, 0, sizeof(c.stats))
+        c.chunk_serial = 0
+    c.cx.mu.unlock()
+    return held
+
+
+_reset_pause = None     # tests: called by DeviceAllocator.reset between its empty_cache and its last step
+
+
+cdef int _refuse_in_child(DeviceAllocator a) except -1:
+    """The parent's allocator in a child of fork(): ForkError, never a wait (a parent thread may have held its lock)."""
+    if a.core.torn_down == 2:
+        raise errors.ForkError(f"{a.device}: the {a.kind} allocator belongs to the parent process (fork()); call "
+                               f"paddle_rt.reinitialize_after_fork() and use the child's own allocators")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # DeviceAllocator: the Python owner of one AllocatorCore
 # ---------------------------------------------------------------------------------------------------------------------
@@ -464,6 +490,7 @@ cdef class DeviceAllocator:
 
     def _apply(self, conf):
         """Set the core's configuration from a normalised mapping (hints below, then env, then keywords)."""
+        _refuse_in_child(self)
         cdef AllocatorCore* c = self.core
         cdef AllocConfig cfg
         align = self.device.size_hint("min_chunk_size") or 1
@@ -623,6 +650,7 @@ cdef class DeviceAllocator:
 
     def owns(self, ptr):
         """True if ``ptr`` is the start of a live allocation of this allocator."""
+        _refuse_in_child(self)
         if not isinstance(ptr, int) or isinstance(ptr, bool) or not 0 < ptr <= <object>SIZE_MAX:
             return False
         cdef uintptr_t p = ptr
@@ -641,6 +669,7 @@ cdef class DeviceAllocator:
         is queued (the rest stays cached, counted in ``num_release_deferred``, and goes back at a later release
         point). Inside a stream callback it does not wait. A refused release (alloc_segment.pyx): PluginError naming
         the device and the call (``released``: the bytes released)."""
+        _refuse_in_child(self)
         cdef int64_t r
         if wait:
             stream_device_quiesce(None if self.core.kind == KIND_HOST else self.device)
@@ -650,9 +679,11 @@ cdef class DeviceAllocator:
 
     def stats(self):
         """PyTorch-style counters (see :func:`memory_stats`)."""
+        _refuse_in_child(self)
         return alloc_snapshot.counters(self.core)
 
     def reset_peak_stats(self):
+        _refuse_in_child(self)
         cdef int i, p
         with nogil:
             self.core.cx.mu.lock()
@@ -662,23 +693,10 @@ cdef class DeviceAllocator:
             self.core.cx.mu.unlock()
 
     def reset_accumulated_stats(self):
-        cdef int i, p
+        _refuse_in_child(self)
         with nogil:
             self.core.cx.mu.lock()
-            for p in range(3):
-                for i in range(N_STATS):
-                    self.core.stats[p][i].allocated = 0
-                    self.core.stats[p][i].freed = 0
-            self.core.num_alloc_retries = 0
-            self.core.num_ooms = 0
-            self.core.num_device_alloc = 0
-            self.core.num_device_free = 0
-            self.core.num_cache_hits = 0
-            self.core.hits_at_growth = 0      # alloc_policy.ramp_ended counts hits from here
-            self.core.num_release_deferred = 0
-            self.core.num_maps = 0
-            self.core.num_unmaps = 0
-            self.core.num_release_failures = 0
+            zero_accumulated(self.core)
             self.core.cx.mu.unlock()
 
     def reset(self):
@@ -687,6 +705,7 @@ cdef class DeviceAllocator:
         tie order, the only thing the policy carries from one allocation to the next besides the cache itself)
         restart. The configuration is kept. Raises InvalidArgument while memory is still allocated (or held by
         busy streams), changing nothing: the live-memory condition is checked before any chunk goes back."""
+        _refuse_in_child(self)
         cdef AllocatorCore* c = self.core
         cdef int64_t live, held
         cdef bint idle
@@ -703,18 +722,12 @@ cdef class DeviceAllocator:
         if not idle:
             self._refuse_reset(held)
         self.empty_cache()
+        if _reset_pause is not None:
+            _reset_pause(self)         # tests: another thread allocates here
         with nogil:
-            c.cx.mu.lock()
-            held = c.stats[0][ST_RESERVED_BYTES].current
-            c.cx.mu.unlock()
-        if held or core_deferred_pending(c):   # memory allocated by another thread meanwhile
+            held = _reset_if_empty(c)  # one hold of the lock: memory allocated by another thread meanwhile is seen
+        if held:
             self._refuse_reset(held)
-        self.reset_accumulated_stats()
-        with nogil:
-            c.cx.mu.lock()
-            memset(c.stats, 0, sizeof(c.stats))
-            c.chunk_serial = 0
-            c.cx.mu.unlock()
 
     def _refuse_reset(self, int64_t held):
         raise errors.InvalidArgument(
@@ -726,6 +739,7 @@ cdef class DeviceAllocator:
         also carries ``expandable`` True, ``granularity``, ``reserved_size`` (its virtual range), ``mapped_size`` and
         ``mapped_pages``: the mapped parts as ``[offset, length]`` runs from its address; its ``total_size`` is the
         extent its blocks cover, and an inactive block may lie over unmapped pages."""
+        _refuse_in_child(self)
         return alloc_snapshot.segments(self.core, str(self.device))
 
     def reserve(self, nbytes):

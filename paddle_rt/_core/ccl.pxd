@@ -79,6 +79,7 @@ cdef class Communicator:
     cdef bint _aborted          # abort() ran
     cdef uint64_t _seq          # collectives issued
     cdef dict _last             # Stream -> last Work issued on it
+    cdef int _fork_gen          # stream.fork_generation() when it was made: a child of fork() cannot use it
     cdef object __weakref__
 
     cdef int _check_usable(self, str call) except -1

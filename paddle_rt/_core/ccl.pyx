@@ -53,7 +53,7 @@ from paddle_rt._core.device_ext cimport (
 from paddle_rt._core.device cimport Device, resolve_device, check_status
 from paddle_rt._core.plugin cimport Plugin
 from paddle_rt._core.stream cimport (
-    Stream, StreamCtx, current_stream, stream_ctx_plugin_sync, stream_reached, stream_current_worker,
+    Stream, StreamCtx, current_stream, stream_ctx_plugin_sync, stream_reached, stream_current_worker, fork_generation,
 )
 from paddle_rt._core.includes.stream_support cimport (
     PRT_OP_NEEDS_IDLE, prt_op_kind, PRT_OPK_COLLECTIVE, prt_stream_core,
@@ -258,6 +258,7 @@ cdef object _comm_init(Communicator self, nranks, unique_id, rank, device, objec
     self.nranks = nranks
     self.clique = clique
     self.destroyed = False
+    self._fork_gen = fork_generation()
     self.across_processes = mpi_comm is not None
     self.mpi_comm = mpi_comm
     self._host_calls = init_mpi != NULL
@@ -352,6 +353,10 @@ cdef class Communicator:
         return self._error
 
     cdef int _check_usable(self, str call) except -1:
+        if self._fork_gen != fork_generation():
+            raise errors.ForkError(f"{self.device!r}: ccl.{call}: the communicator (rank {self.rank} of {self.nranks}) "
+                                   f"belongs to the parent process (fork()); make new ones in the child after "
+                                   f"paddle_rt.reinitialize_after_fork()")
         if self.destroyed or self.handle == NULL:
             raise errors.CollectiveError(f"{self.device!r}: ccl.{call}: the communicator (rank {self.rank} of "
                                          f"{self.nranks}) was destroyed", call, repr(self.device), self.rank,
@@ -410,6 +415,11 @@ cdef class Communicator:
         cdef C_CCLComm h = self.handle
         if self.destroyed:
             return
+        if self._fork_gen != fork_generation():    # the parent's: forgotten, its plugin state is the parent's
+            self.destroyed = True
+            self.handle = NULL
+            _live_comms.discard(self)
+            return
         pending = list(self._last.values())
         self._last.clear()
         if (self._error is not None or self._gave_up) and any(not (<Work>w).done() for w in pending):
@@ -430,7 +440,8 @@ cdef class Communicator:
 
     def __dealloc__(self):
         # queued work holds a reference to its communicator: nothing can still use the handle here
-        if self.handle != NULL and not self.destroyed and self.device is not None and self.device.alive():
+        if self.handle != NULL and not self.destroyed and self.device is not None and self.device.alive() and \
+                self._fork_gen == fork_generation():
             self.device.iface.set_device(self.device.cdev())
             self.device.iface.xccl_destroy_comm(self.handle)
         self.handle = NULL

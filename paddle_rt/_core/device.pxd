@@ -35,3 +35,4 @@ cdef bint device_host_addressable(Device dev)
 cdef int check_status(Device dev, str call, C_Status status) except -1
 # The current device of the calling thread, or the device named/given by `device` (None, str, int, Device).
 cpdef Device resolve_device(object dev=*)
+cdef int raise_forked(object dev) except -1   # ForkError: this process is a child of fork() not yet re-initialised

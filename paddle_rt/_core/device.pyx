@@ -18,7 +18,7 @@ cdef extern from *:
     PyObject* prt_current_device
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Status, C_SUCCESS, C_WARNING, C_GridDim3
-from paddle_rt._core.plugin cimport Plugin
+from paddle_rt._core.plugin cimport Plugin, process_forked
 
 from paddle_rt._core import errors
 from paddle_rt._core import plugin as _plugin_mod
@@ -307,6 +307,8 @@ def _parse(spec):
 def device(spec=None, index=None):
     """The :class:`Device` named by ``spec``: ``"rt_cpu:1"``, ``("rt_cpu", 1)``, an int (that index of the current
     device's type), a Device, or None (the current device of this thread)."""
+    if process_forked():
+        raise_forked(spec)
     if spec is None and index is None:
         return get_device()
     if isinstance(spec, Device):
@@ -353,6 +355,8 @@ cdef inline bint _still_listed(Device d):
 
 
 cpdef Device resolve_device(object dev=None):
+    if process_forked():
+        raise_forked(dev)
     if dev is None:
         if prt_current_device != NULL:
             return <Device>prt_current_device
@@ -362,8 +366,25 @@ cpdef Device resolve_device(object dev=None):
     return device(dev)
 
 
+def refuse_in_child(what=None):
+    """ForkError in a child of fork() before reinitialize_after_fork (for the Python layers: the memory history)."""
+    if process_forked():
+        raise_forked(what)
+
+
+cdef int raise_forked(object dev) except -1:
+    """Every call that names or implies a device, in a child of fork() before reinitialize_after_fork: ForkError
+    (never a wait: a lock of the parent's state may have been held by one of its threads at the fork)."""
+    what = "the current device" if dev is None else repr(str(dev))
+    raise errors.ForkError(f"{what}: this process is a child of fork(); the devices, their memory, streams, events, "
+                           f"pools and communicators are the parent's. Call paddle_rt.reinitialize_after_fork() "
+                           f"before using paddle_rt in the child")
+
+
 def devices(device_type=None):
     """All devices, or those of ``device_type``, in plugin load order."""
+    if process_forked():
+        raise_forked(device_type)
     if device_type is not None:
         p = _plugin_mod.get_plugin(device_type)
         return [_device_of(p, i) for i in range(p.device_count())]
@@ -382,6 +403,8 @@ def devices(device_type=None):
 
 def device_count(device_type=None):
     """Number of devices of ``device_type`` (default: the current device's type)."""
+    if process_forked():
+        raise_forked(device_type)
     if device_type is None:
         return get_device().plugin.device_count()
     return _plugin_mod.get_plugin(device_type).device_count()
@@ -428,6 +451,8 @@ def _initial_device():
 def get_device():
     """The current device of the calling thread (a new thread starts on the default device)."""
     global prt_current_device
+    if process_forked():
+        raise_forked(None)
     d = getattr(_thread_state, "device", None)
     if d is None:
         d = _initial_device()

@@ -6,7 +6,8 @@ from libc.stdlib cimport calloc, free
 from cpython.exc cimport PyErr_CheckSignals
 
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Event, C_Status
-from paddle_rt._core.device cimport Device, check_status
+from paddle_rt._core.device cimport Device, check_status, raise_forked
+from paddle_rt._core.plugin cimport process_forked
 from paddle_rt._core.stream cimport Stream, StreamMark, current_stream, stream_notify_host_sync, \
     stream_current_worker
 from paddle_rt._core.includes.stream_support cimport prt_event_core
@@ -45,6 +46,8 @@ cdef class Event(StreamMark):
 
     def __cinit__(self, enable_timing=False, blocking=False):
         # StreamMark.__cinit__ made the event core
+        if process_forked():
+            raise_forked(None)
         self.enable_timing = bool(enable_timing)
         self.blocking = bool(blocking)
         self.core.timing = 1 if self.enable_timing else 0
@@ -94,11 +97,15 @@ cdef class Event(StreamMark):
 
     def query(self):
         """True when the latest record has completed (or the event was never recorded)."""
+        if process_forked():
+            raise_forked(self.device)
         return self._gen == 0 or self.core.is_done(self._gen)
 
     def synchronize(self):
         """Wait until the latest record completes (GIL released, Ctrl-C works). Raises :class:`StreamError` for
         errors of the recorded stream's work before the record."""
+        if process_forked():
+            raise_forked(self.device)
         cdef uint64_t gen = self._gen
         cdef bint ok
         if gen == 0:
@@ -125,6 +132,8 @@ cdef class Event(StreamMark):
     def elapsed_time(self, Event end not None):
         """Milliseconds from this event's record to ``end``'s (both created with ``enable_timing=True``, recorded
         and complete)."""
+        if process_forked():
+            raise_forked(self.device)
         pair = (("start", self), ("end", end))
         for name, e in pair:
             if not (<Event>e).enable_timing:

@@ -26,3 +26,7 @@ cdef class Plugin:
     cdef int ensure_initialized(self) except -1
     cdef int check_process(self) except -1
     cdef bint has(self, str hook)
+
+
+# 1 in a child of fork() until paddle_rt.reinitialize_after_fork() (set by an at-fork handler; nogil, no lock)
+cdef int process_forked() noexcept nogil

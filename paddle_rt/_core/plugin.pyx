@@ -112,6 +112,10 @@ def is_forked():
     return _forked != 0
 
 
+cdef int process_forked() noexcept nogil:
+    return _forked
+
+
 def _after_fork_in_child():
     global _forked
     _forked = 1

@@ -58,6 +58,7 @@ cdef class Stream:
 
     cdef int _setup(self, Device dev, uintptr_t handle, bint has_pstream, bint owned) except -1
     cdef int _free_ctx(self) except -1
+    cdef int _check_process(self) except -1
     cdef int _check_open(self) except -1
     # Pin ctx for a section that releases the GIL (close() waits for the pins before freeing it): after
     # _check_open, with the GIL held and no Python call between the check and the pin. unpin() with the GIL.

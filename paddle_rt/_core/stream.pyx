@@ -550,6 +550,9 @@ cdef class Stream:
             raise errors.StreamError(f"{self.name}: the stream is closed")
         if self._closing:
             raise errors.StreamError(f"{self.name}: the stream is closing (close() was called)")
+        return self._check_process()
+
+    cdef int _check_process(self) except -1:
         if self._fork_gen != _fork_generation:
             raise errors.ForkError(f"{self.name}: this stream belongs to the parent process (fork()); create new "
                                    f"streams in the child after paddle_rt.reinitialize_after_fork()")
@@ -655,6 +658,7 @@ cdef class Stream:
 
     def query(self):
         """True when everything submitted so far has completed."""
+        self._check_process()          # the parent's stream: its worker is not in this process
         if self.ctx == NULL:
             return True
         return self.ctx.core.idle()

@@ -9,7 +9,8 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from libc.string cimport memset, memcpy
 
-from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable
+from paddle_rt._core.device cimport Device, resolve_device, device_host_addressable, raise_forked
+from paddle_rt._core.plugin cimport process_forked
 from paddle_rt._core.stream cimport Stream, stream_of_device
 from paddle_rt._core.memcpy cimport upload_async
 from paddle_rt._core.pool cimport pool_malloc, default_pool_of, AsyncAllocation
@@ -413,6 +414,8 @@ cdef class Tensor(TensorDesc):
 
     def numpy(self):
         """A numpy copy of the tensor, after the work that produces it has run."""
+        if process_forked():
+            raise_forked(self.storage.device)
         self.storage.wait_writers()
         dt = numpy_dtype(self.dtype_code)
         cdef int64_t n = self.numel()

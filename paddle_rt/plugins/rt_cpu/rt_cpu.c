@@ -56,6 +56,12 @@
  *     that do not, such as real Paddle), one rt_cpu_trace_record (below) describing the traced span is reported;
  *     the pointer is valid only during that call.
  *   - Collectives (xccl_*) across rt_cpu's devices in one process are in rt_cpu_ccl.c (see its header comment).
+ *   - fork(): pthread_atfork handlers take the registries' and the devices' locks (and the layers': rt_layer.at_fork)
+ *     before the fork and release them after, so a child never finds a lock held by a thread that does not exist in
+ *     it. The child's rt_cpu starts with no streams and no memory: the parent's streams (their workers are not in
+ *     the child) and allocations are forgotten (not freed: what the child inherited is its own copy-on-write copy,
+ *     readable until it exits); freeing one of them, or naming one of those streams, returns C_ERROR. Nothing of the
+ *     parent's memory is shared with the child (device memory is private memory, malloc'd or rt_cpu_vmm.c's).
  *
  * Exported helpers (default visibility, not part of the ABI; used by tests and paddle_rt.plugins):
  *   size_t rt_cpu_live_bytes(int device), rt_cpu_live_count(int device)   live device allocations
@@ -375,6 +381,45 @@ void rt_layer_register(rt_layer* l) {
   *g_layers_tail = l;
   g_layers_tail = &l->next;
 }
+
+/* fork(): the core's locks are held across it (after the layers' are taken), released in the parent; in the child
+ * they are made anew and the parent's streams and allocations forgotten, then the layers forget theirs. */
+static void fork_prepare(void) {
+  pthread_once(&g_state_once, init_state);
+  for (rt_layer* l = g_layers; l; l = l->next)
+    if (l->at_fork) l->at_fork(RT_FORK_PREPARE);
+  pthread_mutex_lock(&g_reg_mu);
+  pthread_mutex_lock(&g_host_mu);
+  for (int i = 0; i < RT_CPU_MAX_DEVICES; i++) pthread_mutex_lock(&g_dev[i].mu);
+}
+
+static void fork_parent(void) {
+  for (int i = RT_CPU_MAX_DEVICES - 1; i >= 0; i--) pthread_mutex_unlock(&g_dev[i].mu);
+  pthread_mutex_unlock(&g_host_mu);
+  pthread_mutex_unlock(&g_reg_mu);
+  for (rt_layer* l = g_layers; l; l = l->next)
+    if (l->at_fork) l->at_fork(RT_FORK_PARENT);
+}
+
+static void fork_child(void) {
+  for (int i = 0; i < RT_CPU_MAX_DEVICES; i++) {
+    rt_device_state* ds = &g_dev[i];
+    pthread_mutex_init(&ds->mu, NULL);
+    ptrmap_free(&ds->allocs);
+    ds->live_bytes = 0;
+    ds->live_count = 0;
+  }
+  pthread_mutex_init(&g_host_mu, NULL);
+  ptrmap_free(&g_host_allocs);
+  g_host_live_bytes = 0;
+  pthread_mutex_init(&g_reg_mu, NULL);
+  ptrmap_free(&g_streams); /* their worker threads are the parent's */
+  pthread_mutex_init(&g_init_mu, NULL);
+  for (rt_layer* l = g_layers; l; l = l->next)
+    if (l->at_fork) l->at_fork(RT_FORK_CHILD);
+}
+
+__attribute__((constructor)) static void fork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 int rt_device_id(const C_Device device) {
   if (!device) return -1;

@@ -23,6 +23,7 @@
  *     C_ERROR (NULL stream) or, when it ran on a stream, the communicator records the error, reports it on stderr,
  *     and every later xccl call on it returns C_ERROR. Mismatched arguments between ranks (count, type, op, root,
  *     send/recv sizes) are reported the same way and leave the outputs untouched.
+ *   - fork(): a child forgets the parent's communicators (they return C_ERROR there); it makes its own.
  *   - Reductions SUM/AVG/MAX/MIN/PRODUCT over every integer and floating C_DataType (FLOAT16 and BFLOAT16 are
  *     computed in float); BOOL, complex and UNDEFINED are refused with C_ERROR (BOOL is accepted by the data
  *     movement collectives: broadcast, all_gather, send/recv, all_to_all). Integer SUM/PRODUCT wrap around; integer
@@ -1372,7 +1373,21 @@ static void ccl_fill(C_DeviceInterface* f) {
 
 static void ccl_teardown(void) { ptrmap_drain(&g_ccl_mu, &g_comms, release_comm); }
 
-static rt_layer g_ccl_layer = {"collectives", ccl_fill, ccl_teardown, NULL};
+/* fork() (rt_layer.at_fork): the registry's lock is held across it; the child forgets the parent's communicators and
+ * cliques (not freed: their ranks' threads and peers are the parent's), so its own start afresh. */
+static void ccl_at_fork(int phase) {
+  if (phase == RT_FORK_PREPARE) {
+    pthread_mutex_lock(&g_ccl_mu);
+  } else if (phase == RT_FORK_PARENT) {
+    pthread_mutex_unlock(&g_ccl_mu);
+  } else {
+    pthread_mutex_init(&g_ccl_mu, NULL);
+    ptrmap_free(&g_comms);
+    g_cliques = NULL;
+  }
+}
+
+static rt_layer g_ccl_layer = {"collectives", ccl_fill, ccl_teardown, ccl_at_fork, NULL};
 
 __attribute__((constructor)) static void ccl_register(void) { rt_layer_register(&g_ccl_layer); }
 

@@ -75,14 +75,20 @@ void ptrmap_free(ptrmap* m);
 /* ---- core (rt_cpu.c) ----------------------------------------------------------------------------------------- */
 
 /* A layer above the core (collectives, ...): fill sets its hooks of the interface after the core's (InitPlugin);
- * teardown (may be NULL) frees its state when the last finalize has joined every stream. Registered from the
+ * teardown (may be NULL) frees its state when the last finalize has joined every stream; at_fork (may be NULL) keeps
+ * its state whole across fork() and makes the child's its own. Registered from the
  * layer's constructor; layers run in registration order. l must stay valid for the life of the library. */
 typedef struct rt_layer {
   const char* name;
   void (*fill)(C_DeviceInterface* iface);
   void (*teardown)(void);
+  /* fork() (may be NULL): called by the core's pthread_atfork handlers with RT_FORK_PREPARE (before the core takes
+   * its locks: take the layer's), RT_FORK_PARENT (release them) and RT_FORK_CHILD (after the core made its locks
+   * usable in the child: forget the parent's state; the layer's locks were held by the forking thread) */
+  void (*at_fork)(int phase);
   struct rt_layer* next; /* the core's list */
 } rt_layer;
+enum { RT_FORK_PREPARE, RT_FORK_PARENT, RT_FORK_CHILD };
 void rt_layer_register(rt_layer* l);
 
 /* Plugin-wide state. */

@@ -3,13 +3,21 @@
  *
  * - A reserved range is address space mapped PROT_NONE: touching a part of it that is not mapped faults (SIGSEGV),
  *   as an unmapped device address would.
- * - Physical memory of a device is one memfd per device (sparse, sized to the device's capacity); a physical
- *   allocation is a run of whole granules of that file, so it is memory of its own: unmapping it and mapping it at
- *   another offset (of any range of the device) keeps its bytes. Release punches the run out of the file (the pages
- *   go back to the kernel). Mapping is mmap(MAP_SHARED | MAP_FIXED) of the run over the reservation; unmapping puts
- *   PROT_NONE address space back in its place, so the range stays reserved. The batched calls (map_pages,
- *   unmap_pages) make one mmap per run of physical allocations that are contiguous in the file (creations in a row
- *   get contiguous runs while the file is not fragmented), so growing a range by many pages costs a few system calls.
+ * - A physical allocation is anonymous private memory of its own (its "parking" place, aligned to the granularity,
+ *   madvise(MADV_HUGEPAGE)): mapping moves its pages into the reservation with mremap(MREMAP_FIXED); unmapping moves
+ *   them out to a new parking place (mremap(MREMAP_DONTUNMAP), then PROT_NONE address space is mapped over the
+ *   emptied span in one mmap(MAP_FIXED), so the range never has a hole another thread's mmap could take), so an
+ *   allocation keeps its bytes wherever it is mapped next. Release unmaps its parking place (the pages go back to the
+ *   kernel). Why not a memfd with MAP_SHARED (the design before issue 46): (1) shared memory gets no transparent huge
+ *   pages unless shmem_enabled allows them (it is "never" by default), so every 4 KiB page faulted on first touch and
+ *   copies ran on 4 KiB TLB entries (memcpy_async at 0.83x numpy.copyto, which madvises huge pages); (2) a child of
+ *   fork() shared the parent's pages: its writes showed in the parent, and its release punched the parent's file.
+ *   Private anonymous memory is copy-on-write across fork(), as malloc'd (chunk) memory is.
+ * - fork(): pthread_atfork handlers (the core's, which call this layer's at_fork) take the lock before the fork and
+ *   release it after, so the child's copy of the state is consistent; the child then forgets the parent's ranges and
+ *   physical allocations (their bytes are given back to the core's accounting) without unmapping them: what the child
+ *   inherited stays readable and writable in the child as its private copy until it exits, and the child's rt_cpu
+ *   starts with no device memory. Nothing of the parent's memory is shared with the child.
  * - Capacity: physical bytes count against RT_CPU_MEMORY_BYTES together with device_memory_allocate's (rt_cpu.c's
  *   rt_device_charge), from create to release.
  * - One mutex guards this file's state; every call is thread-safe and a failing call changes nothing.
@@ -29,7 +37,8 @@
  * unmap then fail with C_ERROR (the call failed; the device is not out of memory) and change nothing.
  *
  * Exported helpers (not part of the ABI; tests): size_t rt_cpu_vmm_count(int device, int which): physical bytes (0),
- * physical allocations (1), mappings (2), ranges (3) of the device.
+ * physical allocations (1), mappings (2), ranges (3) of the device. The batched calls move one allocation per mremap
+ * (an allocation is its own mapping: max_map_count, 65530 by default, bounds the mapped granules of a process).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -45,10 +54,14 @@
 
 #define VMM_MAGIC 0x766d6d70687973ULL /* "vmmphys" */
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
 struct PaddleRtVmmPhys_st {
   uint64_t magic;
   int device;
-  size_t offset;  /* in the device's memfd */
+  uintptr_t parked;    /* where its pages are while it is not mapped */
   size_t size;
   uintptr_t mapped_at; /* 0 when not mapped */
 };
@@ -62,10 +75,6 @@ typedef struct {
 } vmm_range;
 
 typedef struct {
-  int fd;            /* -1 until the first creation */
-  size_t n_granules; /* of the file */
-  size_t hint;       /* no granule below it is free */
-  uint64_t* used;    /* one bit per granule of the file */
   size_t bytes, count, maps, ranges;
 } vmm_device;
 
@@ -97,7 +106,6 @@ static void vmm_config(void) {
     else
       g_gran = (size_t)v;
   }
-  for (int d = 0; d < RT_CPU_MAX_DEVICES; d++) g_vdev[d].fd = -1;
 }
 
 /* RT_CPU_FAIL_VMM names this call. */
@@ -128,28 +136,45 @@ static void bit_set(uint64_t* b, size_t i, int v) {
   else b[i >> 6] &= ~((uint64_t)1 << (i & 63));
 }
 
-/* The device's backing file (lock held); -1 on failure. */
-static int device_file(int id) {
-  vmm_device* vd = &g_vdev[id];
-  if (vd->fd >= 0) return 0;
-  size_t n = rt_cfg.memory_bytes / g_gran + 1;
-  if (n > SIZE_MAX / g_gran) return -1;
-  char name[32];
-  snprintf(name, sizeof name, "rt_cpu_vmm_%d", id);
-  int fd = memfd_create(name, MFD_CLOEXEC);
-  if (fd < 0) return -1;
-  if (ftruncate(fd, (off_t)(n * g_gran)) != 0) {
-    close(fd);
-    return -1;
+/* `size` bytes of fresh anonymous private address space aligned to the granularity (size + one granule mapped, the
+ * slack cut), with protection `prot` (PROT_NONE: a reservation, or a place to move pages to; read-write: the pages of
+ * a physical allocation, with transparent huge pages asked for); 0 on failure. */
+static uintptr_t aligned_area(size_t size, int prot) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (prot == PROT_NONE ? MAP_NORESERVE : 0);
+  uintptr_t b;
+  /* the kernel aligns large anonymous mappings to 2 MiB when THP is on: then one call is enough */
+  char* p = mmap(NULL, size, prot, flags, -1, 0);
+  if (p != MAP_FAILED && ((uintptr_t)p & (g_gran - 1)) == 0) {
+    b = (uintptr_t)p;
+  } else {
+    if (p != MAP_FAILED) munmap(p, size);
+    p = mmap(NULL, size + g_gran, prot, flags, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    b = ((uintptr_t)p + g_gran - 1) & ~(uintptr_t)(g_gran - 1);
+    if (b > (uintptr_t)p) munmap(p, b - (uintptr_t)p);
+    uintptr_t tail = (uintptr_t)p + size + g_gran;
+    if (tail > b + size) munmap((void*)(b + size), tail - (b + size));
   }
-  vd->used = calloc((n + 63) / 64, sizeof(uint64_t));
-  if (!vd->used) {
-    close(fd);
-    return -1;
-  }
-  vd->fd = fd;
-  vd->n_granules = n;
-  return 0;
+  if (prot != PROT_NONE) madvise((void*)b, size, MADV_HUGEPAGE); /* a hint: without THP it does nothing */
+  return b;
+}
+
+/* Move `size` bytes of pages from `from` to `to` (replacing what is mapped there); 0 or -1. With `keep`, `from` stays
+ * mapped (emptied) so that no hole opens in a reservation. */
+static int move_pages(uintptr_t from, size_t size, uintptr_t to, int keep) {
+  int flags = MREMAP_MAYMOVE | MREMAP_FIXED;
+  void* p = mremap((void*)from, size, size, flags | (keep ? MREMAP_DONTUNMAP : 0), (void*)to);
+  if (p == MAP_FAILED && keep && errno == EINVAL) /* a kernel before 5.7: no DONTUNMAP */
+    p = mremap((void*)from, size, size, flags, (void*)to);
+  return p == MAP_FAILED ? -1 : 0;
+}
+
+/* Put reserved (PROT_NONE) address space over [at, at + size), in one call. */
+static int reserve_over(uintptr_t at, size_t size) {
+  return mmap((void*)at, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+                 MAP_FAILED
+             ? -1
+             : 0;
 }
 
 RT_EXPORT C_Status paddle_rt_ext_vmm_granularity(const C_Device device, size_t* granularity) {
@@ -164,22 +189,12 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_reserve(const C_Device device, size_t size,
   size_t n = size / g_gran;
   vmm_range* r = calloc(1, sizeof *r);
   uint64_t* pages = calloc((n + 63) / 64, sizeof(uint64_t));
-  if (!r || !pages) {
+  uintptr_t b = r && pages ? aligned_area(size, PROT_NONE) : 0;
+  if (!b) {
     free(r);
     free(pages);
     return C_FAILED;
   }
-  /* reserve size + one granule and cut the slack, so that the base is aligned to the granularity */
-  char* p = mmap(NULL, size + g_gran, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    free(r);
-    free(pages);
-    return C_FAILED;
-  }
-  uintptr_t b = ((uintptr_t)p + g_gran - 1) & ~(uintptr_t)(g_gran - 1);
-  if (b > (uintptr_t)p) munmap(p, b - (uintptr_t)p);
-  uintptr_t tail = (uintptr_t)p + size + g_gran;
-  if (tail > b + size) munmap((void*)(b + size), tail - (b + size));
   r->base = b;
   r->size = size;
   r->device = id;
@@ -226,48 +241,30 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_free_range(const C_Device device, void* bas
 
 RT_EXPORT C_Status paddle_rt_ext_vmm_create(const C_Device device, size_t size, PaddleRtVmmPhys* handle) {
   int id = vmm_device_id(device, "create");
-  if (id < 0 || !handle || size == 0 || !aligned(size)) return C_ERROR;
+  if (id < 0 || !handle || size == 0 || !aligned(size) || size > SIZE_MAX - g_gran) return C_ERROR;
   if (rt_fault_hit(RT_FAULT_ALLOC) || rt_device_charge(id, size) != 0) {
     *handle = NULL;
     return rt_cfg.oom_null ? C_SUCCESS : C_FAILED;
   }
   struct PaddleRtVmmPhys_st* h = calloc(1, sizeof *h);
-  if (!h) {
-    rt_device_uncharge(id, size);
-    return C_FAILED;
-  }
-  pthread_mutex_lock(&g_mu);
-  vmm_device* vd = &g_vdev[id];
-  size_t need = size / g_gran, run = 0, start = 0, i, first_free = SIZE_MAX;
-  if (device_file(id) != 0) goto fail;
-  /* first fit from the lowest granule that may be free, a whole word of used granules at a time */
-  for (i = vd->hint; i < vd->n_granules && run < need; i++) {
-    if (run == 0 && (i & 63) == 0 && vd->used[i >> 6] == ~(uint64_t)0) {
-      i += 63;
-      continue;
-    }
-    if (bit_get(vd->used, i)) {
-      run = 0;
-      continue;
-    }
-    if (first_free == SIZE_MAX) first_free = i;
-    if (run++ == 0) start = i;
-  }
-  if (run < need) goto fail; /* the file is fragmented: no run of that many free granules */
-  if (ptrmap_put(&g_handles, h, (size_t)id) != 0) goto fail;
-  for (i = start; i < start + need; i++) bit_set(vd->used, i, 1);
-  vd->hint = first_free == start ? start + need : first_free;
+  uintptr_t at = h ? aligned_area(size, PROT_READ | PROT_WRITE) : 0;
+  if (!at) goto fail;
   h->magic = VMM_MAGIC;
   h->device = id;
-  h->offset = start * g_gran;
+  h->parked = at;
   h->size = size;
-  vd->bytes += size;
-  vd->count++;
+  pthread_mutex_lock(&g_mu);
+  if (ptrmap_put(&g_handles, h, (size_t)id) != 0) {
+    pthread_mutex_unlock(&g_mu);
+    munmap((void*)at, size);
+    goto fail;
+  }
+  g_vdev[id].bytes += size;
+  g_vdev[id].count++;
   pthread_mutex_unlock(&g_mu);
   *handle = h;
   return C_SUCCESS;
 fail:
-  pthread_mutex_unlock(&g_mu);
   free(h);
   rt_device_uncharge(id, size);
   return C_FAILED;
@@ -280,18 +277,6 @@ static struct PaddleRtVmmPhys_st* find_handle(int id, PaddleRtVmmPhys h) {
   return h;
 }
 
-/* Give the file run of h back (lock held). */
-static void drop_physical(struct PaddleRtVmmPhys_st* h) {
-  vmm_device* vd = &g_vdev[h->device];
-  fallocate(vd->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->offset, (off_t)h->size);
-  for (size_t i = h->offset / g_gran; i < (h->offset + h->size) / g_gran; i++) bit_set(vd->used, i, 0);
-  if (h->offset / g_gran < vd->hint) vd->hint = h->offset / g_gran;
-  vd->bytes -= h->size;
-  vd->count--;
-  ptrmap_remove(&g_handles, h);
-  h->magic = 0;
-}
-
 RT_EXPORT C_Status paddle_rt_ext_vmm_release(const C_Device device, PaddleRtVmmPhys handle) {
   int id = vmm_device_id(device, "release");
   if (id < 0 || rt_fault_hit(RT_FAULT_RELEASE)) return C_ERROR;
@@ -302,18 +287,44 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_release(const C_Device device, PaddleRtVmmP
     return C_ERROR;
   }
   size_t size = h->size;
-  drop_physical(h);
+  g_vdev[id].bytes -= size;
+  g_vdev[id].count--;
+  ptrmap_remove(&g_handles, h);
+  h->magic = 0;
   pthread_mutex_unlock(&g_mu);
+  munmap((void*)h->parked, size); /* the pages go back to the kernel */
   rt_device_uncharge(id, size);
   free(h);
   return C_SUCCESS;
 }
 
-/* Map handles[0..n) (each of `page` bytes) at base + offset + k * page, all or nothing (lock held). One mmap per run
- * of handles that are contiguous in the device's file. */
+/* Move the pages of handles[0..n) (mapped at at + k * page) out to fresh parking places, leaving the span mapped
+ * but empty; 0, or -1 with every handle back where it was. RT_CPU_VMM_LIE=remap: the handles never left their
+ * parking places. */
+static int park_all(uintptr_t at, struct PaddleRtVmmPhys_st* const* hs, size_t n, size_t page) {
+  if (g_lie_remap) return 0;
+  uintptr_t slot = aligned_area(n * page, PROT_NONE);
+  size_t k;
+  if (!slot) return -1;
+  for (k = 0; k < n; k++)
+    if (move_pages(at + k * page, page, slot + k * page, 1) != 0) break;
+  if (k < n) {
+    while (k > 0) { /* back where they were */
+      k--;
+      move_pages(slot + k * page, page, at + k * page, 0);
+    }
+    munmap((void*)slot, n * page);
+    return -1;
+  }
+  for (k = 0; k < n; k++) hs[k]->parked = slot + k * page;
+  return 0;
+}
+
+/* Map handles[0..n) (each of `page` bytes) at base + offset + k * page, all or nothing (lock held): one mremap per
+ * handle moves its pages from their parking place into the reservation. */
 static C_Status map_locked(int id, void* base, size_t offset, const PaddleRtVmmPhys* handles, size_t n, size_t page) {
   vmm_range* r = find_range(id, base);
-  size_t i, k = 0, j, claimed = 0, put = 0;
+  size_t i, k = 0, claimed = 0, put = 0;
   C_Status st = C_ERROR;
   if (!r || n == 0 || page == 0 || !aligned(offset) || !aligned(page) || n > SIZE_MAX / page) return C_ERROR;
   size_t span = n * page, first = offset / g_gran, npages = span / g_gran;
@@ -327,18 +338,20 @@ static C_Status map_locked(int id, void* base, size_t offset, const PaddleRtVmmP
     if (!h || h->mapped_at || h->size != page) goto unclaim;
     h->mapped_at = at + claimed * page;
   }
-  for (k = 0; k < n; k = j) {
-    for (j = k + 1; j < n && handles[j]->offset == handles[j - 1]->offset + page; j++) {
+  /* a mapping the kernel refuses (ENOMEM past vm.max_map_count) is a failure of the call (C_ERROR), not a device
+   * out of memory */
+  if (g_lie_remap) {
+    if (mmap((void*)at, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+      st = C_ERROR;
+      goto unclaim;
     }
-    void* want = (void*)(at + k * page);
-    size_t len = (j - k) * page;
-    void* p = g_lie_remap ? mmap(want, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
-                          : mmap(want, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, g_vdev[id].fd,
-                                 (off_t)handles[k]->offset);
-    if (p == MAP_FAILED) {
-      st = C_ERROR; /* ENOMEM past vm.max_map_count: a failure of the call, not a device out of memory */
-      goto unmap;
-    }
+    k = n;
+  } else {
+    for (k = 0; k < n; k++)
+      if (move_pages(handles[k]->parked, page, at + k * page, 0) != 0) {
+        st = C_ERROR;
+        goto unmap;
+      }
   }
   for (put = 0; put < n; put++)
     if (ptrmap_put(&g_mappings, (void*)(at + put * page), (size_t)(uintptr_t)handles[put]) != 0) {
@@ -351,7 +364,7 @@ static C_Status map_locked(int id, void* base, size_t offset, const PaddleRtVmmP
   return C_SUCCESS;
 unmap:
   while (put > 0) ptrmap_remove(&g_mappings, (void*)(at + --put * page));
-  if (k > 0) mmap((void*)at, k * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  if (k > 0 && park_all(at, (struct PaddleRtVmmPhys_st* const*)handles, k, page) == 0) reserve_over(at, k * page);
 unclaim:
   while (claimed > 0) handles[--claimed]->mapped_at = 0;
   return st;
@@ -365,19 +378,33 @@ static C_Status unmap_locked(int id, void* base, size_t offset, size_t n, size_t
   size_t span = n * page;
   if (offset > r->size || span > r->size - offset) return C_ERROR;
   uintptr_t at = r->base + offset;
+  struct PaddleRtVmmPhys_st** hs = malloc(n * sizeof *hs);
+  if (!hs) return C_FAILED;
   for (k = 0; k < n; k++) {
-    if (!ptrmap_find(&g_mappings, (void*)(at + k * page), &v)) return C_ERROR;
-    if (((struct PaddleRtVmmPhys_st*)(uintptr_t)v)->size != page) return C_ERROR;
+    if (!ptrmap_find(&g_mappings, (void*)(at + k * page), &v) ||
+        ((struct PaddleRtVmmPhys_st*)(uintptr_t)v)->size != page) {
+      free(hs);
+      return C_ERROR;
+    }
+    hs[k] = (struct PaddleRtVmmPhys_st*)(uintptr_t)v;
   }
-  /* replacing part of a mapping splits it: past vm.max_map_count the kernel refuses (ENOMEM) and nothing changes;
-   * the call fails and the pages stay mapped */
-  if (mmap((void*)at, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+  /* the kernel refusing a mapping (ENOMEM past vm.max_map_count) fails the call and nothing changes: the pages
+   * stay mapped */
+  if (park_all(at, hs, n, page) != 0) {
+    free(hs);
     return C_ERROR;
+  }
+  if (reserve_over(at, span) != 0) { /* the pages go back in place: still mapped, nothing changed */
+    for (k = 0; k < n; k++)
+      if (!g_lie_remap) move_pages(hs[k]->parked, page, at + k * page, 0);
+    free(hs);
+    return C_ERROR;
+  }
   for (k = 0; k < n; k++) {
-    ptrmap_find(&g_mappings, (void*)(at + k * page), &v);
-    ((struct PaddleRtVmmPhys_st*)(uintptr_t)v)->mapped_at = 0;
+    hs[k]->mapped_at = 0;
     ptrmap_remove(&g_mappings, (void*)(at + k * page));
   }
+  free(hs);
   for (size_t i = offset / g_gran; i < (offset + span) / g_gran; i++) bit_set(r->pages, i, 0);
   r->n_maps -= n;
   g_vdev[id].maps -= n;
@@ -425,34 +452,60 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_unmap_pages(const C_Device device, void* ba
   return locked_unmap(device, "unmap_pages", base, offset, n, page);
 }
 
-/* The last finalize (a layer's teardown): every range, mapping and physical allocation is forgotten. */
-static void vmm_teardown(void) {
-  pthread_once(&g_once, vmm_config);
-  pthread_mutex_lock(&g_mu);
+/* Forget every range, mapping and physical allocation (lock held). With `unmap` their address space goes back to the
+ * kernel; without (a child of fork()), only the parked pages do, and what is mapped in the ranges stays in place, the
+ * child's private copy. Returns nothing; the device counters are zeroed and the bytes given back to the core's
+ * accounting when `uncharge`. */
+static void forget_all(int unmap, int uncharge) {
   for (size_t i = 0; i < g_ranges.cap; i++) {
     if (!g_ranges.keys[i]) continue;
     vmm_range* r = (vmm_range*)(uintptr_t)g_ranges.vals[i];
-    munmap((void*)r->base, r->size);
+    if (unmap) munmap((void*)r->base, r->size);
     free(r->pages);
     free(r);
   }
-  for (size_t i = 0; i < g_handles.cap; i++)
-    if (g_handles.keys[i]) free((void*)g_handles.keys[i]);
+  for (size_t i = 0; i < g_handles.cap; i++) {
+    struct PaddleRtVmmPhys_st* h = (struct PaddleRtVmmPhys_st*)g_handles.keys[i];
+    if (!h) continue;
+    if (!h->mapped_at || g_lie_remap) munmap((void*)h->parked, h->size);
+    h->magic = 0;
+    free(h);
+  }
   ptrmap_free(&g_ranges);
   ptrmap_free(&g_handles);
   ptrmap_free(&g_mappings);
   for (int d = 0; d < RT_CPU_MAX_DEVICES; d++) {
-    vmm_device* vd = &g_vdev[d];
-    if (vd->fd >= 0) close(vd->fd);
-    free(vd->used);
-    memset(vd, 0, sizeof *vd);
-    vd->fd = -1;
+    if (uncharge && g_vdev[d].bytes) rt_device_uncharge(d, g_vdev[d].bytes);
+    memset(&g_vdev[d], 0, sizeof g_vdev[d]);
+  }
+}
+
+/* The last finalize (a layer's teardown): every range, mapping and physical allocation is forgotten. */
+static void vmm_teardown(void) {
+  pthread_once(&g_once, vmm_config);
+  pthread_mutex_lock(&g_mu);
+  forget_all(1, 0);
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* fork() (the core's pthread_atfork handlers; rt_cpu_internal.h): the lock is held across the fork, so the child's
+ * copy of the state is whole; the child forgets the parent's memory (the core's locks are usable again by then). */
+static void vmm_at_fork(int phase) {
+  pthread_once(&g_once, vmm_config);
+  if (phase == RT_FORK_PREPARE) {
+    pthread_mutex_lock(&g_mu);
+    return;
+  }
+  if (phase == RT_FORK_CHILD) {
+    pthread_mutex_init(&g_mu, NULL);
+    forget_all(0, 1);
+    return;
   }
   pthread_mutex_unlock(&g_mu);
 }
 
 static void vmm_fill(C_DeviceInterface* iface) { (void)iface; } /* no ABI hook: the extension is exported symbols */
-static rt_layer g_vmm_layer = {"vmm", vmm_fill, vmm_teardown, NULL};
+static rt_layer g_vmm_layer = {"vmm", vmm_fill, vmm_teardown, vmm_at_fork, NULL};
 __attribute__((constructor)) static void vmm_register(void) { rt_layer_register(&g_vmm_layer); }
 
 RT_EXPORT size_t rt_cpu_vmm_count(int device, int which) {
