@@ -273,5 +273,5 @@ print("allocated", paddle_rt.memory_allocated())
     assert out[0] in ("allocated all", "paddle_rt_ext_vmm_map_pages C_ERROR"), out
     assert out[1] in ("released", "paddle_rt_ext_vmm_unmap_pages C_ERROR"), out
     assert out[0] != "allocated all" or out[1] != "released", out
-    assert out[2] in ("malloc ok", "paddle_rt_ext_vmm_map_pages C_ERROR"), out
+    assert out[2] in ("malloc ok", "paddle_rt_ext_vmm_map_pages C_ERROR", "paddle_rt_ext_vmm_create C_ERROR"), out
     assert out[-1] == "allocated 0"

@@ -246,8 +246,10 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_create(const C_Device device, size_t size, 
     *handle = NULL;
     return rt_cfg.oom_null ? C_SUCCESS : C_FAILED;
   }
+  C_Status st = C_FAILED;
   struct PaddleRtVmmPhys_st* h = calloc(1, sizeof *h);
   uintptr_t at = h ? aligned_area(size, PROT_READ | PROT_WRITE) : 0;
+  if (h && !at) st = C_ERROR; /* the kernel refused the mapping (vm.max_map_count): not a device out of memory */
   if (!at) goto fail;
   h->magic = VMM_MAGIC;
   h->device = id;
@@ -267,7 +269,7 @@ RT_EXPORT C_Status paddle_rt_ext_vmm_create(const C_Device device, size_t size, 
 fail:
   free(h);
   rt_device_uncharge(id, size);
-  return C_FAILED;
+  return st;
 }
 
 /* The physical allocation `h` of device `id` (lock held), or NULL. */
