@@ -414,6 +414,10 @@ cdef class MemPool:
 
     cdef AsyncAllocation _from_other(self, void* p, size_t n, size_t held, Stream s, uintptr_t otag, uintptr_t tag,
                                      int how):
+        if s.closed or s._closing:
+            # closed by another thread while the GIL was released (the allocator's lock, an event): the caller's error
+            core_free(self.core, p)
+            s._check_open()
         self.n_reuse[how] += 1
         self.reserved_cur += held
         if self.reserved_cur > self.reserved_high:
