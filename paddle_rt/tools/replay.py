@@ -385,8 +385,25 @@ def main(argv=None):
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="show progress bars on stderr even when it is not a terminal (tqdm)")
     bar.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    ap.add_argument("--async", dest="run_ahead", action="store_true",
+                    help="also replay with each block used by a kernel on its stream, the host waiting "
+                         "(synchronize() after every event) and running ahead, side by side (each in a fresh process; "
+                         "paddle_rt/tools/replay_async.py)")
+    ap.add_argument("--api", choices=("malloc", "pool", "both"), default=None,
+                    help="with --async: the caching allocator (malloc/free, the default), the stream-ordered pool "
+                         "(malloc_async/free_async), or both")
+    ap.add_argument("--delay-us", type=_delay_us, default=None, metavar="N",
+                    help="with --async: rt_cpu's delay per stream operation in the replays (RT_CPU_STREAM_DELAY_US; "
+                         "default 20)")
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--async-run", choices=("waiting", "ahead"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if (args.api is not None or args.delay_us is not None) and not (args.run_ahead or args.async_run):
+        ap.error("--api and --delay-us go with --async")
+    if args.async_run and args.api == "both":
+        ap.error("--async-run replays one API")
+    if args.run_ahead and args.plot:
+        ap.error("--async and --plot: give one of them")
     if (args.trace is None) == (args.corpus is None):
         ap.error("give one TRACE or --corpus DIR [DIR...]")
     if args.strict and args.corpus is None:
@@ -407,10 +424,33 @@ def main(argv=None):
         if args.corpus is not None:
             from paddle_rt.tools import corpus
             return corpus.main(args.corpus, args.conf, args.device, args.json,
-                               progress_factory(args.progress), strict=args.strict)
+                               progress_factory(args.progress), strict=args.strict, ahead=_ahead_args(args))
+        if args.async_run:
+            from paddle_rt.tools import replay_async
+            return replay_async.child_run(args.trace, args.device, _conf_dict(args.conf), args.api or "malloc",
+                                          args.async_run)
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
         return error("replay", exc)
+
+
+def _delay_us(text):
+    """``--delay-us``: an integer of microseconds, 0 to 10 s (rt_cpu's bounds)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer number of microseconds") from None
+    if not 0 <= n <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"{n} is outside 0..10000000 microseconds")
+    return n
+
+
+def _ahead_args(args):
+    """(APIs, delay) of ``--async``, or None without it."""
+    if not args.run_ahead:
+        return None
+    from paddle_rt.tools.replay_async import DELAY_US, api_list
+    return api_list(args.api or "malloc"), DELAY_US if args.delay_us is None else args.delay_us
 
 
 def plot_data(res, source):
@@ -509,6 +549,10 @@ def _main(args):
         from paddle_rt.tools import figures
         figures.draw_memory(drawing, args.plot)
         res["plot"] = args.plot
+    ahead = _ahead_args(args)
+    if ahead is not None:
+        from paddle_rt.tools import replay_async
+        res["async"] = replay_async.compare(args.trace, args.device, args.conf, ahead[0], ahead[1])
     if args.json:
         print(json.dumps(res, indent=1, default=str))
         return 0
@@ -539,6 +583,9 @@ def _main(args):
         for k, label in (("paddle", "Paddle auto-growth"), ("torch", "PyTorch caching")):
             print(f"  {label:21s} peak reserved {_mib(res[k]['peak_reserved'])}, "
                   f"device allocations {res[k]['device_allocs']}")
+    if "async" in res:
+        from paddle_rt.tools.replay_async import side_by_side
+        print("\n".join(side_by_side(res["async"])))
     return 0
 
 
