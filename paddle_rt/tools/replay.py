@@ -395,11 +395,18 @@ def main(argv=None):
     ap.add_argument("--delay-us", type=_delay_us, default=None, metavar="N",
                     help="with --async: rt_cpu's delay per stream operation in the replays (RT_CPU_STREAM_DELAY_US; "
                          "default 20)")
+    ap.add_argument("--loader", action="store_true",
+                    help="instead of a log: the two-stream data-loader workload (a copy stream uploads batches that a "
+                         "compute stream uses), host waiting vs running ahead, results checked "
+                         "(paddle_rt/tools/replay_loader.py)")
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--loader-run", choices=("waiting", "ahead"), default=None, help=argparse.SUPPRESS)
     ap.add_argument("--async-run", choices=("waiting", "ahead"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.loader or args.loader_run:
+        return _loader(ap, args)
     if (args.api is not None or args.delay_us is not None) and not (args.run_ahead or args.async_run):
-        ap.error("--api and --delay-us go with --async")
+        ap.error("--api and --delay-us go with --async or --loader")
     if args.async_run and args.api == "both":
         ap.error("--async-run replays one API")
     if args.run_ahead and args.plot:
@@ -432,6 +439,24 @@ def main(argv=None):
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
         return error("replay", exc)
+
+
+def _loader(ap, args):
+    """``replay --loader``: the two-stream workload, waiting vs ahead, for the APIs of ``--api`` (default both)."""
+    if args.trace is not None or args.corpus is not None:
+        ap.error("--loader runs its own workload: give no TRACE or --corpus")
+    from paddle_rt.tools import replay_loader
+    if args.loader_run:
+        return replay_loader.child_run(args.api or "pool", args.loader_run, args.device)
+    from paddle_rt.tools.replay_async import DELAY_US, api_list
+    res = replay_loader.compare(api_list(args.api or "both"), args.device, args.conf,
+                                DELAY_US if args.delay_us is None else args.delay_us)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print("\n".join(replay_loader.report(res)))
+    wrong = sum(res[a][m]["wrong"] for a in ("malloc", "pool") if a in res for m in ("waiting", "ahead"))
+    return 1 if wrong else 0
 
 
 def _delay_us(text):

@@ -25,7 +25,8 @@ MODES = ("waiting", "ahead")
 
 def run(trace, device=None, conf=None, api="malloc", wait=False):
     """Replay ``trace`` (load_trace's tuple) in this process through ``api`` on one fresh stream, a ``memset_async``
-    of each block and a copy of its first bytes on the stream after its allocation; ``wait``: ``synchronize()`` after every event. Returns
+    of each block and a copy of its first bytes on the stream after its allocation; ``wait``: ``synchronize()``
+    after every event. Returns
     {"peak_reserved", "maps", "unmaps", "device_allocs", "device_frees", "events", "seconds"}."""
     import time
     import paddle_rt
@@ -130,7 +131,7 @@ def api_list(api):
 
 def side_by_side(res):
     """The lines of the "waiting vs ahead" section of ``replay --async`` (``res``: :func:`compare`'s result)."""
-    lines = [f"  host waiting vs running ahead (each block memset on its stream; device lag "
+    lines = [f"  host waiting vs running ahead (each block written and read on its stream; device lag "
              f"{res['delay_us']} us per operation):"]
     lines.append(f"    {'api':8s} {'':14s} {'waiting':>18s} {'ahead':>18s}")
     for api in APIS:
