@@ -28,7 +28,7 @@ LOADER_LIMIT = 1.05      # target: peak reserved running ahead / waiting
 def batch_content(i, n):
     """The bytes uploaded as batch ``i`` (``n`` of them, uint8): a pattern that differs between batches."""
     import numpy as np
-    return ((np.arange(n, dtype=np.uint32) * 2654435761 + i * 40503) >> 24).astype(np.uint8)
+    return (((np.arange(n, dtype=np.uint32) + np.uint32(i * 7919)) * np.uint32(2654435761)) >> 24).astype(np.uint8)
 
 
 def run(api="pool", wait=False, batches=BATCHES, batch_bytes=BATCH_BYTES, device=None, unsafe=False):
