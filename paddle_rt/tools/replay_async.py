@@ -84,10 +84,10 @@ def run(trace, device=None, conf=None, api="malloc", wait=False):
             "config": alloc.config()}
 
 
-def child_run(path, device, conf, api, mode):
-    """The child's part (``replay PATH --async-run MODE --api API``): replay and print the figures as JSON."""
-    from paddle_rt.tools.replay import load_trace
-    res = run(load_trace(path), device, conf, api, wait=(mode == "waiting"))
+def child_run(trace, device, conf, api, mode):
+    """The child's part (``replay PATH --async-run MODE --api API``): replay ``trace`` (load_trace's tuple) and print
+    the figures as JSON."""
+    res = run(trace, device, conf, api, wait=(mode == "waiting"))
     print(json.dumps(res, default=str))
     return 0
 
@@ -152,14 +152,13 @@ def side_by_side(res):
     return lines
 
 
-def corpus_rows(paths, device=None, conf_text="", apis=("malloc",), delay_us=DELAY_US, progress=None):
-    """One row per log: ``{"trace", **compare(...)}``."""
-    from paddle_rt.tools.corpus import trace_name
-    bar = progress("corpus --async", total=len(paths), unit="trace") if progress else None
+def corpus_rows(logs, device=None, conf_text="", apis=("malloc",), delay_us=DELAY_US, progress=None):
+    """One row per log of ``logs`` ((name, path) pairs): ``{"trace": name, **compare(path, ...)}``."""
+    bar = progress("corpus --async", total=len(logs), unit="trace") if progress else None
     rows = []
     try:
-        for p in paths:
-            rows.append({"trace": trace_name(p), **compare(p, device, conf_text, apis, delay_us)})
+        for name, p in logs:
+            rows.append({"trace": name, **compare(p, device, conf_text, apis, delay_us)})
             if bar is not None:
                 bar.update(1)
     finally:
