@@ -61,3 +61,11 @@ def test_report_lines():
     assert "ahead/waiting 1.250 (OVER 1.05)" in lines[2] and "4.0 MiB" in lines[2] and "5.0 MiB" in lines[2]
     assert lines[4].split()[-2:] == ["0", "0"]
     assert not any(ln.split()[:1] == ["malloc"] for ln in lines)
+
+
+def test_conf_reaches_the_loader_child(tmp_path):
+    """``replay --loader --conf expandable_segments:0``: the children configure their allocator (no page mapped)."""
+    res = replay_loader.run_fresh("pool", "waiting", conf_text="expandable_segments:0", delay_us=0)
+    assert res["maps"] == 0 and res["wrong"] == 0
+    res = replay_loader.run_fresh("pool", "waiting", delay_us=0)
+    assert res["maps"] > 0

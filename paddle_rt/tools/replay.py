@@ -447,7 +447,7 @@ def _loader(ap, args):
         ap.error("--loader runs its own workload: give no TRACE or --corpus")
     from paddle_rt.tools import replay_loader
     if args.loader_run:
-        return replay_loader.child_run(args.api or "pool", args.loader_run, args.device)
+        return replay_loader.child_run(args.api or "pool", args.loader_run, args.device, _conf_dict(args.conf))
     from paddle_rt.tools.replay_async import DELAY_US, api_list
     res = replay_loader.compare(api_list(args.api or "both"), args.device, args.conf,
                                 DELAY_US if args.delay_us is None else args.delay_us)

@@ -31,11 +31,12 @@ def batch_content(i, n):
     return (((np.arange(n, dtype=np.uint32) + np.uint32(i * 7919)) * np.uint32(2654435761)) >> 24).astype(np.uint8)
 
 
-def run(api="pool", wait=False, batches=BATCHES, batch_bytes=BATCH_BYTES, device=None, unsafe=False):
+def run(api="pool", wait=False, batches=BATCHES, batch_bytes=BATCH_BYTES, device=None, unsafe=False, conf=None):
     """Run the workload in this process. Returns {"peak_reserved", "maps", "unmaps", "wrong", "batches", "seconds"}.
     ``unsafe``: free each batch without declaring the compute stream's use (``malloc``: no ``record_stream``;
     ``pool``: ``free_async`` on the copy stream) and without the copy stream's wait for the compute stream, a bug
-    the check must catch when the host runs ahead (the next upload overwrites a batch not yet read)."""
+    the check must catch when the host runs ahead (the next upload overwrites a batch not yet read). ``conf``: dict of
+    allocator keys."""
     import time
     import numpy as np
     import paddle_rt
@@ -43,6 +44,8 @@ def run(api="pool", wait=False, batches=BATCHES, batch_bytes=BATCH_BYTES, device
     dev = paddle_rt.device(device) if device else paddle_rt.get_device()
     alloc = paddle_rt.get_allocator(dev)
     alloc.empty_cache()
+    if conf:
+        alloc.configure(**conf)
     copy, compute = paddle_rt.Stream(dev), paddle_rt.Stream(dev)
     pool = paddle_rt.MemPool(dev) if api == "pool" else None
     inputs = [batch_content(i, batch_bytes) for i in range(batches)]
@@ -122,9 +125,9 @@ def _free_batch(pool, buf, copy, compute, unsafe):
     buf.free()
 
 
-def child_run(api, mode, device=None):
-    """The child's part (``replay --loader-run MODE --api API``): run and print the figures as JSON."""
-    print(json.dumps(run(api, wait=(mode == "waiting"), device=device)))
+def child_run(api, mode, device=None, conf=None):
+    """The child's part (``replay --loader-run MODE --api API [--conf C]``): run and print the figures as JSON."""
+    print(json.dumps(run(api, wait=(mode == "waiting"), device=device, conf=conf)))
     return 0
 
 
