@@ -360,7 +360,9 @@ def test_corpus_gets_the_options(monkeypatch, capsys):
     assert calls == [(["a", "b"], "growth:exact", "rt_cpu:1", True, None)]
     monkeypatch.setattr(corpus, "main", lambda *a, **kw: calls.append((a, kw)) or 0)
     assert replay.main(["--corpus", "a", "--strict", "--no-progress"]) == 0
-    assert calls[-1] == ((["a"], "", None, False, None), {"strict": True})
+    assert calls[-1] == ((["a"], "", None, False, None), {"strict": True, "ahead": None})
+    assert replay.main(["--corpus", "a", "--async", "--api", "pool", "--delay-us", "7", "--no-progress"]) == 0
+    assert calls[-1] == ((["a"], "", None, False, None), {"strict": False, "ahead": (("pool",), 7)})
     with pytest.raises(SystemExit) as exc:
         replay.main(["t.csv", "--strict"])
     assert exc.value.code == 2

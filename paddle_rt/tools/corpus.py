@@ -237,7 +237,8 @@ def main(folders, conf_text="", device=None, as_json=False, progress=None, stric
     out = {"rows": rows, "summary": s}
     if ahead is not None:
         from paddle_rt.tools import replay_async
-        out["async_rows"] = replay_async.corpus_rows([(trace_name(p), p) for p in paths], device, conf_text, ahead[0], ahead[1], progress)
+        logs = [(trace_name(p), p) for p in paths]
+        out["async_rows"] = replay_async.corpus_rows(logs, device, conf_text, ahead[0], ahead[1], progress)
         out["async_summary"] = replay_async.corpus_summary(out["async_rows"])
         met = met and out["async_summary"]["met"]
     if as_json:

@@ -434,8 +434,8 @@ def main(argv=None):
                                progress_factory(args.progress), strict=args.strict, ahead=_ahead_args(args))
         if args.async_run:
             from paddle_rt.tools import replay_async
-            return replay_async.child_run(load_trace(args.trace), args.device, _conf_dict(args.conf), args.api or "malloc",
-                                          args.async_run)
+            return replay_async.child_run(load_trace(args.trace), args.device, _conf_dict(args.conf),
+                                          args.api or "malloc", args.async_run)
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
         return error("replay", exc)
