@@ -390,11 +390,11 @@ def main(argv=None):
                          "(synchronize() after every event) and running ahead, side by side (each in a fresh process; "
                          "paddle_rt/tools/replay_async.py)")
     ap.add_argument("--api", choices=("malloc", "pool", "both"), default=None,
-                    help="with --async: the caching allocator (malloc/free, the default), the stream-ordered pool "
-                         "(malloc_async/free_async), or both")
+                    help="with --async or --loader: the caching allocator (malloc/free), the stream-ordered pool "
+                         "(malloc_async/free_async), or both (default: malloc with --async, both with --loader)")
     ap.add_argument("--delay-us", type=_delay_us, default=None, metavar="N",
-                    help="with --async: rt_cpu's delay per stream operation in the replays (RT_CPU_STREAM_DELAY_US; "
-                         "default 20)")
+                    help="with --async or --loader: rt_cpu's delay per stream operation in the replays "
+                         "(RT_CPU_STREAM_DELAY_US) (default: 20)")
     ap.add_argument("--loader", action="store_true",
                     help="instead of a log: the two-stream data-loader workload (a copy stream uploads batches that a "
                          "compute stream uses), host waiting vs running ahead, results checked "
