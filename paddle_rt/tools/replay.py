@@ -24,7 +24,7 @@ import sys
 import time
 
 from paddle_rt._core.errors import InvalidArgument
-from paddle_rt.tools.cli import EXIT_USAGE, command_parser, error, output_path_problem
+from paddle_rt.tools.cli import EXIT_USAGE, command_parser, delay_us_arg, error, output_path_problem
 
 MiB = 1 << 20
 PROGRESS_EXTRA = 'pip install "paddle_rt[progress]"'
@@ -392,7 +392,7 @@ def main(argv=None):
     ap.add_argument("--api", choices=("malloc", "pool", "both"), default=None,
                     help="with --async or --loader: the caching allocator (malloc/free), the stream-ordered pool "
                          "(malloc_async/free_async), or both (default: malloc with --async, both with --loader)")
-    ap.add_argument("--delay-us", type=_delay_us, default=None, metavar="N",
+    ap.add_argument("--delay-us", type=delay_us_arg, default=None, metavar="N",
                     help="with --async or --loader: rt_cpu's delay per stream operation in the replays "
                          "(RT_CPU_STREAM_DELAY_US) (default: 20)")
     ap.add_argument("--loader", action="store_true",
@@ -457,17 +457,6 @@ def _loader(ap, args):
         print("\n".join(replay_loader.report(res)))
     wrong = sum(res[a][m]["wrong"] for a in ("malloc", "pool") if a in res for m in ("waiting", "ahead"))
     return 1 if wrong else 0
-
-
-def _delay_us(text):
-    """``--delay-us``: an integer of microseconds, 0 to 10 s (rt_cpu's bounds)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer number of microseconds") from None
-    if not 0 <= n <= 10_000_000:
-        raise argparse.ArgumentTypeError(f"{n} is outside 0..10000000 microseconds")
-    return n
 
 
 def _ahead_args(args):
