@@ -10,6 +10,10 @@ allocator and of PyTorch's caching allocator on an unbounded device, for compari
 When the ``Stream`` column names several streams, the log is also replayed stream-ordered (``malloc_async`` /
 ``free_async`` on that many paddle_rt streams, a fresh ``MemPool``) and the pool's figures are reported.
 
+``--async`` adds the log replayed with the host waiting and running ahead of a lagging device, side by side
+(:mod:`paddle_rt.tools.replay_async`); ``--loader`` runs the two-stream data-loader workload instead of a log
+(:mod:`paddle_rt.tools.replay_loader`).
+
 ``--plot out.png`` draws the replay's memory timeline and the segment map at the end of the log (matplotlib, the
 ``plot`` extra). Long traces show a progress bar on stderr when it is a terminal (tqdm, the ``progress`` extra;
 without it, no bar): ``--progress`` forces it, ``--no-progress`` turns it off.
