@@ -516,7 +516,10 @@ class PoolMachine(RuleBasedStateMachine):
             if f[0] < hi and lo < f[1]:
                 _, _, j, pos, rec = f
                 for y, yp in rec:
-                    assert self._done(y, yp) or self.synced.get(y, 0) >= yp, "reuse before a recorded stream passed"
+                    # a recorded use is passed, or ordered before the reuse: on the reusing stream itself, or (event
+                    # dependencies) the reusing stream waits on an event recorded on it after the use
+                    assert (self._done(y, yp) or self.synced.get(y, 0) >= yp or y == i or
+                            (follow and self.waits.get((i, y), 0) >= yp)), "reuse before a recorded stream passed"
                 ok = (j == i or self.synced.get(j, 0) >= pos or
                       (follow and self.waits.get((i, j), 0) >= pos) or
                       (opp and self._done(j, pos)) or (allow_internal and internal))
@@ -669,3 +672,38 @@ def test_threads_share_a_pool():
     assert not errors, errors
     assert pool.stats()["used_mem_current"] == 0
     assert pool.trim_to(0) == 0 and pool.stats()["reserved_mem_current"] == 0
+
+
+FOLLOW_BACK_CHILD = r"""
+import paddle_rt
+N = 1 << 20
+pool = paddle_rt.MemPool()
+c, k, z = paddle_rt.Stream(), paddle_rt.Stream(), paddle_rt.Stream()
+out = paddle_rt.malloc(256, stream=c)
+b = pool.malloc_async(N, c)
+p = b.ptr
+paddle_rt.memcpy_async(out, b, 256, stream=c)          # c's (delayed) work reads b
+up = paddle_rt.Event(); up.record(c); k.wait_event(up)
+paddle_rt.memcpy_async(out, b, 256, stream=k)          # k uses b after c's work, then frees it
+pool.free_async(b, k)
+done = paddle_rt.Event(); done.record(k)
+z.wait_event(done)                                      # z follows k past the free, but not c directly
+other = pool.malloc_async(N, z)
+c.wait_event(done)                                      # c follows k past the free
+again = pool.malloc_async(N, c)
+print(again.ptr == p, other.ptr != p, c.query(), pool.stats()["reuse_follow_event_dependencies"])
+pool.free_async(again); pool.free_async(other); out.free()
+for s in (c, k, z):
+    s.synchronize(); s.close()
+"""
+
+
+def test_allocating_stream_reuses_what_another_stream_freed_once_it_waited_for_it(run_python):
+    """Issue 45, the data loader's pattern with the host running ahead: a block allocated on c, used and freed on k
+    (ordered after c's work), and c then waiting on an event recorded on k after the free: c reuses it at once,
+    though c's own earlier work has not run (the recorded use of the allocating stream is ordered by c's own
+    order). Before, the pool waited for c to actually run past its use, and the host running ahead grew the pool
+    by a block per batch. z, which waited only for k, still does not get it (c's use is not ordered before z)."""
+    res = run_python(FOLLOW_BACK_CHILD, env={"RT_CPU_STREAM_DELAY_US": "20000"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", "True", "False", "1"]

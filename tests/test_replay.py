@@ -360,7 +360,9 @@ def test_corpus_gets_the_options(monkeypatch, capsys):
     assert calls == [(["a", "b"], "growth:exact", "rt_cpu:1", True, None)]
     monkeypatch.setattr(corpus, "main", lambda *a, **kw: calls.append((a, kw)) or 0)
     assert replay.main(["--corpus", "a", "--strict", "--no-progress"]) == 0
-    assert calls[-1] == ((["a"], "", None, False, None), {"strict": True})
+    assert calls[-1] == ((["a"], "", None, False, None), {"strict": True, "ahead": None})
+    assert replay.main(["--corpus", "a", "--async", "--api", "pool", "--delay-us", "7", "--no-progress"]) == 0
+    assert calls[-1] == ((["a"], "", None, False, None), {"strict": False, "ahead": (("pool",), 7)})
     with pytest.raises(SystemExit) as exc:
         replay.main(["t.csv", "--strict"])
     assert exc.value.code == 2
@@ -727,3 +729,86 @@ def test_progress_factory_without_a_usable_stream():
     closed = io.StringIO()
     closed.close()
     assert replay.progress_factory(None, closed) is None
+
+
+# -- --async: host waiting vs running ahead (issue 45; paddle_rt/tools/replay_async.py) ----------------------------
+def _cli(args, cwd, env=None):
+    """``python -m paddle_rt replay ARGS`` as a user runs it: in ``cwd``, relative paths."""
+    from conftest import package_parent
+    child_env = {k: v for k, v in os.environ.items() if k not in ("PADDLE_RT_DEFAULT_DEVICE", "COLUMNS")}
+    child_env["PYTHONPATH"] = package_parent()
+    child_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "paddle_rt", "replay", *args], cwd=cwd, env=child_env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_async_side_by_side_from_a_users_folder(tmp_path):
+    write_trace(tmp_path / "t.csv", SMALL)
+    res = _cli(["t.csv", "--async", "--api", "both", "--delay-us", "50", "--no-min-capacity"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("t.csv on rt_cpu:0, ")                       # the default report comes first, as before
+    start = lines.index("  host waiting vs running ahead (each block written and read on its stream; device lag 50 us "
+                        "per operation):")
+    assert lines[start + 1].split() == ["api", "waiting", "ahead"]
+    for api in ("malloc", "pool"):
+        (row,) = [ln for ln in lines[start:] if ln.split()[:3] == [api, "peak", "reserved"]]
+        assert "ahead/waiting 1.000 (ok 1.02)" in row, row
+    assert lines[-1] == "    pool waiting / malloc waiting peak reserved 1.000 (ok 1.02)"
+
+
+def test_async_json_figures(tmp_path, capsys):
+    p = write_trace(tmp_path / "t.csv", SMALL)
+    assert replay.main([p, "--async", "--api", "pool", "--delay-us", "0", "--json", "--no-min-capacity"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    a = res["async"]
+    assert a["delay_us"] == 0 and "malloc" not in a and "pool_vs_malloc" not in a
+    w, h = a["pool"]["waiting"], a["pool"]["ahead"]
+    assert (w["mode"], h["mode"], w["api"]) == ("waiting", "ahead", "pool")
+    assert w["events"] == h["events"] == len(SMALL)
+    assert w["peak_reserved"] >= 10 * MiB and a["pool"]["ratio"] == h["peak_reserved"] / w["peak_reserved"]
+    for k in ("maps", "unmaps", "device_allocs", "device_frees", "seconds"):
+        assert k in w and k in h
+
+
+@pytest.mark.parametrize("args,message", [
+    (["t.csv", "--async", "--delay-us", "abc"], "argument --delay-us: 'abc' is not an integer number of microseconds"),
+    (["t.csv", "--async", "--delay-us", "-1"], "argument --delay-us: -1 is outside 0..10000000 microseconds"),
+    (["t.csv", "--async", "--api", "cuda"], "argument --api: invalid choice: 'cuda'"),
+    (["t.csv", "--api", "pool"], "--api and --delay-us go with --async or --loader"),
+    (["t.csv", "--delay-us", "5"], "--api and --delay-us go with --async or --loader"),
+    (["t.csv", "--async", "--plot", "x.png"], "--async and --plot: give one of them"),
+    (["t.csv", "--loader"], "--loader runs its own workload: give no TRACE or --corpus"),
+])
+def test_async_bad_options_are_one_line_and_exit_2(tmp_path, args, message):
+    write_trace(tmp_path / "t.csv", SMALL)
+    res = _cli(args, tmp_path)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("paddle-rt replay: ") and message in line, line
+    assert res.stdout == ""
+
+
+def test_async_corpus_table(tmp_path):
+    (tmp_path / "logs").mkdir()
+    write_trace(tmp_path / "logs" / "small.csv", SMALL)
+    res = _cli(["--corpus", "logs", "--async", "--api", "both", "--delay-us", "0", "--no-progress"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.split("host waiting vs running ahead (device lag 0 us per operation):\n")
+    assert len(out) == 2 and "| small |" in out[0]                            # the corpus table stays first
+    rows = [ln for ln in out[1].splitlines() if ln.startswith("| small |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["malloc", "pool"]
+    assert rows[1].rstrip().endswith("| 1.000 | 1.000 |")
+    assert "1 traces, host running ahead vs waiting: worst 1.000 (target <= 1.02); pool vs caching allocator " \
+           "(waiting): worst 1.000 (target <= 1.02): targets met" in out[1]
+
+
+def test_loader_from_a_users_folder(tmp_path):
+    res = _cli(["--loader", "--api", "pool"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("two-stream loader: 48 batches of 1 MiB") and "device lag 20 us" in lines[0]
+    (row,) = [ln for ln in lines if ln.split()[:1] == ["pool"]]
+    assert "(ok 1.05)" in row
+    (wrong,) = [ln for ln in lines if "wrong results" in ln]
+    assert wrong.split()[-2:] == ["0", "0"]

@@ -449,10 +449,14 @@ def test_cli_passes_its_options_to_view(tmp_path, monkeypatch, capsys):
     assert view_mod.main(["a.csv", "b.json", "-o", "p.html", "--conf", "growth:fixed", "--conf", "small_size:0",
                           "--baselines", "--device", "rt_cpu:1", "--title", "T"]) == 0
     assert calls == [(("a.csv", "b.json"), dict(output="p.html", conf=["growth:fixed", "small_size:0"],
-                                                  baselines=True, device="rt_cpu:1", title="T"))]
+                                                  baselines=True, device="rt_cpu:1", title="T", ahead=False,
+                                                  delay_us=None))]
     assert capsys.readouterr().out.strip() == "wrote p.html (3 runs, 3.0 MiB)"
     assert view_mod.main(["a.csv", "-o", "q.html"]) == 0
-    assert calls[-1] == (("a.csv",), dict(output="q.html", conf=None, baselines=False, device=None, title=None))
+    assert calls[-1] == (("a.csv",), dict(output="q.html", conf=None, baselines=False, device=None, title=None,
+                                          ahead=False, delay_us=None))
+    assert view_mod.main(["a.csv", "-o", "q.html", "--async", "--delay-us", "5"]) == 0
+    assert calls[-1][1]["ahead"] is True and calls[-1][1]["delay_us"] == 5
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         view_mod.main(["--help"])
@@ -679,3 +683,27 @@ def test_browser_zoom_swaps_in_a_finer_level(browser, tmp_path):
     # finer: the second level's buckets of about 3 events (the first level's hold about 49)
     span = page.runs[0]["t_range"][1] - page.runs[0]["t_range"][0]
     assert (x1 - x0) / n1 < 0.1 * span / n0
+
+
+def test_view_async_shows_waiting_and_ahead_side_by_side(tmp_path):
+    """``paddle-rt view LOG --async`` (issue 45): the page has a table of both replays' figures, both APIs."""
+    small_log(tmp_path / "log.csv.gz")
+    res = run_cli(["view", "log.csv.gz", "--async", "--delay-us", "0", "-o", "p.html"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "p.html").read_text()
+    table = page.split('<table class="peaks" id="ahead">', 1)[1].split("</table>", 1)[0]
+    assert "<h2>Host waiting vs running ahead</h2>" in page and "device lag 0 us per operation" in page
+    rows = table.split("<tr>")[2:]
+    assert [r.split("<td>")[2].split("<")[0] for r in rows] == ["malloc", "pool"]
+    import re
+    for r in rows:
+        cells = re.findall(r"<td class=n>([^<]*)</td>", r)
+        assert len(cells) == 5 and re.fullmatch(r"\d+\.\d{3}", cells[2]), cells
+        assert re.fullmatch(r"\d+ / \d+", cells[3]) and re.fullmatch(r"\d+ / \d+", cells[4]), cells
+
+
+def test_view_delay_without_async_is_a_usage_error(tmp_path):
+    res = run_cli(["view", "log.csv", "--delay-us", "5", "-o", "p.html"], tmp_path)
+    assert res.returncode == 2 and "--delay-us goes with --async" in res.stderr
+    res = run_cli(["view", "log.csv", "--async", "--delay-us", "x", "-o", "p.html"], tmp_path)
+    assert res.returncode == 2 and "'x' is not an integer number of microseconds" in res.stderr

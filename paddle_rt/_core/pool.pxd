@@ -51,6 +51,7 @@ cdef class MemPool:
     cdef int _reusable(self, _FreedBlock e, Stream b) except -1           # a ReuseKind
     cdef bint _host_synced(self, _FreedBlock e)
     cdef bint _follows_event(self, _FreedBlock e, Stream b)
+    cdef bint _recorded_ordered(self, _FreedBlock e, Stream b)
     cdef bint _opportunistic(self, _FreedBlock e)
     cdef bint _safe_for_every_stream(self, _FreedBlock e)
     cdef list _freed_blocks(self, size_t size=*, object skip=*)

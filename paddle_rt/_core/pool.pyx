@@ -234,10 +234,28 @@ cdef class MemPool:
         host saw it (or as the opportunistic policy accepts)."""
         return _recorded_done(e) and (self._host_synced(e) or self._opportunistic(e))
 
+    cdef bint _recorded_ordered(self, _FreedBlock e, Stream b):
+        """Work of ``b`` from now on runs after every use of ``e`` on its recorded streams (record_stream, and the
+        allocating stream when freed on another): each such stream has run past its use, or is ``b`` itself (stream
+        order), or ``b`` waits on an event recorded on it after the use (followed under the event policy). A host
+        running ahead of the device thus reuses, on the allocating stream, a block that another stream used and
+        freed, once it waited for that stream (the data loader's copy stream after the compute stream)."""
+        cdef Stream y
+        if e.recorded is None:
+            return True
+        ws = self._waits.get(b) if self.reuse_follow_event_dependencies else None
+        for y, p in e.recorded:
+            if y is b or stream_reached(y, p):
+                continue
+            w = ws.get(y) if ws is not None else None
+            if w is None or w[0] < p:
+                return False
+        return True
+
     cdef int _reusable(self, _FreedBlock e, Stream b) except -1:
         """How stream ``b`` may reuse ``e`` (a ReuseKind; REUSE_NONE: not now). Internal dependencies are not
         considered here: they change ``b``."""
-        if not _recorded_done(e):
+        if not self._recorded_ordered(e, b):
             return REUSE_NONE
         if e.stream is b:
             return REUSE_SAME_STREAM

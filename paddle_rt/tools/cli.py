@@ -147,3 +147,15 @@ def run_command(command, fn, argv):
         return error(command, "interrupted", EXIT_INTERRUPTED)
     except PaddleRTError as exc:
         return error(command, str(exc))
+
+
+def delay_us_arg(text):
+    """``--delay-us`` (replay, view): an integer of microseconds, 0 to 10 s (rt_cpu's bounds of
+    RT_CPU_STREAM_DELAY_US)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer number of microseconds") from None
+    if not 0 <= n <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"{n} is outside 0..10000000 microseconds")
+    return n

@@ -209,10 +209,12 @@ def summary_text(s, rows=()):
     return "\n".join(out)
 
 
-def main(folders, conf_text="", device=None, as_json=False, progress=None, strict=False):
+def main(folders, conf_text="", device=None, as_json=False, progress=None, strict=False, ahead=None):
     """Replay the corpus of ``folders`` and print its table (and whether the targets are met). A folder that gives no
     log is reported on stderr and the others still run; the status is then 2, else 1 when ``strict`` and the targets
-    are missed, else 0."""
+    are missed, else 0. ``ahead``: (APIs, delay in µs) of ``--async``: each log is also replayed with the host waiting
+    and running ahead (:mod:`paddle_rt.tools.replay_async`), in a second table; ``strict`` then judges its targets
+    too."""
     from paddle_rt.tools.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error
     problems = []
     paths = corpus_files(folders, problems)
@@ -231,12 +233,26 @@ def main(folders, conf_text="", device=None, as_json=False, progress=None, stric
         if bar is not None:
             bar.close()
     s = summary(rows)
+    met = s["targets_met"]
+    out = {"rows": rows, "summary": s}
+    if ahead is not None:
+        from paddle_rt.tools import replay_async
+        logs = [(trace_name(p), p) for p in paths]
+        out["async_rows"] = replay_async.corpus_rows(logs, device, conf_text, ahead[0], ahead[1], progress)
+        out["async_summary"] = replay_async.corpus_summary(out["async_rows"])
+        met = met and out["async_summary"]["met"]
     if as_json:
-        print(json.dumps({"rows": rows, "summary": s}, indent=1))
+        print(json.dumps(out, indent=1, default=str))
     else:
         print(table(rows))
         print()
         print(summary_text(s, rows))
+        if ahead is not None:
+            print()
+            print(f"host waiting vs running ahead (device lag {ahead[1]} us per operation):")
+            print(replay_async.corpus_table(out["async_rows"]))
+            print()
+            print(replay_async.corpus_summary_text(out["async_summary"]))
     if problems:
         return EXIT_USAGE
-    return EXIT_FAILED if strict and not s["targets_met"] else EXIT_OK
+    return EXIT_FAILED if strict and not met else EXIT_OK

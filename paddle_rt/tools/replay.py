@@ -10,6 +10,10 @@ allocator and of PyTorch's caching allocator on an unbounded device, for compari
 When the ``Stream`` column names several streams, the log is also replayed stream-ordered (``malloc_async`` /
 ``free_async`` on that many paddle_rt streams, a fresh ``MemPool``) and the pool's figures are reported.
 
+``--async`` adds the log replayed with the host waiting and running ahead of a lagging device, side by side
+(:mod:`paddle_rt.tools.replay_async`); ``--loader`` runs the two-stream data-loader workload instead of a log
+(:mod:`paddle_rt.tools.replay_loader`).
+
 ``--plot out.png`` draws the replay's memory timeline and the segment map at the end of the log (matplotlib, the
 ``plot`` extra). Long traces show a progress bar on stderr when it is a terminal (tqdm, the ``progress`` extra;
 without it, no bar): ``--progress`` forces it, ``--no-progress`` turns it off.
@@ -24,7 +28,7 @@ import sys
 import time
 
 from paddle_rt._core.errors import InvalidArgument
-from paddle_rt.tools.cli import EXIT_USAGE, command_parser, error, output_path_problem
+from paddle_rt.tools.cli import EXIT_USAGE, command_parser, delay_us_arg, error, output_path_problem
 
 MiB = 1 << 20
 PROGRESS_EXTRA = 'pip install "paddle_rt[progress]"'
@@ -385,8 +389,32 @@ def main(argv=None):
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="show progress bars on stderr even when it is not a terminal (tqdm)")
     bar.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    ap.add_argument("--async", dest="run_ahead", action="store_true",
+                    help="also replay with each block used by a kernel on its stream, the host waiting "
+                         "(synchronize() after every event) and running ahead, side by side (each in a fresh process; "
+                         "paddle_rt/tools/replay_async.py)")
+    ap.add_argument("--api", choices=("malloc", "pool", "both"), default=None,
+                    help="with --async or --loader: the caching allocator (malloc/free), the stream-ordered pool "
+                         "(malloc_async/free_async), or both (default: malloc with --async, both with --loader)")
+    ap.add_argument("--delay-us", type=delay_us_arg, default=None, metavar="N",
+                    help="with --async or --loader: rt_cpu's delay per stream operation in the replays "
+                         "(RT_CPU_STREAM_DELAY_US) (default: 20)")
+    ap.add_argument("--loader", action="store_true",
+                    help="instead of a log: the two-stream data-loader workload (a copy stream uploads batches that a "
+                         "compute stream uses), host waiting vs running ahead, results checked "
+                         "(paddle_rt/tools/replay_loader.py)")
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--loader-run", choices=("waiting", "ahead"), default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--async-run", choices=("waiting", "ahead"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.loader or args.loader_run:
+        return _loader(ap, args)
+    if (args.api is not None or args.delay_us is not None) and not (args.run_ahead or args.async_run):
+        ap.error("--api and --delay-us go with --async or --loader")
+    if args.async_run and args.api == "both":
+        ap.error("--async-run replays one API")
+    if args.run_ahead and args.plot:
+        ap.error("--async and --plot: give one of them")
     if (args.trace is None) == (args.corpus is None):
         ap.error("give one TRACE or --corpus DIR [DIR...]")
     if args.strict and args.corpus is None:
@@ -407,10 +435,40 @@ def main(argv=None):
         if args.corpus is not None:
             from paddle_rt.tools import corpus
             return corpus.main(args.corpus, args.conf, args.device, args.json,
-                               progress_factory(args.progress), strict=args.strict)
+                               progress_factory(args.progress), strict=args.strict, ahead=_ahead_args(args))
+        if args.async_run:
+            from paddle_rt.tools import replay_async
+            return replay_async.child_run(load_trace(args.trace), args.device, _conf_dict(args.conf),
+                                          args.api or "malloc", args.async_run)
         return _main(args)
     except InvalidArgument as exc:          # a malformed log or --conf (OutOfMemoryError etc. propagate)
         return error("replay", exc)
+
+
+def _loader(ap, args):
+    """``replay --loader``: the two-stream workload, waiting vs ahead, for the APIs of ``--api`` (default both)."""
+    if args.trace is not None or args.corpus is not None:
+        ap.error("--loader runs its own workload: give no TRACE or --corpus")
+    from paddle_rt.tools import replay_loader
+    if args.loader_run:
+        return replay_loader.child_run(args.api or "pool", args.loader_run, args.device, _conf_dict(args.conf))
+    from paddle_rt.tools.replay_async import DELAY_US, api_list
+    res = replay_loader.compare(api_list(args.api or "both"), args.device, args.conf,
+                                DELAY_US if args.delay_us is None else args.delay_us)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print("\n".join(replay_loader.report(res)))
+    wrong = sum(res[a][m]["wrong"] for a in ("malloc", "pool") if a in res for m in ("waiting", "ahead"))
+    return 1 if wrong else 0
+
+
+def _ahead_args(args):
+    """(APIs, delay) of ``--async``, or None without it."""
+    if not args.run_ahead:
+        return None
+    from paddle_rt.tools.replay_async import DELAY_US, api_list
+    return api_list(args.api or "malloc"), DELAY_US if args.delay_us is None else args.delay_us
 
 
 def plot_data(res, source):
@@ -509,6 +567,10 @@ def _main(args):
         from paddle_rt.tools import figures
         figures.draw_memory(drawing, args.plot)
         res["plot"] = args.plot
+    ahead = _ahead_args(args)
+    if ahead is not None:
+        from paddle_rt.tools import replay_async
+        res["async"] = replay_async.compare(args.trace, args.device, args.conf, ahead[0], ahead[1])
     if args.json:
         print(json.dumps(res, indent=1, default=str))
         return 0
@@ -539,6 +601,9 @@ def _main(args):
         for k, label in (("paddle", "Paddle auto-growth"), ("torch", "PyTorch caching")):
             print(f"  {label:21s} peak reserved {_mib(res[k]['peak_reserved'])}, "
                   f"device allocations {res[k]['device_allocs']}")
+    if "async" in res:
+        from paddle_rt.tools.replay_async import side_by_side
+        print("\n".join(side_by_side(res["async"])))
     return 0
 
 

@@ -9,6 +9,7 @@ the first's.
 
     paddle-rt view snap.json -o snap.html
     paddle-rt view log.csv.gz --conf growth:fixed --conf growth:adaptive --baselines -o compare.html
+    paddle-rt view log.csv.gz --async -o ahead.html
 """
 import sys
 
@@ -28,11 +29,15 @@ def _conf_list(conf):
     return out or [""]
 
 
-def view(*sources, output=None, conf=None, baselines=False, device=None, labels=None, title=None):
+def view(*sources, output=None, conf=None, baselines=False, device=None, labels=None, title=None, ahead=False,
+         delay_us=None):
     """Build the viewer page of ``sources`` (paths, or snapshot dicts as ``paddle_rt.memory.history()`` returns) and return it as a :class:`~paddle_rt.tools.view_page.Page` (shown
     inline in Jupyter); ``output``: also write it there. ``conf``: allocator configurations (``"key:value,..."`` or
     dicts) an allocation log is replayed under, one run each; ``baselines``: add Paddle's and PyTorch's allocator
-    models' runs of a log; ``device``: only that device (replays run on it); ``labels``: a name per source."""
+    models' runs of a log; ``device``: only that device (replays run on it); ``labels``: a name per source;
+    ``ahead``: also replay each log with the host waiting and running ahead of a lagging device (both APIs,
+    :mod:`paddle_rt.tools.replay_async`; ``delay_us`` per device operation, default 20), shown side by side in a
+    table of the page."""
     from paddle_rt.tools import view_data, view_page
     view_page.require_plotly()
     if not sources:
@@ -53,7 +58,10 @@ def view(*sources, output=None, conf=None, baselines=False, device=None, labels=
         if kind == "alloc_log":
             confs = _conf_list(conf)
             for j, c in enumerate(confs):
-                runs += view_data.load_source(path, c, device, label=label, baselines=baselines and j == 0)
+                log_runs = view_data.load_source(path, c, device, label=label, baselines=baselines and j == 0)
+                if ahead and log_runs:
+                    log_runs[0]["ahead"] = _ahead(path, c, device, delay_us)
+                runs += log_runs
         else:
             runs += view_data.load_source(path, "", device, label=label)
     page = view_page.build_page(runs, title=title)
@@ -62,8 +70,25 @@ def view(*sources, output=None, conf=None, baselines=False, device=None, labels=
     return page
 
 
+def _ahead(path, conf_text, device, delay_us):
+    """The figures of ``paddle-rt replay PATH --async --api both`` (paddle_rt/tools/replay_async.py), run as a child
+    by module name (this module is imported by paddle_rt.memory: it imports no replay module)."""
+    import json
+    import os
+    from paddle_rt.tools.replay_child import replay_child
+    from paddle_rt.tools.view_data import ViewInputError
+    args = [os.path.abspath(path), "--async", "--api", "both", "--json", "--no-min-capacity", "--no-progress"]
+    if delay_us is not None:
+        args += ["--delay-us", str(delay_us)]
+    r = replay_child(args, device, conf_text, dict(os.environ))
+    if r.returncode != 0:
+        lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+        raise ViewInputError(f"{path}: --async: " + (lines[-1] if lines else f"status {r.returncode}"))
+    return json.loads(r.stdout)["async"]
+
+
 def main(argv=None):
-    from paddle_rt.tools.cli import EXIT_OK, EXIT_USAGE, command_parser, error, output_path_problem
+    from paddle_rt.tools.cli import EXIT_OK, EXIT_USAGE, command_parser, delay_us_arg, error, output_path_problem
     ap = command_parser("view", description=__doc__.split("\n\n")[0].replace("``", ""),
                         epilog="\n\n".join(__doc__.split("\n\n")[1:]).replace("``", ""))
     ap.add_argument("files", nargs="+", metavar="FILE",
@@ -76,7 +101,14 @@ def main(argv=None):
                     help="add Paddle's auto-growth and PyTorch's caching allocator models' runs of each log")
     ap.add_argument("--device", default=None, help="only this device (replays run on it)")
     ap.add_argument("--title", default=None, help="the page's title")
+    ap.add_argument("--async", dest="run_ahead", action="store_true",
+                    help="also replay each allocation log with the host waiting and running ahead of a lagging "
+                         "device (both APIs), side by side in a table (as paddle-rt replay --async)")
+    ap.add_argument("--delay-us", type=delay_us_arg, default=None, metavar="N",
+                    help="with --async: rt_cpu's delay per stream operation (default: 20)")
     args = ap.parse_args(argv)
+    if args.delay_us is not None and not args.run_ahead:
+        ap.error("--delay-us goes with --async")
     problem = output_path_problem(args.output, "--output")      # before a long replay, not after it
     if problem:
         return error("view", problem)
@@ -85,7 +117,7 @@ def main(argv=None):
     from paddle_rt._core.errors import PaddleRTError
     try:
         page = view(*args.files, output=args.output, conf=args.conf, baselines=args.baselines, device=args.device,
-                    title=args.title)
+                    title=args.title, ahead=args.run_ahead, delay_us=args.delay_us)
     except (MissingExtraError, ViewInputError, PaddleRTError) as exc:
         return error("view", str(exc), EXIT_USAGE)
     except OSError as exc:

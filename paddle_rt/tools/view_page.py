@@ -226,6 +226,33 @@ def _peak_table(runs):
     return f'<table class="peaks" id="peaks">{head}{"".join(rows)}</table>'
 
 
+def _ahead_table(runs):
+    """Host waiting vs running ahead (``run["ahead"]``: replay_async.compare's figures), one row per run and API."""
+    head = ("<tr><th>run</th><th>api</th><th>peak reserved, waiting</th><th>peak reserved, ahead</th>"
+            "<th>ahead / waiting</th><th>pages mapped / unmapped, waiting</th>"
+            "<th>pages mapped / unmapped, ahead</th></tr>")
+    rows = []
+    for run in runs:
+        res = run.get("ahead")
+        if not res:
+            continue
+        for api in ("malloc", "pool"):
+            if api not in res:
+                continue
+            w, a = res[api]["waiting"], res[api]["ahead"]
+            rows.append(
+                f"<tr><td>{html.escape(run['label'])}</td><td>{api}</td>"
+                f"<td class=n>{fmt_bytes(w['peak_reserved'])}</td><td class=n>{fmt_bytes(a['peak_reserved'])}</td>"
+                f"<td class=n>{res[api]['ratio']:.3f}</td><td class=n>{w['maps']} / {w['unmaps']}</td>"
+                f"<td class=n>{a['maps']} / {a['unmaps']}</td></tr>")
+    if not rows:
+        return ""
+    delay = next(r["ahead"]["delay_us"] for r in runs if r.get("ahead"))
+    return (f'<h2>Host waiting vs running ahead</h2><div class="sub">each block written and read on its stream, '
+            f'device lag {delay} us per operation; waiting: synchronize() after every event</div>'
+            f'<table class="peaks" id="ahead">{head}{"".join(rows)}</table>')
+
+
 def _sites_table(run, i):
     if not run["sites"]:
         return ""
@@ -396,7 +423,7 @@ def build_page(runs, title=None):
         f'<div class="sub">paddle_rt {_version()} · plotly {plotly.__version__} · a self-contained page (works '
         f'offline)</div>{how}'
         + parts[0]
-        + "<h2>Peaks</h2>" + _peak_table(runs)
+        + "<h2>Peaks</h2>" + _peak_table(runs) + _ahead_table(runs)
         + '<div class="runs">' + "".join(run_blocks) + "</div>"
         + '<script type="application/json" id="prt-data">' + json.dumps(data, separators=(",", ":")).replace(
             "</", "<\\/") + "</script>"
