@@ -8,7 +8,7 @@ import pytest
 import paddle_rt
 from paddle_rt import MemPool, malloc_async, free_async, InvalidArgument, OutOfMemoryError
 
-from memory_helpers import GatedReader, run_workers, two_streams
+from memory_helpers import GatedReader, run_past, run_workers, two_streams
 
 N = 4096
 ORIG = 0x5A
@@ -385,6 +385,82 @@ def test_held_blocks_given_back_when_the_pool_goes():
     gc.collect()
     assert paddle_rt.memory_allocated() == before
     s.close()
+    t.close()
+
+
+POLICIES = {"none": ALL_OFF, "opportunistic": only(reuse_allow_opportunistic=True),
+            "event": only(reuse_follow_event_dependencies=True),
+            "internal": only(reuse_allow_internal_dependencies=True)}
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_cross_stream_policies_on_the_allocators_memory(streams, policy):
+    """Issue 45: a block freed on its own stream a is the allocator's free memory at once (the pool holds nothing);
+    another stream b takes part of it (another size) only as the pool's policies allow: opportunistic once a has run
+    past the free (polled, no synchronize), event dependency once b waits on an event recorded on a after the free,
+    internal dependency at once with b made to wait on the device (the host never waits); with none, once the host
+    synchronized with a. Whatever b got, a's pending work reads its own data."""
+    a, b = streams
+    pool = MemPool(**POLICIES[policy])
+    x = pool.malloc_async(4 * N, a)
+    fill(x, ORIG)
+    p = x.ptr
+    r = GatedReader(a, x.ptr, 4 * N)
+    at_free = a.position
+    pool.free_async(x, a)
+    assert pool.stats()["cached"] == 0             # same stream: the allocator's, merged, at once
+    if policy == "event":
+        e = paddle_rt.Event()
+        e.record(a)
+        b.wait_event(e)
+    y = pool.malloc_async(2 * N, b)
+    ours = p <= y.ptr < p + 4 * N
+    assert ours == (policy in ("event", "internal")), (policy, ours)
+    assert not r.gate.is_set() and not a.query()   # the host did not wait for a
+    paddle_rt.memset_async(y, POISON, stream=b)
+    r.gate.set()
+    keep = [y]                                     # kept: b's own freed memory would serve b first
+    if policy in ("opportunistic", "none"):
+        run_past(a, at_free)                       # a ran past the free; the host has not synchronized with a
+        keep.append(pool.malloc_async(2 * N, b))
+        assert (p <= keep[-1].ptr < p + 4 * N) == (policy == "opportunistic")
+        if policy == "none":
+            a.synchronize()                        # now the host saw it: reused with every policy off
+            keep.append(pool.malloc_async(2 * N, b))
+            assert p <= keep[-1].ptr < p + 4 * N
+    for z in keep:
+        pool.free_async(z, b)
+    a.synchronize()
+    b.synchronize()
+    assert r.seen == bytes([ORIG]) * 4 * N, "b's writes reached a's pending work"
+    st = pool.stats()
+    key = {"none": "reuse_after_host_sync", "opportunistic": "reuse_opportunistic",
+           "event": "reuse_follow_event_dependencies", "internal": "reuse_internal_dependencies"}[policy]
+    assert st[key] >= 1, st
+    assert st["used_mem_current"] == 0 and pool.trim_to(0) == 0
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("free_on", ["same", "other"])
+def test_closed_stream_leaves_nothing_behind(free_on):
+    """Issue 46 item 5: malloc_async(1 MiB, s), free_async, s.close(), synchronize(), empty_cache(): nothing
+    allocated, nothing cached by the pool, nothing reserved (also with the free on another stream: held back)."""
+    import gc
+    gc.collect()
+    paddle_rt.empty_cache()
+    pool = paddle_rt.default_mem_pool(0)
+    base = paddle_rt.memory_allocated()           # 0 unless an earlier test left memory live
+    s, t = paddle_rt.Stream(), paddle_rt.Stream()
+    x = malloc_async(1 << 20, s)
+    t.add_callback(lambda: None)
+    free_async(x, s if free_on == "same" else t)
+    s.close()
+    paddle_rt.synchronize()
+    paddle_rt.empty_cache()
+    assert paddle_rt.memory_allocated() == base
+    assert pool.stats()["cached"] == 0
+    assert paddle_rt.memory_reserved() == base
     t.close()
 
 
