@@ -602,7 +602,13 @@ class PoolMachine(RuleBasedStateMachine):
                     self.waits[(i, j)] = max(self.waits.get((i, j), 0), self.streams[j].position)
         self.freed = [f for f in self.freed if not (f[0] < hi and lo < f[1])]
         self.live.append((a, i))
+        self._use(a, i)
+
+    def _use(self, a, i):
         self.streams[i].add_callback(lambda: None)          # a use of the memory on its stream
+
+    def _use_on(self, a, i, j):
+        self.streams[j].add_callback(lambda: None)          # a use on stream j (recorded below)
 
     @precondition(lambda self: self.live)
     @rule(k=st.integers(0, 100), j=st.integers(0, 2), busy=st.booleans())
@@ -621,7 +627,7 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(k=st.integers(0, 100), j=st.integers(0, 2))
     def record(self, k, j):
         a, i = self.live[k % len(self.live)]
-        self.streams[j].add_callback(lambda: None)
+        self._use_on(a, i, j)
         a.record_stream(self.streams[j])
 
     @rule(i=st.integers(0, 2), j=st.integers(0, 2))
@@ -663,6 +669,98 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
 test_pool_state_machine = PoolMachine.TestCase
+
+
+class SlowPoolMachine(PoolMachine):
+    """PoolMachine with the device slowed (issue 45): rt_cpu's memsets and copies wait 200 us each on the stream
+    (rt_cpu_set_fault's run-time delay) and streams are held busy by host callbacks that later rules release, so the
+    host runs ahead; the allocator's chunks are exactly the requests, so a miss on one stream looks at the memory the
+    others freed (the pool's cross-stream policies on the allocator's memory). Every block is filled with its own byte by a memset on its stream and read back to the host by
+    each use (its stream, or another after an event); a read whose stream has run is checked at once, every other at
+    a synchronize and at the end: a block reused too early shows as a wrong byte."""
+
+    @initialize(follow=st.booleans(), opp=st.booleans(), internal=st.booleans())
+    def setup(self, follow, opp, internal):
+        from paddle_rt.plugins import rt_cpu_set_fault
+        for kind in ("memset", "memcpy"):
+            rt_cpu_set_fault(kind, delay_us=200)
+        paddle_rt.empty_cache()
+        paddle_rt.set_allocator_config(**EXACT)   # a stream has no spare memory: misses take other streams' frees
+        super().setup(follow, opp, internal)
+        self.gates = {}          # stream index -> the gate holding it
+        self.reads = []          # (host array, byte, stream index, its position once queued)
+        self.values = {}         # live block address -> its byte
+        self.next_value = 0
+
+    def _use(self, a, i):
+        self.next_value = self.next_value % 255 + 1
+        self.values[a.ptr] = self.next_value      # live blocks do not overlap
+        paddle_rt.memset_async(a, self.next_value, stream=self.streams[i])
+        self._read(a, i)
+
+    def _read(self, a, j):
+        h = np.empty(a.size, np.uint8)
+        paddle_rt.memcpy_async(h, a, stream=self.streams[j])
+        self.reads.append((h, self.values[a.ptr], j, self.streams[j].position))
+
+    def _use_on(self, a, i, j):
+        self.wait(j, i)           # ordered after the block's memset on i: the read sees its byte
+        self._read(a, j)
+
+    @rule(i=st.integers(0, 2))
+    def hold(self, i):
+        if i not in self.gates:
+            self.gates[i] = GatedReader(self.streams[i]).gate
+
+    @rule(i=st.integers(0, 2))
+    def release(self, i):
+        g = self.gates.pop(i, None)
+        if g is not None:
+            g.set()
+
+    def _release_all(self):
+        for g in self.gates.values():
+            g.set()
+        self.gates.clear()
+
+    @rule(i=st.integers(0, 2))
+    def sync(self, i):
+        self._release_all()       # the stream may wait (events) for any other
+        super().sync(i)
+        self._check(all_done=False)
+
+    def _check(self, all_done):
+        left = []
+        for h, v, j, pos in self.reads:
+            if all_done or self.streams[j].completed_position >= pos:
+                assert (h == v).all(), f"a read on stream {j} saw {np.unique(h)[:4]}, not its block's {v}"
+            else:
+                left.append((h, v, j, pos))
+        self.reads = left
+
+    @invariant()
+    def reads_done_are_right(self):
+        if hasattr(self, "reads"):
+            self._check(all_done=False)
+
+    def teardown(self):
+        from paddle_rt.plugins import rt_cpu_clear_faults
+        try:
+            if hasattr(self, "gates"):
+                self._release_all()
+                for s in self.streams:
+                    s.synchronize()
+                self._check(all_done=True)
+        finally:
+            rt_cpu_clear_faults()
+            try:
+                super().teardown()
+            finally:
+                paddle_rt.set_allocator_config(**{k: None for k in EXACT})
+
+
+SlowPoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
+test_pool_state_machine_device_slowed = SlowPoolMachine.TestCase
 
 
 def test_replay_multi_stream_trace(tmp_path):
