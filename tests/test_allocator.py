@@ -1118,14 +1118,17 @@ def test_device_allocator_malloc_through_the_registered_allocation_api(monkeypat
 
 
 # -- issue 45: memory leaves its stream only once its free has run there (alloc_segment.free_done) ----------------------
-def _pending_block(d, s, n, value, h):
+def _pending_block(d, s, n, value, h, other=None):
     """A block of n bytes of stream s, freed while a memset of value and a copy into h are queued before the free
-    (held by a gate). Returns the gate, s's position at the free and the block's address."""
+    (held by a gate); with `other`, a stream whose work is numbered between s's last work and the free. Returns the
+    gate, s's position at the free and the block's address."""
     a = paddle_rt.malloc(n, d, stream=s)
     gate = hold_stream(s)
     paddle_rt.memset_async(a, value, stream=s)
     paddle_rt.memcpy_async(h, a, stream=s)
     at_free = s.position
+    if other is not None:
+        other.add_callback(lambda: None)
     a.free()
     return gate, at_free, a.ptr
 
@@ -1141,18 +1144,21 @@ def _chunk_kept(d, ptr, how, s, live):
     return any(seg["address"] == ptr for seg in paddle_rt.memory_snapshot(d))
 
 
+@pytest.mark.parametrize("interleaved", [False, True], ids=["alone", "interleaved"])
 @pytest.mark.parametrize("how", ["empty_cache(wait=False)", "growth", "release:free"])
-def test_a_chunk_leaves_its_stream_once_its_free_has_run_there(d1, how):
+def test_a_chunk_leaves_its_stream_once_its_free_has_run_there(d1, how, interleaved):
     """A free chunk of stream s is not given back to the plugin while s has queued work before its free (the memset
     would write freed memory), and is once s has run past the free: no synchronize, and s still busy with work queued
-    after the free (not "every stream idle")."""
+    after the free (not "every stream idle"). Interleaved: another stream's work was numbered between s's last work
+    and the free (the process-wide order counter moved on), which used to keep the chunk until s completed work
+    submitted after the free (stream_core.h first_unfinished_seq)."""
     conf = dict(expandable_segments=0) if how == "growth" else dict(expandable_segments=0, growth="exact", small_size=0)
     if how == "release:free":
         conf["release"] = "free"
     paddle_rt.set_allocator_config(d1, **conf)
-    s = paddle_rt.Stream(d1)
+    s, t = paddle_rt.Stream(d1), paddle_rt.Stream(d1)
     h = np.zeros(8 * MiB, np.uint8)
-    gate, at_free, p = _pending_block(d1, s, 8 * MiB, 7, h)
+    gate, at_free, p = _pending_block(d1, s, 8 * MiB, 7, h, t if interleaved else None)
     later = hold_stream(s)                       # queued after the free
     live = []
     try:
@@ -1168,8 +1174,9 @@ def test_a_chunk_leaves_its_stream_once_its_free_has_run_there(d1, how):
         later.set()
     for x in live:
         x.free()
-    s.synchronize()
-    s.close()
+    for x in (s, t):
+        x.synchronize()
+        x.close()
     paddle_rt.empty_cache(d1)
     assert paddle_rt.memory_reserved(d1) == 0 and plugins.rt_cpu_live_bytes(1) == 0
 
