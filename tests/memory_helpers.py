@@ -77,3 +77,21 @@ def run_workers(worker, n=4):
     for t in ts:
         t.join()
     return errors
+
+
+def hold_stream(s):
+    """Everything queued on s after this waits until the returned threading.Event is set (a host callback that
+    blocks the stream's worker: the device "slowed" for as long as the test needs, whatever the machine's speed)."""
+    gate = threading.Event()
+    s.add_callback(gate.wait, 20)
+    return gate
+
+
+def run_past(s, pos, timeout=30):
+    """Poll until s has run its first `pos` operations (its completed position), without any synchronize: the host
+    never waits for the stream, it only looks (the allocator's own question, free_done)."""
+    import time
+    end = time.monotonic() + timeout
+    while s.completed_position < pos:
+        assert time.monotonic() < end, f"{s} did not reach position {pos}"
+        time.sleep(0.0005)

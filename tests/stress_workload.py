@@ -1,5 +1,5 @@
 """The stress workload of issue 33 (run in a child process by tests/test_stress.py; also alone:
-``python tests/stress_workload.py --seconds 60 --threads 4 [--faults]`` with RT_CPU_MEMORY_BYTES set).
+``python tests/stress_workload.py --seconds 60 --threads 4 [--faults] [--ahead]`` with RT_CPU_MEMORY_BYTES set).
 
 Thread roles, all on rt_cpu:0 unless said, every result checked against numpy:
 - victim: ``a = malloc_async(n, s)``, memset v1 on s, event s -> t, a callback on t, copy a -> host on t,
@@ -10,7 +10,15 @@ Thread roles, all on rt_cpu:0 unless said, every result checked against numpy:
 - churn: a new stream per iteration: malloc_async, memset, copy to host, free_async, synchronize, close (sometimes
   close(wait=False) with nothing pending) -- while other threads' pools still hold blocks freed on it;
 - ops: tensors a + b, a * b on a stream of its own against numpy;
-- ccl: all_reduce between rt_cpu:0 and rt_cpu:1 (two threads' worth of ranks, one per device) against numpy.
+- ccl: all_reduce between rt_cpu:0 and rt_cpu:1 (two threads' worth of ranks, one per device) against numpy;
+- ahead (``--ahead``: --threads threads of it, with small, pressure and churn; run with RT_CPU_STREAM_DELAY_US=20-200
+  so the device lags): the host runs ahead of the device (issue 45). Blocks of every size from malloc and malloc_async
+  on three streams, each filled by a memset on its stream and sometimes a prefix copied from another block (after an
+  event, with record_stream), read back to the host on its own or another stream, freed on its stream or another
+  without synchronizing; events order the streams; empty_cache(wait=False). Every 48 steps the thread synchronizes
+  its streams and checks every byte read back (a block reused too early, or given back while queued work still used
+  it, shows as a wrong byte or a crash). At a small RT_CPU_MEMORY_BYTES donor pages, releases and the OOM ladders
+  happen while work is queued (the JSON's release_rt_cpu0 counts them).
 With --faults, rt_cpu's fault injection (allocations, copies, memsets, event and stream creation, synchronize, and the
 release side: device frees, unmap, release and free_range of the virtual-memory extension) is switched on and off at
 run time; an iteration that raised a typed paddle_rt error is counted as an error (and cleaned up), never as a check;
@@ -284,8 +292,149 @@ def collectives(st, stop, rng, cap):
         s.close()
 
 
+# -- the host ahead of a slowed device (--ahead; run with RT_CPU_STREAM_DELAY_US) --------------------------------------
+def _overlay(pat, lo, hi, v):
+    """The pattern pat (sorted [(start, end, byte)]) with [lo, hi) overwritten by v."""
+    out = [(a, min(b, lo), x) for a, b, x in pat if a < lo]
+    out.append((lo, hi, v))
+    out += [(max(a, hi), b, x) for a, b, x in pat if b > hi]
+    return out
+
+
+def _clip(pat, m):
+    return [(a, min(b, m), x) for a, b, x in pat if a < m]
+
+
+class _Live:
+    """A live block of the ahead role: its allocation, size, stream index, byte pattern (fixed once written: later
+    work only reads it), and whether it came from malloc_async."""
+    __slots__ = ("a", "n", "si", "pat", "is_async")
+
+    def __init__(self, a, n, si, pat, is_async):
+        self.a, self.n, self.si, self.pat, self.is_async = a, n, si, pat, is_async
+
+
+def _after(streams, i, j):
+    """Stream j waits (on the device) for everything queued on stream i so far."""
+    if i != j:
+        e = paddle_rt.Event()
+        e.record(streams[i])
+        streams[j].wait_event(e)
+
+
+def _ahead_alloc(rng, streams, live, hmax):
+    """A block on a random stream (malloc_async or malloc), filled by a memset on its stream and, sometimes, a prefix
+    copied from another live block (on the new block's stream, after an event of the source's stream; the source
+    records that stream, so its free waits for the copy)."""
+    n = int(math.exp(rng.uniform(0, math.log(hmax))))
+    si = rng.randrange(len(streams))
+    s = streams[si]
+    is_async = rng.random() < 0.6
+    a = paddle_rt.malloc_async(n, s) if is_async else paddle_rt.malloc(n, stream=s)
+    v = rng.randrange(256)
+    paddle_rt.memset_async(a, v, stream=s)
+    pat = [(0, n, v)]
+    if live and rng.random() < 0.3:
+        b = live[rng.randrange(len(live))]
+        m = min(n, b.n)
+        _after(streams, b.si, si)
+        if b.si != si:
+            b.a.record_stream(s)
+        paddle_rt.memcpy_async(a, b.a, nbytes=m, stream=s)
+        for lo, hi, x in _clip(b.pat, m):
+            pat = _overlay(pat, lo, hi, x)
+    live.append(_Live(a, n, si, pat, is_async))
+    return 2
+
+
+def _ahead_read(rng, streams, live, reads):
+    """Copy a live block to the host on its stream or, after an event, on another one (record_stream): checked at
+    the next verification; a block reused too early shows as a wrong byte."""
+    b = live[rng.randrange(len(live))]
+    j = b.si if rng.random() < 0.6 else rng.randrange(len(streams))
+    _after(streams, b.si, j)
+    if j != b.si:
+        b.a.record_stream(streams[j])
+    h = np.empty(b.n, np.uint8)
+    paddle_rt.memcpy_async(h, b.a, stream=streams[j])
+    reads.append((h, b.pat, b.n))
+    return 1
+
+
+def _ahead_free(rng, streams, live):
+    """Free a live block without synchronizing: on its own stream, or (malloc_async) on another stream."""
+    b = live.pop(rng.randrange(len(live)))
+    if b.is_async:
+        j = b.si if rng.random() < 0.7 else rng.randrange(len(streams))
+        paddle_rt.free_async(b.a, streams[j])
+    else:
+        b.a.free()
+    return 1
+
+
+def _ahead_verify(st, streams, reads):
+    """Synchronize the role's streams and check every pending host copy against its block's pattern."""
+    _sync_all(*streams)
+    for h, pat, n in reads:
+        st.add(checks=1)
+        for lo, hi, v in pat:
+            if not (h[lo:hi] == v).all():
+                st.bad(f"ahead n={n}: bytes [{lo}, {hi}) read {np.unique(h[lo:hi])[:4]} not {v}")
+                break
+    reads.clear()
+
+
+def ahead(st, stop, rng, cap):
+    """The host runs ahead of the device (slowed by RT_CPU_STREAM_DELAY_US): blocks of every size allocated with
+    malloc and malloc_async on three streams, filled and copied on their streams, read back on their own or another
+    stream, freed (on their stream or another) without synchronizing, while events order the streams and
+    empty_cache(wait=False) gives back what has completed; every 48 steps (and at the end) the host synchronizes and
+    checks every byte read back."""
+    streams = [paddle_rt.Stream() for _ in range(3)]
+    live, reads = [], []
+    hmax = max(1 << 12, cap // 8)
+    k = 0
+    while not stop.is_set():
+        k += 1
+        r = rng.random()
+        try:
+            if r < 0.35 or not live:
+                st.add(ops=_ahead_alloc(rng, streams, live, hmax))
+            elif r < 0.6:
+                st.add(ops=_ahead_read(rng, streams, live, reads))
+            elif r < 0.9:
+                st.add(ops=_ahead_free(rng, streams, live))
+            elif r < 0.96:
+                i, j = rng.randrange(3), rng.randrange(3)
+                _after(streams, i, j)
+                st.add(ops=2)
+            elif r < 0.98:
+                streams[rng.randrange(3)].add_callback(time.sleep, 0.001)    # a slower kernel
+            else:
+                paddle_rt.memory.empty_cache(wait=False)
+                st.add(ops=1)
+        except (E.PaddleRTError, MemoryError) as exc:
+            st.error(exc)
+            for _ in range(len(live) // 2):         # out of memory: give half back, still without synchronizing
+                _ahead_free(rng, streams, live)
+        if k % 48 == 0 or len(reads) > 32:
+            try:
+                _ahead_verify(st, streams, reads)
+            except E.PaddleRTError as exc:
+                st.error(exc)
+                reads.clear()
+    try:
+        while live:
+            _ahead_free(rng, streams, live)
+        _ahead_verify(st, streams, reads)
+    except E.PaddleRTError as exc:
+        st.error(exc)
+    for s in streams:
+        s.close()
+
+
 ROLES = {"victim": victim, "small": small, "pressure": pressure, "churn": churn, "ops": operators,
-         "ccl": collectives}
+         "ccl": collectives, "ahead": ahead}
 
 
 def main(argv=None):
@@ -294,8 +443,13 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=4, help="victim threads (plus one of every other role)")
     p.add_argument("--faults", action="store_true")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--roles", default="victim,small,pressure,churn,ops,ccl")
+    p.add_argument("--roles", default=None, help="default: victim,small,pressure,churn,ops,ccl; with --ahead: "
+                   "ahead,small,pressure,churn")
+    p.add_argument("--ahead", action="store_true",
+                   help="the host runs ahead: --threads threads of the ahead role (set RT_CPU_STREAM_DELAY_US)")
     a = p.parse_args(argv)
+    if a.roles is None:
+        a.roles = "ahead,small,pressure,churn" if a.ahead else "victim,small,pressure,churn,ops,ccl"
     raw = os.environ.get("RT_CPU_MEMORY_BYTES", "1G").strip().upper().rstrip("IB")
     cap = int(raw[:-1]) << {"K": 10, "M": 20, "G": 30}[raw[-1]] if raw[-1] in "KMG" else int(raw)
     st = Stats()
@@ -303,8 +457,9 @@ def main(argv=None):
     warnings.showwarning = lambda message, *rest, **kw: st.error(message)   # refusals met at release points
     stop = threading.Event()
     roles = [r for r in a.roles.split(",") if r]
-    plan = [("victim", i) for i in range(a.threads if "victim" in roles else 0)]
-    plan += [(r, 0) for r in roles if r != "victim"]
+    many = "ahead" if a.ahead else "victim"        # the role that gets --threads threads
+    plan = [(many, i) for i in range(a.threads if many in roles else 0)]
+    plan += [(r, 0) for r in roles if r != many]
     threads = []
     for k, (role, i) in enumerate(plan):
         rng = random.Random(a.seed * 1000 + k)
@@ -339,10 +494,13 @@ def main(argv=None):
         paddle_rt.memory.empty_cache(d)         # faults are off: what was refused before goes back now
     books["emptied"] = _books()
     used = {d: paddle_rt.memory.memory_allocated(d) for d in ("rt_cpu:0", "rt_cpu:1")}
+    ms = paddle_rt.memory_stats("rt_cpu:0")
+    release = {k: ms[k] for k in ("num_release_deferred", "num_unmaps", "num_device_free", "num_alloc_retries")}
     out = {"seconds": round(time.monotonic() - t0, 1), "threads": len(threads), "cap": cap, "faults": a.faults,
+           "ahead": a.ahead, "delay_us": int(os.environ.get("RT_CPU_STREAM_DELAY_US", "0") or 0),
            "ops": st.ops, "checks": st.checks, "wrong": len(st.wrong), "wrong_first": st.wrong[:5],
            "errors": st.errors, "hung": hung, "allocated": used,
-           "live": [rt_cpu_live_bytes(0), rt_cpu_live_bytes(1)], "books": books,
+           "live": [rt_cpu_live_bytes(0), rt_cpu_live_bytes(1)], "books": books, "release_rt_cpu0": release,
            "books_agree": all(r == u for b in books.values() for r, u in b.values())}
     print(json.dumps(out), flush=True)
     return 1 if (st.wrong or hung or not out["books_agree"]) else 0

@@ -20,7 +20,7 @@ from paddle_rt import plugins
 from paddle_rt._core import alloc_config
 
 from conftest import TRACES, TRACES_MISSING, run_python_code, include_dir
-from memory_helpers import clean_allocator
+from memory_helpers import clean_allocator, hold_stream, run_past
 
 MiB = 1 << 20
 
@@ -1208,3 +1208,122 @@ def test_device_allocator_malloc_through_the_registered_allocation_api(monkeypat
             run()
     a.raw_free(q)
     assert not a.owns(q)
+
+
+# -- issue 45: memory leaves its stream only once its free has run there (alloc_segment.free_done) ----------------------
+def _pending_block(d, s, n, value, h, other=None):
+    """A block of n bytes of stream s, freed while a memset of value and a copy into h are queued before the free
+    (held by a gate); with `other`, a stream whose work is numbered between s's last work and the free. Returns the
+    gate, s's position at the free and the block's address."""
+    a = paddle_rt.malloc(n, d, stream=s)
+    gate = hold_stream(s)
+    paddle_rt.memset_async(a, value, stream=s)
+    paddle_rt.memcpy_async(h, a, stream=s)
+    at_free = s.position
+    if other is not None:
+        other.add_callback(lambda: None)
+    a.free()
+    return gate, at_free, a.ptr
+
+
+def _chunk_kept(d, ptr, how, s, live):
+    """One release point of the allocator (how); then whether the chunk at ptr is still cached."""
+    if how == "empty_cache(wait=False)":
+        paddle_rt.empty_cache(d, wait=False)
+    elif how == "growth":
+        live.append(paddle_rt.malloc(24 * MiB, d, stream=s))    # a miss on s: consolidation before growth
+    else:
+        paddle_rt.malloc(MiB, d, stream=99).free()      # release:free: a free that makes a chunk idle
+    return any(seg["address"] == ptr for seg in paddle_rt.memory_snapshot(d))
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["alone", "interleaved"])
+@pytest.mark.parametrize("how", ["empty_cache(wait=False)", "growth", "release:free"])
+def test_a_chunk_leaves_its_stream_once_its_free_has_run_there(d1, how, interleaved):
+    """A free chunk of stream s is not given back to the plugin while s has queued work before its free (the memset
+    would write freed memory), and is once s has run past the free: no synchronize, and s still busy with work queued
+    after the free (not "every stream idle"). Interleaved: another stream's work was numbered between s's last work
+    and the free (the process-wide order counter moved on), which used to keep the chunk until s completed work
+    submitted after the free (stream_core.h first_unfinished_seq)."""
+    conf = dict(expandable_segments=0) if how == "growth" else dict(expandable_segments=0, growth="exact", small_size=0)
+    if how == "release:free":
+        conf["release"] = "free"
+    paddle_rt.set_allocator_config(d1, **conf)
+    s, t = paddle_rt.Stream(d1), paddle_rt.Stream(d1)
+    h = np.zeros(8 * MiB, np.uint8)
+    gate, at_free, p = _pending_block(d1, s, 8 * MiB, 7, h, t if interleaved else None)
+    later = hold_stream(s)                       # queued after the free
+    live = []
+    try:
+        assert _chunk_kept(d1, p, how, s, live)
+        assert paddle_rt.memory_stats(d1)["num_release_deferred"] >= 1
+        gate.set()
+        run_past(s, at_free)
+        assert not s.query() and not later.is_set()
+        assert not _chunk_kept(d1, p, how, s, live)
+        assert (h == 7).all()
+    finally:
+        gate.set()
+        later.set()
+    for x in live:
+        x.free()
+    for x in (s, t):
+        x.synchronize()
+        x.close()
+    paddle_rt.empty_cache(d1)
+    assert paddle_rt.memory_reserved(d1) == 0 and plugins.rt_cpu_live_bytes(1) == 0
+
+
+@pytest.mark.smoke
+def test_empty_cache_without_waiting_gives_back_only_completed_memory(d1):
+    """empty_cache(wait=False) never waits: the chunk of t, whose free has run, goes back; the chunk of s, whose free
+    is behind queued work, stays cached (counted as deferred) until s has run past it."""
+    paddle_rt.set_allocator_config(d1, expandable_segments=0, growth="exact", small_size=0)
+    s, t = paddle_rt.Stream(d1), paddle_rt.Stream(d1)
+    paddle_rt.malloc(4 * MiB, d1, stream=t).free()
+    h = np.zeros(8 * MiB, np.uint8)
+    gate, at_free, _ = _pending_block(d1, s, 8 * MiB, 3, h)
+    assert paddle_rt.empty_cache(d1, wait=False) == 4 * MiB
+    assert paddle_rt.memory_reserved(d1) == 8 * MiB and plugins.rt_cpu_live_bytes(1) == 8 * MiB
+    assert not gate.is_set() and not s.query()   # it did not wait
+    gate.set()
+    run_past(s, at_free)
+    assert paddle_rt.empty_cache(d1, wait=False) == 8 * MiB
+    assert (h == 3).all()
+    assert paddle_rt.memory_reserved(d1) == 0 and plugins.rt_cpu_live_bytes(1) == 0
+    for x in (s, t):
+        x.close()
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("segments", [0, 1])
+def test_a_merged_block_waits_for_the_latest_free_of_its_parts(d1, segments):
+    """Two halves of one chunk (or of a range's pages): the first freed when its stream had run past it, the second
+    behind a pending memset. The merged free block carries the later free (free_seq the max of its parts): it is not
+    given back until that free has run too."""
+    paddle_rt.set_allocator_config(d1, expandable_segments=segments, growth="exact", small_size=0)
+    s = paddle_rt.Stream(d1)
+    whole = paddle_rt.malloc(8 * MiB, d1, stream=s)
+    whole.free()
+    x = paddle_rt.malloc(4 * MiB, d1, stream=s)
+    y = paddle_rt.malloc(4 * MiB, d1, stream=s)
+    assert {x.ptr, y.ptr} == {whole.ptr, whole.ptr + 4 * MiB}     # one chunk (range), split
+    paddle_rt.memset_async(x, 1, stream=s)
+    x.free()
+    s.synchronize()                              # x's free has run
+    h = np.zeros(4 * MiB, np.uint8)
+    gate = hold_stream(s)
+    paddle_rt.memset_async(y, 2, stream=s)
+    paddle_rt.memcpy_async(h, y, stream=s)
+    at_free = s.position
+    y.free()                                     # merges with x: one free block of 8 MiB
+    (seg,) = paddle_rt.memory_snapshot(d1)
+    assert [b["state"] for b in seg["blocks"]] == ["inactive"]
+    assert paddle_rt.empty_cache(d1, wait=False) == 0
+    assert paddle_rt.memory_reserved(d1) == 8 * MiB
+    gate.set()
+    run_past(s, at_free)
+    assert paddle_rt.empty_cache(d1, wait=False) == 8 * MiB
+    assert (h == 2).all()
+    assert paddle_rt.memory_reserved(d1) == 0 and plugins.rt_cpu_live_bytes(1) == 0
+    s.close()

@@ -11,7 +11,9 @@ import paddle_rt
 from paddle_rt import plugins
 from paddle_rt._core import alloc_config
 
-from memory_helpers import clean_allocator
+import numpy as np
+
+from memory_helpers import clean_allocator, hold_stream, run_past
 
 MiB = 1 << 20
 G = 2 * MiB          # rt_cpu's default granularity
@@ -115,6 +117,48 @@ def test_hole_pages_are_donated_not_created(dev):
     consistent(dev)
     for p in (y, z, w):
         paddle_rt.raw_free(p, dev)
+    paddle_rt.empty_cache(dev)
+    assert consistent(dev)["reserved_bytes.all.current"] == 0
+
+
+@pytest.mark.smoke
+def test_a_hole_is_no_donor_until_its_stream_ran_past_its_free(dev):
+    """Issue 45: the pages under a free block of stream s are not unmapped for use elsewhere (donor pages) while s
+    has queued work before the free (the memset would land on an unmapped page); once s has run past the free they
+    are -- no synchronize, s still busy with work queued after the free."""
+    on(dev)
+    s = paddle_rt.Stream(dev)
+    x = paddle_rt.malloc(8 * MiB, dev, stream=s)
+    y = paddle_rt.malloc(MiB, dev, stream=s)     # pins the end: x's pages are a hole
+    h = np.zeros(8 * MiB, np.uint8)
+    gate = hold_stream(s)
+    paddle_rt.memset_async(x, 9, stream=s)
+    paddle_rt.memcpy_async(h, x, stream=s)
+    at_free = s.position
+    x.free()
+    later = hold_stream(s)
+    try:
+        before = paddle_rt.memory_stats(dev)
+        z = paddle_rt.malloc(12 * MiB, dev, stream=s)    # grows at the end with new pages only
+        st = consistent(dev)
+        assert st["num_unmaps"] == before["num_unmaps"]
+        assert st["num_device_alloc"] - before["num_device_alloc"] == 6
+        gate.set()
+        run_past(s, at_free)
+        assert not s.query()
+        before = paddle_rt.memory_stats(dev)
+        w = paddle_rt.malloc(12 * MiB, dev, stream=s)    # the hole's 4 pages donated, 2 new
+        st = consistent(dev)
+        assert st["num_unmaps"] - before["num_unmaps"] == 4
+        assert st["num_device_alloc"] - before["num_device_alloc"] == 2
+        assert (h == 9).all()
+    finally:
+        gate.set()
+        later.set()
+    for a in (y, z, w):
+        a.free()
+    s.synchronize()
+    s.close()
     paddle_rt.empty_cache(dev)
     assert consistent(dev)["reserved_bytes.all.current"] == 0
 

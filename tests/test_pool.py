@@ -8,7 +8,7 @@ import pytest
 import paddle_rt
 from paddle_rt import MemPool, malloc_async, free_async, InvalidArgument, OutOfMemoryError
 
-from memory_helpers import GatedReader, run_workers, two_streams
+from memory_helpers import GatedReader, run_past, run_workers, two_streams
 
 N = 4096
 ORIG = 0x5A
@@ -388,6 +388,82 @@ def test_held_blocks_given_back_when_the_pool_goes():
     t.close()
 
 
+POLICIES = {"none": ALL_OFF, "opportunistic": only(reuse_allow_opportunistic=True),
+            "event": only(reuse_follow_event_dependencies=True),
+            "internal": only(reuse_allow_internal_dependencies=True)}
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_cross_stream_policies_on_the_allocators_memory(streams, policy):
+    """Issue 45: a block freed on its own stream a is the allocator's free memory at once (the pool holds nothing);
+    another stream b takes part of it (another size) only as the pool's policies allow: opportunistic once a has run
+    past the free (polled, no synchronize), event dependency once b waits on an event recorded on a after the free,
+    internal dependency at once with b made to wait on the device (the host never waits); with none, once the host
+    synchronized with a. Whatever b got, a's pending work reads its own data."""
+    a, b = streams
+    pool = MemPool(**POLICIES[policy])
+    x = pool.malloc_async(4 * N, a)
+    fill(x, ORIG)
+    p = x.ptr
+    r = GatedReader(a, x.ptr, 4 * N)
+    at_free = a.position
+    pool.free_async(x, a)
+    assert pool.stats()["cached"] == 0             # same stream: the allocator's, merged, at once
+    if policy == "event":
+        e = paddle_rt.Event()
+        e.record(a)
+        b.wait_event(e)
+    y = pool.malloc_async(2 * N, b)
+    ours = p <= y.ptr < p + 4 * N
+    assert ours == (policy in ("event", "internal")), (policy, ours)
+    assert not r.gate.is_set() and not a.query()   # the host did not wait for a
+    paddle_rt.memset_async(y, POISON, stream=b)
+    r.gate.set()
+    keep = [y]                                     # kept: b's own freed memory would serve b first
+    if policy in ("opportunistic", "none"):
+        run_past(a, at_free)                       # a ran past the free; the host has not synchronized with a
+        keep.append(pool.malloc_async(2 * N, b))
+        assert (p <= keep[-1].ptr < p + 4 * N) == (policy == "opportunistic")
+        if policy == "none":
+            a.synchronize()                        # now the host saw it: reused with every policy off
+            keep.append(pool.malloc_async(2 * N, b))
+            assert p <= keep[-1].ptr < p + 4 * N
+    for z in keep:
+        pool.free_async(z, b)
+    a.synchronize()
+    b.synchronize()
+    assert r.seen == bytes([ORIG]) * 4 * N, "b's writes reached a's pending work"
+    st = pool.stats()
+    key = {"none": "reuse_after_host_sync", "opportunistic": "reuse_opportunistic",
+           "event": "reuse_follow_event_dependencies", "internal": "reuse_internal_dependencies"}[policy]
+    assert st[key] >= 1, st
+    assert st["used_mem_current"] == 0 and pool.trim_to(0) == 0
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("free_on", ["same", "other"])
+def test_closed_stream_leaves_nothing_behind(free_on):
+    """Issue 46 item 5: malloc_async(1 MiB, s), free_async, s.close(), synchronize(), empty_cache(): nothing
+    allocated, nothing cached by the pool, nothing reserved (also with the free on another stream: held back)."""
+    import gc
+    gc.collect()
+    paddle_rt.empty_cache()
+    pool = paddle_rt.default_mem_pool(0)
+    base = paddle_rt.memory_allocated()           # 0 unless an earlier test left memory live
+    s, t = paddle_rt.Stream(), paddle_rt.Stream()
+    x = malloc_async(1 << 20, s)
+    t.add_callback(lambda: None)
+    free_async(x, s if free_on == "same" else t)
+    s.close()
+    paddle_rt.synchronize()
+    paddle_rt.empty_cache()
+    assert paddle_rt.memory_allocated() == base
+    assert pool.stats()["cached"] == 0
+    assert paddle_rt.memory_reserved() == base
+    t.close()
+
+
 OOM_CHILD = r"""
 import threading, paddle_rt
 from paddle_rt import MemPool, OutOfMemoryError
@@ -529,7 +605,13 @@ class PoolMachine(RuleBasedStateMachine):
                     self.waits[(i, j)] = max(self.waits.get((i, j), 0), self.streams[j].position)
         self.freed = [f for f in self.freed if not (f[0] < hi and lo < f[1])]
         self.live.append((a, i))
+        self._use(a, i)
+
+    def _use(self, a, i):
         self.streams[i].add_callback(lambda: None)          # a use of the memory on its stream
+
+    def _use_on(self, a, i, j):
+        self.streams[j].add_callback(lambda: None)          # a use on stream j (recorded below)
 
     @precondition(lambda self: self.live)
     @rule(k=st.integers(0, 100), j=st.integers(0, 2), busy=st.booleans())
@@ -548,7 +630,7 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(k=st.integers(0, 100), j=st.integers(0, 2))
     def record(self, k, j):
         a, i = self.live[k % len(self.live)]
-        self.streams[j].add_callback(lambda: None)
+        self._use_on(a, i, j)
         a.record_stream(self.streams[j])
 
     @rule(i=st.integers(0, 2), j=st.integers(0, 2))
@@ -590,6 +672,98 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
 test_pool_state_machine = PoolMachine.TestCase
+
+
+class SlowPoolMachine(PoolMachine):
+    """PoolMachine with the device slowed (issue 45): rt_cpu's memsets and copies wait 200 us each on the stream
+    (rt_cpu_set_fault's run-time delay) and streams are held busy by host callbacks that later rules release, so the
+    host runs ahead; the allocator's chunks are exactly the requests, so a miss on one stream looks at the memory the
+    others freed (the pool's cross-stream policies on the allocator's memory). Every block is filled with its own byte by a memset on its stream and read back to the host by
+    each use (its stream, or another after an event); a read whose stream has run is checked at once, every other at
+    a synchronize and at the end: a block reused too early shows as a wrong byte."""
+
+    @initialize(follow=st.booleans(), opp=st.booleans(), internal=st.booleans())
+    def setup(self, follow, opp, internal):
+        from paddle_rt.plugins import rt_cpu_set_fault
+        for kind in ("memset", "memcpy"):
+            rt_cpu_set_fault(kind, delay_us=200)
+        paddle_rt.empty_cache()
+        paddle_rt.set_allocator_config(**EXACT)   # a stream has no spare memory: misses take other streams' frees
+        super().setup(follow, opp, internal)
+        self.gates = {}          # stream index -> the gate holding it
+        self.reads = []          # (host array, byte, stream index, its position once queued)
+        self.values = {}         # live block address -> its byte
+        self.next_value = 0
+
+    def _use(self, a, i):
+        self.next_value = self.next_value % 255 + 1
+        self.values[a.ptr] = self.next_value      # live blocks do not overlap
+        paddle_rt.memset_async(a, self.next_value, stream=self.streams[i])
+        self._read(a, i)
+
+    def _read(self, a, j):
+        h = np.empty(a.size, np.uint8)
+        paddle_rt.memcpy_async(h, a, stream=self.streams[j])
+        self.reads.append((h, self.values[a.ptr], j, self.streams[j].position))
+
+    def _use_on(self, a, i, j):
+        self.wait(j, i)           # ordered after the block's memset on i: the read sees its byte
+        self._read(a, j)
+
+    @rule(i=st.integers(0, 2))
+    def hold(self, i):
+        if i not in self.gates:
+            self.gates[i] = GatedReader(self.streams[i]).gate
+
+    @rule(i=st.integers(0, 2))
+    def release(self, i):
+        g = self.gates.pop(i, None)
+        if g is not None:
+            g.set()
+
+    def _release_all(self):
+        for g in self.gates.values():
+            g.set()
+        self.gates.clear()
+
+    @rule(i=st.integers(0, 2))
+    def sync(self, i):
+        self._release_all()       # the stream may wait (events) for any other
+        super().sync(i)
+        self._check(all_done=False)
+
+    def _check(self, all_done):
+        left = []
+        for h, v, j, pos in self.reads:
+            if all_done or self.streams[j].completed_position >= pos:
+                assert (h == v).all(), f"a read on stream {j} saw {np.unique(h)[:4]}, not its block's {v}"
+            else:
+                left.append((h, v, j, pos))
+        self.reads = left
+
+    @invariant()
+    def reads_done_are_right(self):
+        if hasattr(self, "reads"):
+            self._check(all_done=False)
+
+    def teardown(self):
+        from paddle_rt.plugins import rt_cpu_clear_faults
+        try:
+            if hasattr(self, "gates"):
+                self._release_all()
+                for s in self.streams:
+                    s.synchronize()
+                self._check(all_done=True)
+        finally:
+            rt_cpu_clear_faults()
+            try:
+                super().teardown()
+            finally:
+                paddle_rt.set_allocator_config(**{k: None for k in EXACT})
+
+
+SlowPoolMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
+test_pool_state_machine_device_slowed = SlowPoolMachine.TestCase
 
 
 def test_replay_multi_stream_trace(tmp_path):

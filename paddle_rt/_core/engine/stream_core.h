@@ -80,14 +80,21 @@ struct prt_stream_core {
     /* The process-wide order of enqueues (stream_state.cpp's counter, shared by every stream; set before the first
        enqueue): each operation takes the next number under `mu`, so one stream's numbers rise with its positions.
        `completed_seq` is the number of the operation at `completed`. A free of memory last used by this stream's
-       work, made when the counter read S (prt_order_now), has completed once completed_seq >= S or the stream is
-       idle: every operation submitted before the free has a number <= S (the allocator's "has this free run?",
+       work, made when the counter read S (prt_order_now), has completed once completed_seq >= S, or the first
+       unfinished operation is numbered above S (first_unfinished_seq), or the stream is idle: every operation
+       submitted before the free has a number <= S (the allocator's "has this free run?",
        without knowing the stream at the free: prt_streams_done). */
     std::atomic<uint64_t>* order = nullptr;
     /* The stream's tag in allocator blocks and recorded events: unique in the process, never reused (a queue's
        address may be, by a later stream, which must not inherit the memory cached under the old one). */
     uintptr_t tag = 0;
     std::atomic<uint64_t> completed_seq{0};
+    /* The order number of the stream's first unfinished operation when the worker last started one with nothing
+       unfinished before it (plugin work included): every operation of this stream numbered below it has completed.
+       It only grows, so a stale value errs on the safe side. done_by uses it when another stream's operations were
+       numbered between this stream's last operation and a free (completed_seq then stays below the free's number
+       until this stream completes an operation submitted after the free). */
+    std::atomic<uint64_t> first_unfinished_seq{0};
     bool stopping = false;
     std::atomic<int> dropping{0};              /* drop_queued(): droppable operations not yet started are dropped */
     bool sleeping = false;
@@ -188,7 +195,8 @@ struct prt_stream_core {
 
     /* Whether the work submitted before order number `seq` has completed (see `order`). */
     bool done_by(uint64_t seq) const {
-        return completed_seq.load(std::memory_order_acquire) >= seq || idle();
+        return completed_seq.load(std::memory_order_acquire) >= seq ||
+               first_unfinished_seq.load(std::memory_order_acquire) > seq || idle();
     }
 
     void run() {
@@ -241,6 +249,7 @@ struct prt_stream_core {
                     r = o->fn(ctx, o->arg, o->aux, o->pos | PRT_POS_DROPPED);
                 } else {
                     if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
+                    if (!dirty) first_unfinished_seq.store(o->seq, std::memory_order_release);
                     int64_t t0 = __builtin_expect(o->enq_ns != 0, 0) ? prt_now_ns() : 0;
                     r = o->fn(ctx, o->arg, o->aux, o->pos);
                     if (__builtin_expect(t0 != 0, 0)) traced(o, r, t0);
