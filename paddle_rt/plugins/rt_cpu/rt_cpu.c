@@ -384,17 +384,23 @@ void rt_layer_register(rt_layer* l) {
 
 /* fork(): the core's locks are held across it (after the layers' are taken), released in the parent; in the child
  * they are made anew and the parent's streams and allocations forgotten, then the layers forget theirs. */
+/* The devices whose locks fork_prepare holds: those configured (a device id past the count is refused before any
+ * lock is taken), not all RT_CPU_MAX_DEVICES (ThreadSanitizer's deadlock detector follows at most 64 locks held by
+ * one thread). */
+static int g_fork_locked;
+
 static void fork_prepare(void) {
   pthread_once(&g_state_once, init_state);
   for (rt_layer* l = g_layers; l; l = l->next)
     if (l->at_fork) l->at_fork(RT_FORK_PREPARE);
   pthread_mutex_lock(&g_reg_mu);
   pthread_mutex_lock(&g_host_mu);
-  for (int i = 0; i < RT_CPU_MAX_DEVICES; i++) pthread_mutex_lock(&g_dev[i].mu);
+  g_fork_locked = rt_cfg.device_count <= RT_CPU_MAX_DEVICES ? (int)rt_cfg.device_count : RT_CPU_MAX_DEVICES;
+  for (int i = 0; i < g_fork_locked; i++) pthread_mutex_lock(&g_dev[i].mu);
 }
 
 static void fork_parent(void) {
-  for (int i = RT_CPU_MAX_DEVICES - 1; i >= 0; i--) pthread_mutex_unlock(&g_dev[i].mu);
+  for (int i = g_fork_locked - 1; i >= 0; i--) pthread_mutex_unlock(&g_dev[i].mu);
   pthread_mutex_unlock(&g_host_mu);
   pthread_mutex_unlock(&g_reg_mu);
   for (rt_layer* l = g_layers; l; l = l->next)
