@@ -907,30 +907,25 @@ cdef void* core_malloc_settled(AllocatorCore* c, size_t n, uintptr_t tag, uint64
 
 
 # With the GIL held: 1 when freed (or torn down), 0 when the slow path must run (lock busy, unknown pointer, or a
-# plugin call may follow).
+# plugin call may follow; with raw, also when an Allocation holds the block: core_raw_free raises).
+cdef inline int _try_free(AllocatorCore* c, uintptr_t p, bint raw) noexcept:
+    cdef int r = -1
+    if c.torn_down:
+        return 1
+    if releases_on_free(&c.cfg) or not c.cx.mu.try_lock():
+        return 0
+    if not c.torn_down and not (raw and _held_by_allocation(c, p)):
+        r = _free_locked(c, p)
+    c.cx.mu.unlock()
+    return r >= 0
+
+
 cdef int core_try_free(AllocatorCore* c, uintptr_t p) noexcept:
-    cdef int r = -1
-    if c.torn_down:
-        return 1
-    if releases_on_free(&c.cfg) or not c.cx.mu.try_lock():
-        return 0
-    if not c.torn_down:
-        r = _free_locked(c, p)
-    c.cx.mu.unlock()
-    return r >= 0
+    return _try_free(c, p, False)
 
 
-# With the GIL held: as core_try_free for raw_free: 0 also when an Allocation holds the block (core_raw_free raises).
 cdef int core_try_raw_free(AllocatorCore* c, uintptr_t p) noexcept:
-    cdef int r = -1
-    if c.torn_down:
-        return 1
-    if releases_on_free(&c.cfg) or not c.cx.mu.try_lock():
-        return 0
-    if not c.torn_down and not _held_by_allocation(c, p):
-        r = _free_locked(c, p)
-    c.cx.mu.unlock()
-    return r >= 0
+    return _try_free(c, p, True)
 
 
 cdef void core_set_requested(AllocatorCore* c, uintptr_t p, size_t n) noexcept nogil:
