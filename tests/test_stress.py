@@ -1,7 +1,7 @@
 """The `stress` marker (issue 33): threads x streams x pools x record_stream x operators x collectives at small device
 capacities, with rt_cpu's faults on and off, every result checked against numpy, memory back to 0 at the end.
 
-The total time is PADDLE_RT_STRESS_SECONDS (default 60), split over the configurations below; `.ci/run` gives it 90 s.
+The total time is PADDLE_RT_STRESS_SECONDS (default 60), split over the configurations below; `.ci/run` gives it 75 s.
 The fork soak (tests/fork_workload.py, issue 46) and the reset race take a share of it on top (a tenth and a twentieth per
 allocator mode).
 Each configuration runs tests/stress_workload.py in a child process (the device capacity is read at load), and fails
