@@ -71,7 +71,8 @@ def degree_tokens(checkpoints):
                                  prompt=",".join(map(str, PROMPT)), new=NEW)
     child = dict(os.environ, RT_CPU_DEVICE_COUNT="4")
     child["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)
-    p = subprocess.run([sys.executable, "-c", code], env=child, capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, "-c", code], env=child, capture_output=True, text=True, timeout=600,
+                       cwd=package_parent())
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.splitlines()[-1])
 
