@@ -337,8 +337,21 @@ def test_fuzz_other_ops(xs, op):
 @FUZZ
 @given(ids_shape=st.lists(st.integers(0, 3), max_size=9).map(tuple), vocab=st.integers(0, 5),
        dim=st.integers(0, 3), bad=st.sampled_from([None, -1, 5, 2**31, 2**62]), dtype=st.sampled_from(["int32",
-                                                                                                       "int64"]))
-def test_fuzz_embedding(ids_shape, vocab, dim, bad, dtype):
+                                                                                                       "int64"]),
+       start=st.sampled_from([None, 0, 2, -1, 2**53, 2**64, 1.5, "3", True]))
+def test_fuzz_embedding(ids_shape, vocab, dim, bad, dtype, start):
+    if start is not None:
+        w = sample((max(vocab, 1), max(dim, 1)), "float32")
+        ids = np.zeros((2,), "int64") + 1
+        y, exc = typed(lambda: ops.embedding(paddle_rt.tensor(ids), paddle_rt.tensor(w), vocab_start=start).numpy())
+        ok = type(start) is int and 0 <= start < 2**53
+        if not ok:
+            assert isinstance(exc, paddle_rt.InvalidArgument), (start, exc)
+            return
+        assert exc is None, exc
+        rows = [w[i - start] if start <= i < start + w.shape[0] else np.zeros(w.shape[1], "float32") for i in ids]
+        np.testing.assert_array_equal(y, np.stack(rows))
+        return
     ids = np.zeros(ids_shape, dtype) if vocab else np.zeros(ids_shape, dtype) + 1
     if bad is not None and ids.size and (np.dtype(dtype).itemsize == 8 or bad < 2**31):
         ids.reshape(-1)[-1] = bad

@@ -659,7 +659,7 @@ cdef class EmbeddingDescriptor(OpDescriptor):
         cdef TensorDesc idd = r.desc(ids, "ids"), wd = r.desc(weight, "weight")
         _embedding_rule(r, idd, wd)
         if vocab_start is not None:
-            if isinstance(vocab_start, bool) or int(vocab_start) != vocab_start or not 0 <= vocab_start < 2**53:
+            if isinstance(vocab_start, bool) or not isinstance(vocab_start, int) or not 0 <= vocab_start < 2**53:
                 r.fail(f"vocab_start must be an int in [0, 2**53) or None, not {vocab_start!r}")
             self.call.attrs[0] = 1
             self.call.attrs[1] = int(vocab_start)
