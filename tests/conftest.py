@@ -168,3 +168,16 @@ def run_python_code(code, env=None, timeout=120):
 @pytest.fixture(scope="session")
 def run_python():
     return run_python_code
+
+
+def mpiexec_or_skip():
+    """The mpiexec of the mpi extra (MPICH's, beside sys.executable when not on PATH); skips the test without it."""
+    import shutil
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed (pip install \".[mpi]\")")
+    exe = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("mpiexec is not on PATH (pip install \".[mpi]\" brings MPICH's)")
+    return exe

@@ -6,7 +6,6 @@ pip install ".[mpi]" brings both (the mpich wheel).
 """
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import textwrap
 import time
 
 import pytest
+
+from conftest import mpiexec_or_skip
 
 import paddle_rt
 
@@ -24,14 +25,7 @@ WORKER = os.path.join(HERE, "mpi", "ccl_worker.py")
 
 
 def _mpiexec():
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        pytest.skip("mpi4py is not installed (pip install \".[mpi]\")")
-    exe = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))
-    if exe is None:
-        pytest.skip("mpiexec is not on PATH (pip install \".[mpi]\" brings MPICH's)")
-    return exe
+    return mpiexec_or_skip()
 
 
 def run_ranks(n, scenario, env=None, timeout=150, keep_going=False):

@@ -7,7 +7,6 @@ mpi extra too): the same tokens, a degree that is not the world size, a rank tha
 examples extra."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 
 from llama_example_helpers import EXAMPLE_DIR, torch, transformers  # noqa: F401 (skips without the examples extra)
 
-from conftest import package_parent  # noqa: E402
+from conftest import mpiexec_or_skip, package_parent  # noqa: E402
 from test_example_llama_families import BATCH, CASES, PROMPT, build, reference  # noqa: E402
 
 pytestmark = pytest.mark.examples
@@ -283,13 +282,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "llama_
 
 def run_mpi(n, args=(), env=None, runs=None, keep_going=False, timeout=300):
     """``mpiexec -n n`` of the worker (generate.py's command line ``args``, or the list ``runs`` of them)."""
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        pytest.skip("mpi4py is not installed (pip install \".[mpi]\")")
-    exe = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(sys.executable))
-    if exe is None:
-        pytest.skip("mpiexec is not on PATH (pip install \".[mpi]\" brings MPICH's)")
+    exe = mpiexec_or_skip()
     child = dict(os.environ, RT_CPU_DEVICE_COUNT="4")
     child["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent(), os.environ.get("PYTHONPATH", "")) if p)
     if runs is not None:

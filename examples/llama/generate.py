@@ -304,28 +304,13 @@ def run(args):
         if recording:
             paddle_rt.memory.record_history(False)
     stats = paddle_rt.memory_stats(device)
-    results = []
-    for i, (prompt, tokens) in enumerate(zip(prompts, outputs)):
-        r = {
-            "tokens": tokens,
-            "prefill_ms": prefill[i] * 1e3,
-            "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["decode_tokens"] and t["decode_s"] > 0
-            else None,
-            "peak_reserved_bytes": stats["reserved_bytes.all.peak"],
-            "peak_allocated_bytes": stats["allocated_bytes.all.peak"],
-            "peak_live_bytes": pool.stats()["used_mem_high"],
-            "weight_bytes": model.nbytes,
-            "kv_cache_bytes": t["cache_bytes"],
-            "prompt_tokens": len(prompt),
-            "batch": len(prompts),
-            "device": str(device),
-            "dtype": args.dtype,
-            "architecture": config.architecture,
-            "parameters": config.parameter_count(),
-        }
-        if tok is not None:
-            r["text"] = tok.decode(tokens)
-        results.append(r)
+    results = llama_model.result_rows(args, config, prompts, tok, outputs, prefill, t, {
+        "peak_reserved_bytes": stats["reserved_bytes.all.peak"],
+        "peak_allocated_bytes": stats["allocated_bytes.all.peak"],
+        "peak_live_bytes": pool.stats()["used_mem_high"],
+        "weight_bytes": model.nbytes,
+        "device": str(device),
+    })
     result = results[0]
     if prof:
         prof.export_chrome_trace(args.profile)

@@ -364,3 +364,29 @@ def generate_batch(model, prompts, max_new_tokens, sampling=None, eos_token_ids=
     model.device.synchronize()
     return tokens, {"prefill_s": prefill_s, "decode_s": t2 - t1, "decode_tokens": sum(len(t) - 1 for t in tokens),
                     "cache_bytes": batch.nbytes}
+
+
+def result_rows(args, config, prompts, tok, outputs, prefill, t, memory):
+    """generate.py's result object per prompt: the tokens, the timings of ``t``, the figures of ``memory`` (a dict:
+    peak_reserved_bytes, peak_allocated_bytes, peak_live_bytes, weight_bytes, device), the checkpoint's facts."""
+    rows = []
+    for i, (prompt, tokens) in enumerate(zip(prompts, outputs)):
+        r = {
+            "tokens": tokens,
+            "prefill_ms": prefill[i] * 1e3,
+            "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["decode_tokens"] and t["decode_s"] > 0
+            else None,
+            **{k: memory[k] for k in ("peak_reserved_bytes", "peak_allocated_bytes", "peak_live_bytes",
+                                      "weight_bytes")},
+            "kv_cache_bytes": t["cache_bytes"],
+            "prompt_tokens": len(prompt),
+            "batch": len(prompts),
+            "device": memory["device"],
+            "dtype": args.dtype,
+            "architecture": config.architecture,
+            "parameters": config.parameter_count(),
+        }
+        if tok is not None:
+            r["text"] = tok.decode(tokens)
+        rows.append(r)
+    return rows

@@ -278,28 +278,12 @@ def collective_shares(trace_path):
 
 def _results(args, config, prompts, tok, outputs, prefill, t, figures, degree):
     """generate.py's result objects (as at degree 1, the memory figures the largest device's) + degree, per_device."""
-    results = []
-    for i, (prompt, tokens) in enumerate(zip(prompts, outputs)):
-        r = {
-            "tokens": tokens,
-            "prefill_ms": prefill[i] * 1e3,
-            "decode_tokens_per_s": t["decode_tokens"] / t["decode_s"] if t["decode_tokens"] and t["decode_s"] > 0
-            else None,
-            "peak_reserved_bytes": max(f["peak_reserved_bytes"] for f in figures),
-            "peak_allocated_bytes": max(f["peak_allocated_bytes"] for f in figures),
-            "peak_live_bytes": max(f["peak_live_bytes"] for f in figures),
-            "weight_bytes": max(f["weight_bytes"] for f in figures),
-            "kv_cache_bytes": t["cache_bytes"],
-            "prompt_tokens": len(prompt),
-            "batch": len(prompts),
-            "device": ",".join(f["device"] for f in figures),
-            "dtype": args.dtype,
-            "architecture": config.architecture,
-            "parameters": config.parameter_count(),
-            "degree": degree,
-            "per_device": figures,
-        }
-        if tok is not None:
-            r["text"] = tok.decode(tokens)
-        results.append(r)
+    results = llama_model.result_rows(args, config, prompts, tok, outputs, prefill, t, {
+        **{k: max(f[k] for f in figures) for k in ("peak_reserved_bytes", "peak_allocated_bytes", "peak_live_bytes",
+                                                   "weight_bytes")},
+        "device": ",".join(f["device"] for f in figures),
+    })
+    for r in results:
+        r["degree"] = degree
+        r["per_device"] = figures
     return results if args.prompts is not None else results[0]
