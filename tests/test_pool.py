@@ -380,12 +380,66 @@ def test_held_blocks_given_back_when_the_pool_goes():
     for _ in range(3):
         pool.free_async(pool.malloc_async(N, s), t)    # held back by the pool
     assert paddle_rt.memory_allocated() > before
+    t.synchronize()                                    # their frees have run: back at once
     del pool
     import gc
     gc.collect()
     assert paddle_rt.memory_allocated() == before
     s.close()
     t.close()
+
+
+def test_held_blocks_wait_for_their_streams_when_the_pool_goes(streams):
+    # a block freed on t while t's queued work still reads it: dropping the pool must not hand it to its owner s
+    # (nor to anyone) before t ran that work (the stress workload's TSan run: a second default pool, created by a
+    # racing thread, dropped its held blocks into their owners' ranges)
+    import gc
+    s, t = streams
+    before = paddle_rt.memory_allocated()
+    pool = MemPool(**ALL_OFF)
+    x = pool.malloc_async(N, s)
+    p = x.ptr
+    fill(x, ORIG)
+    r = GatedReader(t, p, N)
+    pool.free_async(x, t)
+    del x, pool
+    gc.collect()
+    assert paddle_rt.memory_allocated() > before       # still held: t has not run past the free
+    y = paddle_rt.malloc(N, stream=s)
+    assert y.ptr != p                                  # s's range does not have it back yet
+    fill(y, POISON)
+    r.gate.set()
+    t.synchronize()
+    assert r.seen == bytes([ORIG]) * N
+    y.free()
+    assert paddle_rt.memory_allocated() == before      # back once t ran past it
+    z = paddle_rt.malloc(N, stream=s)
+    assert z.ptr == p                                  # and in s's range again
+    z.free()
+
+
+DEFAULT_POOL_RACE = '''
+import threading
+import paddle_rt
+go = threading.Barrier(8)
+got = []
+def first_use():
+    go.wait()
+    got.append(paddle_rt.default_mem_pool())
+ts = [threading.Thread(target=first_use) for _ in range(8)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print(len(got), len({id(p) for p in got}), paddle_rt.default_mem_pool() is got[0])
+'''
+
+
+def test_one_default_pool_when_threads_race_to_create_it(run_python):
+    for _ in range(3):
+        res = run_python(DEFAULT_POOL_RACE)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == ["8", "1", "True"]
 
 
 POLICIES = {"none": ALL_OFF, "opportunistic": only(reuse_allow_opportunistic=True),

@@ -63,6 +63,7 @@ cdef class MemPool:
     cdef AsyncAllocation _from_other(self, void* p, size_t n, size_t held, Stream s, uintptr_t otag, uintptr_t tag,
                                      int how)
     cdef int _retire(self, _FreedBlock e) except -1
+    cdef int _give_back_later(self, _FreedBlock e) except -1
     cdef int _retire_safe(self, int64_t keep) except -1
     cdef int _drop_entry(self, _FreedBlock e) except -1
     cdef int _check(self) except -1

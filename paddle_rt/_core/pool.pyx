@@ -44,13 +44,14 @@ from paddle_rt._core.allocator cimport (
     core_set_requested,
 )
 from paddle_rt._core.allocation cimport Allocation, check_nbytes, _check_nbytes
-from paddle_rt._core.deferred_free cimport core_wait_deferred
+from paddle_rt._core.deferred_free cimport core_wait_deferred, free_now, free_after_streams
 from paddle_rt._core.device cimport Device, resolve_device
 from paddle_rt._core.stream cimport (
     Stream, stream_position, stream_reached, stream_set_order_hooks, current_stream, default_stream,
     stream_device_idle, stream_device_quiesce, stream_alloc_tag, stream_done_seq, device_open_streams,
 )
 import sys
+import threading
 import weakref
 cimport cython
 
@@ -58,6 +59,7 @@ from paddle_rt._core import errors
 from paddle_rt._core import device as _device_mod
 
 _pools = weakref.WeakSet()
+_default_pool_lock = threading.Lock()
 cdef bint _torn_down = False
 
 
@@ -184,18 +186,17 @@ cdef class MemPool:
         _pools.add(self)
 
     def __dealloc__(self):
-        # give held blocks back (their frees are ordered: the allocator keeps them in their stream's range and lets
-        # their memory leave it only once the free has run there)
+        # give held blocks back: at once those every stream may reuse; the others (work queued on their freeing,
+        # recorded or allocating streams may still use them) once those streams have run what was submitted so far
         cdef _FreedBlock e
         cdef bint give_back = not (self.core == NULL or _torn_down or self.core.torn_down)
         if not give_back or self._cache is None:
             return
-        try:
-            for e in self._freed_blocks():
-                with nogil:
-                    core_free(self.core, <void*>e.ptr)
-        except BaseException:
-            pass
+        for e in self._freed_blocks():
+            try:
+                self._give_back_later(e)
+            except BaseException:
+                pass
 
     def __repr__(self):
         return (f"<MemPool on {self.device}: used {self.used_cur}, reserved {self.reserved_cur}, "
@@ -302,6 +303,19 @@ cdef class MemPool:
         if not self.core.torn_down:
             core_free(self.core, <void*>e.ptr)     # with the GIL: the pool's dicts stay consistent
         return 0
+
+    cdef int _give_back_later(self, _FreedBlock e) except -1:
+        # (the pool is going away) the block goes back to the allocator once every stream that may still use it has
+        # run past this point: the freeing stream and the recorded ones (with the allocating stream) not yet there
+        cdef Stream y
+        if self._safe_for_every_stream(e):
+            return free_now(self.core, e.ptr)
+        streams = [e.stream]
+        if e.recorded is not None:
+            for y, p in e.recorded:
+                if y is not e.stream and not stream_reached(y, p):
+                    streams.append(y)
+        return free_after_streams(self.core, e.ptr, streams)
 
     cdef int _retire_safe(self, int64_t keep) except -1:
         """Give back freed blocks that every stream may reuse (free completed and seen by the host, or completed under
@@ -667,8 +681,13 @@ cdef int pool_free(AsyncAllocation a, Stream s) except -1:
 cdef MemPool default_pool_of(Device dev):
     p = dev.layers.get("mem_pool")
     if p is None:
-        p = MemPool(dev)
-        dev.layers["mem_pool"] = p
+        with _default_pool_lock:
+            # creating a pool releases the GIL: one pool per device, or a second one's held blocks would be freed
+            # when its last allocation goes
+            p = dev.layers.get("mem_pool")
+            if p is None:
+                p = MemPool(dev)
+                dev.layers["mem_pool"] = p
     return <MemPool>p
 
 
