@@ -248,6 +248,31 @@ def test_positions_count_operations():
         assert s.completed_position == 2
 
 
+def test_plugin_work_counts_as_complete_once_a_later_callback_runs():
+    # a copy handed to the plugin's stream, then a host callback that blocks: the worker waited for the plugin's
+    # stream before running the callback, so the copy counts as complete while the callback runs (memory freed after
+    # the copy may leave the stream then, without waiting for the callback)
+    with Stream() as s:
+        a = paddle_rt.malloc(1 << 20, stream=s)
+        b = paddle_rt.malloc(1 << 20, stream=s)
+        first, gate, running = threading.Event(), threading.Event(), threading.Event()
+        s.add_callback(first.wait, 30)              # the copies and the callback below then run as one batch
+        paddle_rt.memcpy_async(b, a, stream=s)
+        paddle_rt.memcpy_async(a, b, stream=s)
+        copied = s.position
+        s.add_callback(lambda: (running.set(), gate.wait(30)))
+        try:
+            first.set()
+            assert running.wait(30)
+            assert s.completed_position == copied
+        finally:
+            first.set()
+            gate.set()
+        s.synchronize()
+        a.free()
+        b.free()
+
+
 def test_handle_and_from_handle_do_not_own():
     s = Stream()
     assert isinstance(s.handle, int) and s.owned

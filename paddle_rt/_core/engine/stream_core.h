@@ -248,7 +248,10 @@ struct prt_stream_core {
                 if ((o->flags & PRT_OP_DROPPABLE) && dropping.load(std::memory_order_acquire)) {
                     r = o->fn(ctx, o->arg, o->aux, o->pos | PRT_POS_DROPPED);
                 } else {
-                    if (o->flags & PRT_OP_NEEDS_IDLE) sync_plugin();
+                    if ((o->flags & PRT_OP_NEEDS_IDLE) && dirty) {
+                        sync_plugin();
+                        finish(last, last_seq);      /* what ran before is complete: publish it before o runs */
+                    }
                     if (!dirty) first_unfinished_seq.store(o->seq, std::memory_order_release);
                     int64_t t0 = __builtin_expect(o->enq_ns != 0, 0) ? prt_now_ns() : 0;
                     r = o->fn(ctx, o->arg, o->aux, o->pos);
