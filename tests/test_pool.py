@@ -644,7 +644,9 @@ class PoolMachine(RuleBasedStateMachine):
         lo, hi = a.ptr, a.ptr + size
         for f in self.freed:
             if f[0] < hi and lo < f[1]:
-                _, _, j, pos, rec = f
+                _, _, j, pos, rec, dropped = f
+                if dropped and self._done(j, pos) and all(self._done(y, yp) for y, yp in rec):
+                    continue      # its pool went away; it came back once every stream that could use it ran past
                 for y, yp in rec:
                     # a recorded use is passed, or ordered before the reuse: on the reusing stream itself, or (event
                     # dependencies) the reusing stream waits on an event recorded on it after the use
@@ -677,8 +679,19 @@ class PoolMachine(RuleBasedStateMachine):
         rec = [(self.streams.index(y), y.position) for y in (a.recorded or []) if y is not self.streams[j]]
         if i != j:
             rec.append((i, self.streams[i].position))
-        self.freed.append([a.ptr, a.ptr + a.block_size, j, self.streams[j].position, rec])
-        self.pool.free_async(a, self.streams[j])
+        # a block of a dropped pool: that pool goes away with its last allocation, and its held blocks with it
+        self.freed.append([a.ptr, a.ptr + a.block_size, j, self.streams[j].position, rec, a.pool is not self.pool])
+        free_async(a, self.streams[j])          # on the allocation's own pool (a dropped one's too)
+
+    @rule()
+    def drop_pool(self):
+        # the pool goes away with frees pending (a held block goes back to the allocator once the streams that may
+        # still use it ran past it); a new one with the same policies takes over, live blocks keep their pool
+        for f in self.freed:
+            f[5] = True
+        follow, opp, internal = self.policies
+        self.pool = MemPool(reuse_follow_event_dependencies=follow, reuse_allow_opportunistic=opp,
+                            reuse_allow_internal_dependencies=internal)
 
     @precondition(lambda self: self.live)
     @rule(k=st.integers(0, 100), j=st.integers(0, 2))
@@ -713,7 +726,8 @@ class PoolMachine(RuleBasedStateMachine):
         for s in self.streams:
             s.synchronize()
         for a, i in self.live:
-            self.pool.free_async(a, self.streams[i])
+            free_async(a, self.streams[i])
+        self.live = []
         for s in self.streams:
             s.synchronize()
         assert self.pool.trim_to(0) == 0
