@@ -389,6 +389,25 @@ def test_held_blocks_given_back_when_the_pool_goes():
     t.close()
 
 
+def test_empty_cache_is_a_synchronize_point_for_pools(streams):
+    # a block stream b took from a's memory is held by the pool when b frees it (it belongs to a's range);
+    # empty_cache() waits for the device's streams: the pool gives it back and the allocator releases it
+    a, b = streams
+    before = paddle_rt.memory_allocated()
+    pool = MemPool(**ALL_OFF)
+    x = pool.malloc_async(N, a)
+    pool.free_async(x, a)
+    a.synchronize()
+    y = pool.malloc_async(N, b)                        # a's memory, after the host saw a's free run
+    assert pool.stats()["reuse_after_host_sync"] == 1
+    pool.free_async(y, b)
+    b.add_callback(lambda: None)
+    assert pool.stats()["cached"] == N                 # held: b's work may still use it
+    paddle_rt.empty_cache()
+    assert pool.stats()["cached"] == 0
+    assert paddle_rt.memory_allocated() == before
+
+
 def test_held_blocks_wait_for_their_streams_when_the_pool_goes(streams):
     # a block freed on t while t's queued work still reads it: dropping the pool must not hand it to its owner s
     # (nor to anyone) before t ran that work (the stress workload's TSan run: a second default pool, created by a

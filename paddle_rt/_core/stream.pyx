@@ -251,6 +251,7 @@ cdef bint stream_tag_done(void* device, uintptr_t tag, uint64_t seq) noexcept no
 
 cdef int stream_device_quiesce(object device) except -1:
     cdef Stream s
+    cdef uint64_t pos
     if prt_t_worker != NULL:
         return 0                 # a callback: its own stream is busy anyway, and waiting could deadlock
     for s in list(_live_streams):
@@ -258,7 +259,9 @@ cdef int stream_device_quiesce(object device) except -1:
             continue
         if device is not None and s.device is not device and not s.ctx.core.cross_device_now():
             continue
-        s._wait_position(s.ctx.core.submitted_now())      # pending errors stay for the stream's synchronize()
+        pos = s.ctx.core.submitted_now()
+        s._wait_position(pos)      # pending errors stay for the stream's synchronize()
+        stream_notify_host_sync(s, pos)     # a synchronize point for the pools (their held blocks may go back)
     return 0
 
 
