@@ -454,6 +454,43 @@ print(len(got), len({id(p) for p in got}), paddle_rt.default_mem_pool() is got[0
 '''
 
 
+FORK_WITH_LOCKS_HELD = '''
+import os, signal, threading
+import paddle_rt
+from paddle_rt._core import allocator, pool, stream
+paddle_rt.malloc(16).free()
+held, done = threading.Event(), threading.Event()
+def holder():
+    with pool._default_pool_lock, stream._default_lock, allocator._registry_lock:
+        held.set()
+        done.wait(30)
+t = threading.Thread(target=holder)
+t.start()
+held.wait(30)
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGALRM, lambda *a: os._exit(3))    # a lock of the parent's thread: a hang
+    signal.alarm(20)
+    paddle_rt.reinitialize_after_fork()
+    s = paddle_rt.default_stream()
+    a = paddle_rt.malloc_async(64, s)
+    paddle_rt.free_async(a, s)
+    s.synchronize()
+    os._exit(0 if paddle_rt.default_mem_pool() is a.pool else 4)
+done.set()
+t.join()
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+'''
+
+
+def test_child_of_fork_creates_its_defaults_while_a_parent_thread_held_their_locks(run_python):
+    # the default pool's, default stream's and allocator registry's locks, held by another thread at the fork
+    res = run_python(FORK_WITH_LOCKS_HELD)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0"]
+
+
 def test_one_default_pool_when_threads_race_to_create_it(run_python):
     for _ in range(3):
         res = run_python(DEFAULT_POOL_RACE)

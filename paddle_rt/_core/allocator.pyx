@@ -963,9 +963,11 @@ def _teardown():
 
 def _mark_forked():
     """Right after fork(), in the child: the parent's allocators (and the memory they cache) are not the child's.
-    Allocating from them raises ForkError; freeing into them does nothing. The locks are not touched (another
-    thread of the parent may have held one at the fork)."""
+    Allocating from them raises ForkError; freeing into them does nothing. Their locks are not touched (another
+    thread of the parent may have held one at the fork); the registry's lock is made anew, for the same reason."""
+    global _registry_lock
     cdef DeviceAllocator a
+    _registry_lock = threading.RLock()
     for a in list(_allocators):
         a.core.torn_down = 2
 

@@ -60,6 +60,15 @@ from paddle_rt._core import device as _device_mod
 
 _pools = weakref.WeakSet()
 _default_pool_lock = threading.Lock()
+
+
+def _new_lock_after_fork():
+    global _default_pool_lock
+    _default_pool_lock = threading.Lock()     # a thread of the parent may have held it at the fork
+
+
+import os as _os
+_os.register_at_fork(after_in_child=_new_lock_after_fork)
 cdef bint _torn_down = False
 
 

@@ -70,8 +70,9 @@ cdef int _fork_generation = 0
 
 
 def _after_fork_in_child():
-    global _fork_generation
+    global _fork_generation, _default_lock
     _fork_generation += 1
+    _default_lock = threading.Lock()     # a thread of the parent may have held it at the fork
     _live_streams.clear()
     prt_streams_reset()          # the parent's streams have no workers here (and their registry lock may be held)
 
