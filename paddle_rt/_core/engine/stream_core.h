@@ -193,6 +193,13 @@ struct prt_stream_core {
         completed.store(pos, std::memory_order_release);
     }
 
+    /* Plugin work handed off is pending: wait for the plugin's stream, then publish everything up to the last
+       operation run (position `pos`, order number `seq`) as complete (worker only). */
+    void settle(uint64_t pos, uint64_t seq) {
+        sync_plugin();
+        finish(pos, seq);
+    }
+
     /* Whether the work submitted before order number `seq` has completed (see `order`). */
     bool done_by(uint64_t seq) const {
         return completed_seq.load(std::memory_order_acquire) >= seq ||
@@ -209,8 +216,7 @@ struct prt_stream_core {
             if (!head) {
                 if (dirty) {
                     lk.unlock();
-                    sync_plugin();
-                    finish(last, last_seq);
+                    settle(last, last_seq);
                     lk.lock();
                     continue;
                 }
@@ -248,10 +254,7 @@ struct prt_stream_core {
                 if ((o->flags & PRT_OP_DROPPABLE) && dropping.load(std::memory_order_acquire)) {
                     r = o->fn(ctx, o->arg, o->aux, o->pos | PRT_POS_DROPPED);
                 } else {
-                    if ((o->flags & PRT_OP_NEEDS_IDLE) && dirty) {
-                        sync_plugin();
-                        finish(last, last_seq);      /* what ran before is complete: publish it before o runs */
-                    }
+                    if ((o->flags & PRT_OP_NEEDS_IDLE) && dirty) settle(last, last_seq);   /* before o runs */
                     if (!dirty) first_unfinished_seq.store(o->seq, std::memory_order_release);
                     int64_t t0 = __builtin_expect(o->enq_ns != 0, 0) ? prt_now_ns() : 0;
                     r = o->fn(ctx, o->arg, o->aux, o->pos);
