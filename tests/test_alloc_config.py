@@ -145,6 +145,7 @@ DEFAULTS = {
     "grow_base": ac.BASE_NAMES.index("grown"), "grow_exact_credit": 8, "settle_after": 0, "grow_requests": 32,
     "exact_above": 0.95, "small_borrow": True, "remainder_low": False, "ties_by_address": False, "quick_reuse": True,
     "expandable_segments": 2,   # "auto" (alloc_config.DEFAULT_EXPANDABLE): on where the plugin has the extension
+    "growth_wait_ms": 1000,
 }
 
 

@@ -2,20 +2,24 @@
 release or free_range changes nothing in the books that the plugin did not change. What the plugin still holds stays
 counted in reserved memory and is retried at the next release point; empty_cache returns what was really released and
 raises PluginError naming the device and the call; the other release points warn. Faults are rt_cpu's run-time fault
-kinds (free, unmap, release, free_range)."""
+kinds (free, unmap, release, free_range). Also the growth that first waits for queued frees (issue 45): the memory
+it would move or give back is used once its stream ran past the frees, within growth_wait_ms."""
 import ctypes
 import gc
+import threading
 import warnings
 
+import numpy as np
 import pytest
 
 import paddle_rt
 from paddle_rt import plugins
 from paddle_rt.plugins import rt_cpu_set_fault, rt_cpu_clear_faults
 
-from memory_helpers import clean_allocator
+from memory_helpers import clean_allocator, hold_stream
 
 MiB = 1 << 20
+G = 2 * MiB          # rt_cpu's granularity
 D = "rt_cpu:1"
 
 
@@ -275,3 +279,184 @@ print("allocated", paddle_rt.memory_allocated())
     assert out[0] != "allocated all" or out[1] != "released", out
     assert out[2] in ("malloc ok", "paddle_rt_ext_vmm_map_pages C_ERROR", "paddle_rt_ext_vmm_create C_ERROR"), out
     assert out[-1] == "allocated 0"
+
+
+# -- growth that waits for queued frees (alloc_policy.waits_for_frees, allocator.core_malloc; issue 45) --------------
+def _freed_behind_work(d, s, n, value, h, pin=False):
+    """A block of n bytes of stream s (followed by a pinning block when pin), freed while a memset of value and a copy
+    of it into h are queued before the free behind a gate. Returns (gate, s's position at the free, pinning block)."""
+    a = paddle_rt.malloc(n, d, stream=s)
+    p = paddle_rt.malloc(MiB, d, stream=s) if pin else None     # a's pages are then a hole, not the range's end
+    gate = hold_stream(s)
+    paddle_rt.memset_async(a, value, stream=s)
+    paddle_rt.memcpy_async(h, a, stream=s)
+    at_free = s.position
+    a.free()
+    return gate, at_free, p
+
+
+def _open_soon(gate, secs=0.2):
+    t = threading.Timer(secs, gate.set)
+    t.start()
+    return t
+
+
+@pytest.mark.smoke
+def test_growth_waits_for_the_frees_of_the_pages_it_moves(dev):
+    """Expandable segments: a growth that free pages of the device could serve (donor pages) whose frees are still
+    queued waits for their stream to run past the frees, then moves them: no new physical memory for them, as with
+    the host waiting. The copy queued before the free has run when malloc returns (nothing synchronized): the pages
+    were unmapped only after the work that used them."""
+    paddle_rt.get_allocator(dev).configure(expandable_segments=1)
+    s = paddle_rt.Stream(dev)
+    h = np.zeros(8 * MiB, np.uint8)
+    gate, at_free, pin = _freed_behind_work(dev, s, 8 * MiB, 9, h, pin=True)
+    later = hold_stream(s)                       # work queued after the free: s stays busy
+    before = paddle_rt.memory_stats(dev)
+    timer = _open_soon(gate)
+    try:
+        z = paddle_rt.malloc(12 * MiB, dev, stream=s)     # 6 pages: the hole's 4 moved, 2 new
+        assert s.completed_position >= at_free and (h == 9).all()
+        assert not later.is_set() and not s.query()
+        st = paddle_rt.memory_stats(dev)
+        assert st["num_free_waits"] - before["num_free_waits"] == 1
+        assert st["num_unmaps"] - before["num_unmaps"] == 4
+        assert st["num_device_alloc"] - before["num_device_alloc"] == 2
+        assert st["reserved_bytes.all.peak"] <= before["reserved_bytes.all.current"] + 2 * G
+    finally:
+        timer.join()
+        later.set()
+    for x in (z, pin):
+        x.free()
+    s.synchronize()
+    s.close()
+    paddle_rt.empty_cache(dev)
+    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+
+
+@pytest.mark.smoke
+def test_consolidation_waits_for_the_frees_of_idle_chunks(dev):
+    """Chunks: the consolidation before a growth gives the stream's idle chunks back; one whose free is still queued
+    is waited for first (as cudaFree synchronizes), then given back: the device never holds both."""
+    paddle_rt.get_allocator(dev).configure(expandable_segments=0)
+    s = paddle_rt.Stream(dev)
+    h = np.zeros(8 * MiB, np.uint8)
+    gate, at_free, _ = _freed_behind_work(dev, s, 8 * MiB, 3, h)
+    assert plugin_bytes() == 8 * MiB
+    before = paddle_rt.memory_stats(dev)
+    timer = _open_soon(gate)
+    try:
+        b = paddle_rt.malloc(32 * MiB, dev, stream=s)
+        assert s.completed_position >= at_free and (h == 3).all()
+        st = paddle_rt.memory_stats(dev)
+        assert st["num_free_waits"] - before["num_free_waits"] == 1
+        assert st["num_device_free"] - before["num_device_free"] == 1        # the 8 MiB chunk went back first
+        assert paddle_rt.memory_reserved(dev) == plugin_bytes() == st["reserved_bytes.all.peak"]
+    finally:
+        timer.join()
+    b.free()
+    s.synchronize()
+    s.close()
+    paddle_rt.empty_cache(dev)
+    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+
+
+@pytest.mark.parametrize("segments", [0, 1])
+def test_a_growth_waits_at_most_growth_wait_ms(dev, segments):
+    """A stream the host itself holds back never hangs an allocation: past growth_wait_ms the growth goes on
+    without that memory (new memory, the queued frees' memory untouched), and s has still not run past its free
+    when malloc returns. growth_wait_ms=0: no wait at all."""
+    for wait_ms in (50, 0):
+        paddle_rt.get_allocator(dev).configure(expandable_segments=segments, growth_wait_ms=wait_ms)
+        assert paddle_rt.allocator_config(dev)["growth_wait_ms"] == wait_ms
+        s = paddle_rt.Stream(dev)
+        h = np.zeros(8 * MiB, np.uint8)
+        gate, at_free, pin = _freed_behind_work(dev, s, 8 * MiB, 5, h, pin=bool(segments))
+        before = paddle_rt.memory_stats(dev)
+        try:
+            b = paddle_rt.malloc(32 * MiB, dev, stream=s)
+            assert s.completed_position < at_free and not gate.is_set()
+            st = paddle_rt.memory_stats(dev)
+            assert st["num_free_waits"] - before["num_free_waits"] == (1 if wait_ms else 0)
+            assert st["num_unmaps"] == before["num_unmaps"] and st["num_device_free"] == before["num_device_free"]
+            assert paddle_rt.memory_reserved(dev) >= 8 * MiB + 32 * MiB
+        finally:
+            gate.set()
+        s.synchronize()
+        assert (h == 5).all()
+        for x in (b, pin):
+            if x is not None:
+                x.free()
+        s.close()
+        paddle_rt.empty_cache(dev)
+        assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+
+
+@pytest.mark.parametrize("segments", [0, 1])
+def test_a_growth_in_a_stream_callback_does_not_wait(dev, segments):
+    """A callback runs on its stream's worker: a growth there does not wait for any stream (its own cannot run on
+    meanwhile; waiting for another could wait on a cycle), whatever growth_wait_ms says."""
+    paddle_rt.get_allocator(dev).configure(expandable_segments=segments)
+    s, t = paddle_rt.Stream(dev), paddle_rt.Stream(dev)
+    h = np.zeros(8 * MiB, np.uint8)
+    gate, at_free, pin = _freed_behind_work(dev, s, 8 * MiB, 6, h, pin=bool(segments))
+    got = []
+    waits = paddle_rt.memory_stats(dev)["num_free_waits"]
+    try:
+        t.add_callback(lambda: got.append(paddle_rt.malloc(32 * MiB, dev, stream=s)))
+        t.synchronize()
+        assert len(got) == 1 and s.completed_position < at_free and not gate.is_set()
+        assert paddle_rt.memory_stats(dev)["num_free_waits"] == waits
+    finally:
+        gate.set()
+    s.synchronize()
+    assert (h == 6).all()
+    for x in got + ([pin] if pin is not None else []):
+        x.free()
+    for x in (s, t):
+        x.close()
+    paddle_rt.empty_cache(dev)
+    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+
+
+def test_a_caller_holding_the_gil_does_not_wait(dev):
+    """core_malloc called with the GIL held (a Cython caller; here allocator_functions' C alloc called through a
+    ctypes prototype that keeps the GIL) never waits for streams: a callback of the stream waited for may need the
+    GIL. The same call without the GIL (a prototype that releases it) waits for the queued frees and moves the
+    pages."""
+    import ctypes
+    paddle_rt.get_allocator(dev).configure(expandable_segments=1)
+    a, f = paddle_rt.allocator_functions(dev, stream_ordered=False)
+    sig = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+    free_ = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(f)
+    s = paddle_rt.Stream(dev)
+    for keeps_gil in (True, False):
+        alloc = (ctypes.PYFUNCTYPE if keeps_gil else ctypes.CFUNCTYPE)(*sig)(a)
+        h = np.zeros(8 * MiB, np.uint8)
+        gate, at_free, pin = _freed_behind_work(dev, s, 8 * MiB, 4, h, pin=True)
+        before = paddle_rt.memory_stats(dev)
+        timer = None if keeps_gil else _open_soon(gate)
+        try:
+            p = alloc(12 * MiB, 1, None)          # the default stream: s's hole pages would be moved
+            assert p and paddle_rt.allocator_functions_error() is None
+            st = paddle_rt.memory_stats(dev)
+            if keeps_gil:
+                assert s.completed_position < at_free and not gate.is_set()
+                assert st["num_free_waits"] == before["num_free_waits"]
+                assert st["num_unmaps"] == before["num_unmaps"]
+            else:
+                assert s.completed_position >= at_free and (h == 4).all()
+                assert st["num_free_waits"] - before["num_free_waits"] == 1
+                assert st["num_unmaps"] - before["num_unmaps"] == 4
+        finally:
+            gate.set()
+            if timer is not None:
+                timer.join()
+        s.synchronize()
+        assert (h == 4).all()
+        free_(p, 12 * MiB, 1, None)
+        pin.free()
+        paddle_rt.empty_cache(dev)                # the next round's request is a growth again
+    s.close()
+    paddle_rt.empty_cache(dev)
+    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()

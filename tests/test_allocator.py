@@ -1244,8 +1244,10 @@ def test_a_chunk_leaves_its_stream_once_its_free_has_run_there(d1, how, interlea
     would write freed memory), and is once s has run past the free: no synchronize, and s still busy with work queued
     after the free (not "every stream idle"). Interleaved: another stream's work was numbered between s's last work
     and the free (the process-wide order counter moved on), which used to keep the chunk until s completed work
-    submitted after the free (stream_core.h first_unfinished_seq)."""
-    conf = dict(expandable_segments=0) if how == "growth" else dict(expandable_segments=0, growth="exact", small_size=0)
+    submitted after the free (stream_core.h first_unfinished_seq). growth_wait_ms=0: the growth does not first wait
+    for s's free (test_alloc_segment.py has the waits)."""
+    conf = dict(expandable_segments=0, growth_wait_ms=0) if how == "growth" else dict(
+        expandable_segments=0, growth="exact", small_size=0)
     if how == "release:free":
         conf["release"] = "free"
     paddle_rt.set_allocator_config(d1, **conf)

@@ -125,8 +125,9 @@ def test_hole_pages_are_donated_not_created(dev):
 def test_a_hole_is_no_donor_until_its_stream_ran_past_its_free(dev):
     """Issue 45: the pages under a free block of stream s are not unmapped for use elsewhere (donor pages) while s
     has queued work before the free (the memset would land on an unmapped page); once s has run past the free they
-    are -- no synchronize, s still busy with work queued after the free."""
-    on(dev)
+    are -- no synchronize, s still busy with work queued after the free. (growth_wait_ms=0: the growth does not first
+    wait for s's free; test_alloc_segment.py has the waits.)"""
+    on(dev, growth_wait_ms=0)
     s = paddle_rt.Stream(dev)
     x = paddle_rt.malloc(8 * MiB, dev, stream=s)
     y = paddle_rt.malloc(MiB, dev, stream=s)     # pins the end: x's pages are a hole

@@ -339,8 +339,13 @@ def test_same_stream_frees_go_back_at_once_for_any_size():
     """A block freed on its own stream goes back to the allocator at once (issue 45): it merges with its free
     neighbours and serves a later request on that stream of another size while the stream's work that may use it is
     still queued; another stream does not get it while that work is pending."""
-    for a, b in two_streams():
-        _same_stream_frees(a, b)
+    # growth_wait_ms=0: b's growth does not first wait for a's queued frees (a is held by the test itself)
+    paddle_rt.set_allocator_config(growth_wait_ms=0)
+    try:
+        for a, b in two_streams():
+            _same_stream_frees(a, b)
+    finally:
+        paddle_rt.set_allocator_config(growth_wait_ms=None)
 
 
 def _same_stream_frees(a, b):

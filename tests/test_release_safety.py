@@ -71,7 +71,8 @@ print("OK")
 
 
 def test_growth_keeps_idle_chunk_while_its_stream_is_busy():
-    run(PADDLE_RT_ALLOC_CONF="expandable_segments:0", code="""
+    # growth_wait_ms:0: the growth does not wait for s (the rule alone; test_alloc_segment.py has the waits)
+    run(PADDLE_RT_ALLOC_CONF="expandable_segments:0,growth_wait_ms:0", code="""
 s = paddle_rt.Stream()
 h = np.zeros(8 * MiB, np.uint8)
 with paddle_rt.stream(s):
@@ -96,8 +97,8 @@ print("OK")
 def test_segments_take_no_donor_page_while_a_stream_is_busy():
     """With expandable segments, a page under a freed block is not unmapped for use elsewhere (a donor page) while
     work queued before the free may still write it: the range creates new pages instead. (The memset used to land
-    on an unmapped page: SIGSEGV in device_memory_set.)"""
-    run(PADDLE_RT_ALLOC_CONF="expandable_segments:1", code="""
+    on an unmapped page: SIGSEGV in device_memory_set.) growth_wait_ms:0: the growth does not wait for s first."""
+    run(PADDLE_RT_ALLOC_CONF="expandable_segments:1,growth_wait_ms:0", code="""
 assert paddle_rt.allocator_config()["expandable_active"]
 s = paddle_rt.Stream()
 h = np.zeros(8 * MiB, np.uint8)
@@ -184,7 +185,8 @@ for alloc in ("malloc", "raw"):
     h[:] = 0
     s.synchronize()
     paddle_rt.empty_cache()
-assert deferred() >= 2                        # each time the allocator's own ladder kept s's chunk first
+# each time the growth first waited (growth_wait_ms) for s to run past its free, then moved s's free pages
+assert paddle_rt.memory_stats()["num_free_waits"] >= 2
 print("OK")
 """, RT_CPU_MEMORY_BYTES=64 * MiB)
 

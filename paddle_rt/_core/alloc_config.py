@@ -73,6 +73,11 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
                    plugin exports it and its granularity call succeeds, ``1`` requires it (InvalidArgument without),
                    ``0`` never uses it. Off in ``paddle_compat``. It can only change while the allocator holds no
                    memory.
+``growth_wait_ms``  a whole number of milliseconds: how long one growth waits at most for the streams to run past
+                   the frees of memory it could use instead (idle chunks it would consolidate, free pages it would
+                   move), as cudaFree and PyTorch's expandable segments wait for the device; past it, or when the
+                   caller holds the GIL or is a stream's callback, the allocator grows without them. 0: never wait
+                   (the device may then hold more while the host runs ahead). Default 1000.
 """
 import os
 
@@ -82,7 +87,7 @@ from paddle_rt._core import errors
 CONF_KEYS = ("paddle_compat", "growth", "chunk_size", "max_split_size", "limit", "release", "small_size",
              "small_chunk", "grow_min", "grow_step", "grow_fraction", "grow_ratio", "grow_round", "consolidate",
              "grow_base", "grow_exact_credit", "settle_after", "grow_requests", "exact_above", "small_borrow",
-             "expandable_segments")
+             "expandable_segments", "growth_wait_ms")
 
 #: Values of expandable_segments, indexed by the allocator's EXPANDABLE_* constants (allocator.pxd).
 EXPANDABLE_NAMES = ("0", "1", "auto")
@@ -115,6 +120,7 @@ DEFAULT_SMALL_BORROW = True
 #: expandable_segments' default: on wherever the plugin exports the virtual-memory extension and its handshake
 #: passes (rt_cpu does), chunks otherwise. paddle_compat forces 0 (Paddle's auto-growth chunks).
 DEFAULT_EXPANDABLE = "auto"
+DEFAULT_GROWTH_WAIT_MS = 1000
 
 _SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
            "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -249,7 +255,7 @@ def normalize(conf, source):
             out[key] = _parse_name(key, value, CONSOLIDATE_NAMES, source)
         elif key == "grow_base":
             out[key] = _parse_name(key, value, BASE_NAMES, source)
-        elif key in ("grow_exact_credit", "settle_after", "grow_requests"):
+        elif key in ("grow_exact_credit", "settle_after", "grow_requests", "growth_wait_ms"):
             out[key] = _parse_count(key, value, source)
         else:
             out[key] = parse_size(key, value)
@@ -324,4 +330,5 @@ def resolve(conf):
         "quick_reuse": not compat and release != "free",
         "expandable_segments": 0 if compat else EXPANDABLE_NAMES.index(conf.get("expandable_segments",
                                                                                 DEFAULT_EXPANDABLE)),
+        "growth_wait_ms": conf.get("growth_wait_ms", DEFAULT_GROWTH_WAIT_MS),
     }

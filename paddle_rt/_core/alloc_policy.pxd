@@ -96,6 +96,14 @@ cdef inline bint consolidates_before_growth(const AllocConfig* cfg, int pool) no
     return cfg.growth == GROWTH_ADAPTIVE and pool == POOL_LARGE and cfg.consolidate != CONSOLIDATE_OFF
 
 
+cdef inline bint waits_for_frees(size_t ready, size_t queued, size_t need) noexcept nogil:
+    """A growth that could use `need` units of memory already cached (donor pages, idle chunks to consolidate), of which
+    `ready` have had their frees run on their streams and `queued` have not yet, waits for the queued frees first
+    when the ready ones fall short: the device then holds what it holds with the host waiting, as cudaFree (which
+    synchronizes) and PyTorch's expandable segments (which synchronize the stream before an unmap) do."""
+    return queued != 0 and ready < need
+
+
 cdef inline bint made_for_one_request(int pool, size_t chunk, size_t size) noexcept nogil:
     """Whether a new chunk of `chunk` bytes, made on a miss of `size` bytes, is exactly that request's: a large-pool
     chunk no larger than the (rounded) request. Such a chunk (the weights of a model, one oversize tensor) says

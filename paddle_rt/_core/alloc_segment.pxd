@@ -9,11 +9,6 @@ cdef C_Status plugin_free(AllocatorCore* c, uintptr_t ptr, size_t size) noexcept
 # A new chunk of `size` bytes as one free indexed block; NULL with err.kind set (ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL,
 # ERR_HOST_OOM) on failure.
 cdef Block* new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil
-# Whether every stream that may still use this allocator's memory has completed everything submitted so far.
-cdef bint streams_idle(AllocatorCore* c) noexcept nogil
-# Whether the memory of free block b may leave its stream now (back to the plugin, or a page to another range): the
-# work submitted to its stream before the frees that made it has run. A query of the stream's position, never a wait.
-cdef bint free_done(AllocatorCore* c, Block* b) noexcept nogil
 # Cross-stream reuse: a free block of `tag`'s memory serving `size` (mapped) whose frees the caller may follow
 # (free_seq <= seq_ok, or done_ok and free_done), or NULL.
 cdef Block* settled_fit(AllocatorCore* c, uintptr_t tag, size_t size, uint64_t seq_ok, bint done_ok) noexcept nogil
@@ -34,6 +29,8 @@ cdef size_t growth_size(AllocatorCore* c, int pool, uintptr_t stream, size_t siz
 
 # Expandable segments (docs/expandable_segments.md; c.vmm_on).
 # Map the pages not yet mapped under [at, at + size) of free block b of a range (b.chunk.holes != 0).
+# With c.may_wait, fails with ERR_WAIT (nothing done) when the donor pages whose frees have run are too few and
+# others' frees are queued (alloc_order.want_wait recorded them).
 cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocError* err) noexcept nogil
 # Grow the range of (pool, stream) at its end so that its last block is free and holds `size` bytes (not yet backed).
 cdef Block* vmm_grow(AllocatorCore* c, int pool, uintptr_t stream, size_t size, AllocError* err) noexcept nogil

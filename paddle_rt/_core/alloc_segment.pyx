@@ -12,7 +12,8 @@ from cython.operator cimport dereference as deref, preincrement as inc, predecre
 from paddle_rt._core.device_ext cimport C_Status, C_SUCCESS, C_WARNING, C_FAILED
 from paddle_rt._core.alloc_types cimport (
     AllocatorCore, AllocError, Block, Chunk, N_QUICK_SLOTS, KIND_HOST, POOL_SMALL, POOL_LARGE, ST_RESERVED_BYTES,
-    ST_SEGMENT, ERR_NONE, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE, N_RANGES, HeldPhys,
+    ST_SEGMENT, ERR_NONE, ERR_WAIT, ERR_OOM, ERR_PLUGIN, ERR_PLUGIN_NULL, ERR_HOST_OOM, ERR_BAD_SIZE,
+    N_RANGES, HeldPhys,
     REL_NONE, REL_FREE, REL_UNMAP, REL_RELEASE, REL_FREE_RANGE, REL_HOST_OOM, VMM_CALL_RESERVE, VMM_CALL_CREATE,
     VMM_CALL_MAP, VMM_CALL_MAP_PAGES,
 )
@@ -22,9 +23,10 @@ from paddle_rt._core.alloc_index cimport (
 )
 from paddle_rt._core.alloc_blocks cimport _q_flush, _trace_mem, handed_out, take_at, span_unmapped, _take
 from paddle_rt._core.alloc_policy cimport (
-    consolidates_before_growth, chunk_for_miss, growth_base, ramp_ended, serves, borrows_from_large, SETTLED_SCAN,
+    consolidates_before_growth, waits_for_frees, chunk_for_miss, growth_base, ramp_ended, serves, borrows_from_large,
+    SETTLED_SCAN,
 )
-from paddle_rt._core.stream cimport stream_device_idle, stream_tag_done
+from paddle_rt._core.alloc_order cimport free_done, want_wait
 from paddle_rt._core.includes.alloc_support cimport prt_free_set, prt_chunk_map, prt_push
 from paddle_rt._core.includes.trace_support cimport (
     prt_tracing, PRT_TRACE_MEMORY, PRT_EV_SEGMENT_ALLOC, PRT_EV_SEGMENT_FREE, PRT_EV_SEGMENT_MAP, PRT_EV_SEGMENT_UNMAP,
@@ -180,28 +182,6 @@ cdef Block* new_chunk(AllocatorCore* c, int pool, uintptr_t stream, size_t size,
     if prt_tracing(trace_mask, PRT_TRACE_MEMORY):
         _trace_mem(c, PRT_EV_SEGMENT_ALLOC, ch.base, size, stream)
     return b
-
-
-# Whether memory of this allocator may go back to the plugin now: every stream that may still use it (the device's;
-# every device's for pinned host memory, which copies on any device read) has completed everything submitted so
-# far. A free is stream-ordered (the block is reusable at once by its stream), so an idle chunk can still be the
-# target of queued work; plugins free at once (unlike cudaFree, which synchronizes). Release paths only.
-cdef bint streams_idle(AllocatorCore* c) noexcept nogil:
-    return stream_device_idle(NULL if c.kind == KIND_HOST else c.device)
-
-
-# Whether free block b's memory may go back to the plugin or to another range now. A block of device memory belongs
-# to one stream (its tag); work of that stream submitted before the frees that made the block may still use it
-# (b.free_seq, the stream layer's order counter at the latest of them), nothing after. So the question is how far
-# that one stream has run, a query of its position: memory whose frees have completed goes back while other work is
-# queued (the host running ahead of the device). Pinned host memory can be read by copies on any stream of any
-# device: every stream idle.
-cdef bint free_done(AllocatorCore* c, Block* b) noexcept nogil:
-    if c.kind == KIND_HOST:
-        return streams_idle(c)
-    if b.free_seq == 0:
-        return True                  # never used
-    return stream_tag_done(c.device, b.stream, b.free_seq)
 
 
 # Cross-stream reuse (the stream-ordered pool's policies over the allocator's free blocks): the smallest free block of
@@ -488,6 +468,40 @@ cdef void _donors(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t wa
             return
 
 
+cdef size_t _donor_pages(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t want, int queued) noexcept nogil:
+    """What _donors would find, without unmapping: mapped pages (up to `want`) wholly inside free blocks whose frees
+    have run (queued=0), or (queued=1) inside those whose frees are still queued, each such block recorded to be
+    waited for (alloc_order.want_wait)."""
+    cdef prt_free_set.iterator it
+    cdef Block* b
+    cdef Chunk* ch
+    cdef size_t g = c.gran, got = 0, i, n
+    cdef int r
+    for r in range(c.n_ranges):
+        ch = c.ranges[r]
+        if ch.stream == <uintptr_t>-1:
+            it = c.cx.free_blocks[ch.pool].end()
+        else:
+            it = c.cx.free_blocks[ch.pool].lower_bound(lowest_key(ch.stream + 1, 0))
+        while it != c.cx.free_blocks[ch.pool].begin() and got < want:
+            dec(it)
+            if deref(it).stream != ch.stream or deref(it).size < g:
+                break
+            b = <Block*>deref(it).block
+            if not b.chunk.expandable or free_done(c, b) == (queued != 0):
+                continue
+            n = 0
+            for i in range(_page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g)):
+                if b.chunk.phys[i] != NULL and not (b.chunk == excl and lo <= i < hi):
+                    n += 1
+            if n and queued:
+                want_wait(c, b)
+            got += n
+        if got >= want:
+            break
+    return got
+
+
 cdef size_t _release_one(AllocatorCore* c, void* h, int pool) noexcept nogil:
     """Give one unmapped physical allocation back: 1, or 0 when the plugin refused and it is now held (counted in
     pool's reserved bytes, retried by _retry_held)."""
@@ -567,7 +581,13 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
     if n == 0:
         return 0
     # donor pages are unmapped at once: only from free blocks whose frees have run on their stream (free_done: work
-    # queued before a free may still write the block)
+    # queued before a free may still write the block). When those are too few and this pass may wait, the caller waits
+    # for the queued frees of the others first (waits_for_frees) and comes back.
+    if c.may_wait:
+        nd = _donor_pages(c, ch, lo, hi, n, 0)
+        if nd < n and waits_for_frees(nd, _donor_pages(c, ch, lo, hi, n - nd, 1), n):
+            err.kind = ERR_WAIT
+            return -1
     _donors(c, ch, lo, hi, n, hs)
     nd = hs.size()
     reserved = c.stats[0][ST_RESERVED_BYTES].current       # donors are not counted while in hand

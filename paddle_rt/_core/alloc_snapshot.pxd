@@ -6,3 +6,5 @@ from paddle_rt._core.alloc_types cimport AllocatorCore
 cdef list segments(AllocatorCore* c, str device)
 # The allocator's counters (DeviceAllocator.stats): PyTorch's keys, read under the lock (parked blocks merged first).
 cdef dict counters(AllocatorCore* c)
+# The allocator's settings (DeviceAllocator.config): the configuration keys' values, copied under the lock.
+cdef dict settings(AllocatorCore* c)

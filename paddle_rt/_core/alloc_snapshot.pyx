@@ -2,11 +2,11 @@
 """The allocator's snapshot (``DeviceAllocator.snapshot``, ``paddle_rt.memory_snapshot``): every segment (chunk, or
 expandable range) with its blocks, ordered by address, in PyTorch's ``memory_snapshot`` shape. The segments are
 copied under the allocator's lock (no GIL), then turned into Python objects after it is released; likewise its
-counters (``DeviceAllocator.stats``, ``paddle_rt.memory_stats``)."""
+counters (``DeviceAllocator.stats``, ``paddle_rt.memory_stats``) and its settings (``DeviceAllocator.config``)."""
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, SIZE_MAX
 from libc.string cimport memcpy
 from paddle_rt._core.alloc_types cimport (
     AllocatorCore, Block, Chunk, POOL_SMALL, Stat, N_STAT_GROUPS, N_STATS, ST_ACTIVE_BYTES, ST_ALLOCATED_BYTES,
@@ -15,6 +15,11 @@ from paddle_rt._core.alloc_types cimport (
 from paddle_rt._core.alloc_blocks cimport _q_flush, _first_block
 from paddle_rt._core.alloc_segment cimport vmm_mapped_runs
 from paddle_rt._core.includes.alloc_support cimport prt_chunk_map
+from paddle_rt._core.alloc_types cimport AllocConfig
+
+from paddle_rt._core.alloc_config import (
+    GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES, BASE_NAMES, EXPANDABLE_NAMES,
+)
 
 
 cdef list segments(AllocatorCore* c, str device):
@@ -72,7 +77,7 @@ cdef list segments(AllocatorCore* c, str device):
 
 cdef dict counters(AllocatorCore* c):
     cdef Stat st[N_STAT_GROUPS][N_STATS]
-    cdef int64_t extra[9]
+    cdef int64_t extra[10]
     cdef int p
     with nogil:
         c.cx.mu.lock()
@@ -91,6 +96,7 @@ cdef dict counters(AllocatorCore* c):
         extra[6] = c.num_maps
         extra[7] = c.num_unmaps
         extra[8] = c.num_release_failures
+        extra[9] = c.num_free_waits
         c.cx.mu.unlock()
     names = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
              "allocation", "segment", "active", "inactive_split")
@@ -112,4 +118,41 @@ cdef dict counters(AllocatorCore* c):
     out["num_maps"] = extra[6]
     out["num_unmaps"] = extra[7]
     out["num_release_failures"] = extra[8]
+    out["num_free_waits"] = extra[9]
     return out
+
+
+cdef dict settings(AllocatorCore* c):
+    cdef AllocConfig cfg
+    with nogil:
+        c.cx.mu.lock()
+        cfg = c.cfg
+        c.cx.mu.unlock()
+    return {
+        "paddle_compat": bool(cfg.paddle_compat),
+        "growth": GROWTH_NAMES[cfg.growth],
+        "chunk_size": cfg.chunk_size,
+        "max_split_size": None if cfg.max_split_size == SIZE_MAX else cfg.max_split_size,
+        "limit": None if cfg.limit == SIZE_MAX else cfg.limit,
+        "release": RELEASE_NAMES[cfg.release],
+        "small_size": cfg.small_size,
+        "small_chunk": cfg.small_chunk,
+        "grow_min": cfg.grow_min,
+        "grow_step": cfg.grow_step,
+        "grow_fraction": cfg.grow_fraction,
+        "grow_ratio": cfg.grow_ratio,
+        "grow_round": ROUND_NAMES[cfg.grow_round],
+        "consolidate": CONSOLIDATE_NAMES[cfg.consolidate],
+        "grow_base": BASE_NAMES[cfg.grow_base],
+        "grow_exact_credit": cfg.grow_exact_credit,
+        "settle_after": cfg.settle_after,
+        "grow_requests": cfg.grow_requests,
+        "exact_above": cfg.exact_above,
+        "small_borrow": bool(cfg.small_borrow),
+        "expandable_segments": EXPANDABLE_NAMES[c.expandable],
+        "growth_wait_ms": cfg.growth_wait_ns // 1000000,
+        "expandable_active": bool(c.vmm_on),
+        "granularity": c.gran if c.vmm_on else None,
+        "alignment": cfg.alignment,
+        "padding": cfg.padding,
+    }

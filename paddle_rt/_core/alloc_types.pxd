@@ -26,6 +26,9 @@ cdef enum:
     N_QUICK_SLOTS = 64    # quick-reuse slots, by a hash of (size, stream)
 
 cdef enum:
+    N_FREE_WAITS = 4      # streams one growth waits for at most (AllocatorCore.wait_tag)
+
+cdef enum:
     GROWTH_ADAPTIVE = 0   # paddle_rt's default: grow from the current demand (see allocator.pyx)
     GROWTH_EXACT = 1      # a miss asks the plugin for exactly the rounded request
     GROWTH_FIXED = 2      # a miss asks for max(request, chunk_size)
@@ -63,6 +66,7 @@ cdef enum:
     ERR_HOST_OOM = 8
     ERR_PLUGIN_NULL = 9     # the plugin reported success but gave no memory (a plugin bug, not out of memory)
     ERR_OWNED = 10          # raw_free of a block that a live Allocation holds (Block.owned)
+    ERR_WAIT = 11           # never raised: growth should first wait for queued frees (AllocatorCore.wait_*)
 
 # Which call of the virtual-memory extension failed (AllocError.call; alloc_errors.VMM_CALL_NAMES has their names).
 cdef enum:
@@ -167,6 +171,7 @@ cdef struct AllocConfig:
     int remainder_low      # a split leaves the free remainder at the low end (Paddle's rule), else at the high end
     int ties_by_address    # best fit among equal sizes: the lowest address (Paddle's rule), else the oldest chunk
     int quick_reuse        # freed small blocks wait in quick-reuse slots for a request of exactly their size
+    int64_t growth_wait_ns # a growth waits at most this long for queued frees of memory it could use (0: never)
 
 # An error found under the lock, raised after the lock is released.
 cdef struct AllocError:
@@ -228,3 +233,12 @@ cdef struct AllocatorCore:
     HeldPhys* held
     size_t n_held
     size_t cap_held
+    # Growth that waits for queued frees (alloc_segment.queued_for_growth; docs/memory.md "Freed memory and queued
+    # work"): may_wait is set by core_malloc for one pass under the lock when the caller may wait; a pass that would
+    # grow while memory it could use instead has its frees still queued records the streams and order numbers to wait
+    # for (at most N_FREE_WAITS) and fails with ERR_WAIT; core_malloc waits without the lock, then tries once more.
+    int may_wait
+    int n_waits
+    uintptr_t wait_tag[N_FREE_WAITS]
+    uint64_t wait_seq[N_FREE_WAITS]
+    int64_t num_free_waits     # growths that waited for queued frees first

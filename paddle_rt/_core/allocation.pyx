@@ -448,7 +448,8 @@ def memory_stats(device=None):
     inactive_split; pool in all, small_pool, large_pool; field in current, peak, allocated, freed. Plus
     num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_cache_hits, num_release_deferred (idle
     chunks kept cached instead of given back because streams still had queued work, counted per attempt), num_maps,
-    num_unmaps, num_release_failures (plugin calls that refused to give memory back: docs/memory.md)."""
+    num_unmaps, num_release_failures (plugin calls that refused to give memory back: docs/memory.md), num_free_waits
+    (growths that first waited for the streams to run past the frees of memory they could use instead: docs/memory.md)."""
     return _dev_alloc(device).stats()
 
 

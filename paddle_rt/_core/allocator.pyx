@@ -27,7 +27,10 @@ Giving memory back never races with queued work: a free is stream-ordered (reusa
 earlier work on it may still use the block) and plugins free at once, unlike ``cudaFree``. A free block remembers
 where its stream was at its frees (``Block.free_seq``); its memory leaves the stream (donor pages, growth's
 consolidation, the ladder, ``release:free``, ``empty_cache``) once the stream has run that far, a query of its
-position (alloc_segment.free_done), never a wait; until then it stays cached, counted in ``num_release_deferred``.
+position (alloc_segment.free_done); until then it stays cached, counted in ``num_release_deferred``. Only a growth
+that such memory would serve instead (donor pages, consolidated chunks) waits for those frees first, the lock
+released, at most ``growth_wait_ms`` (alloc_policy.waits_for_frees; never on a stream's worker or with the GIL
+held), as cudaFree and PyTorch's expandable segments wait for the device.
 ``empty_cache()`` waits for the streams first unless ``wait=False``. Teardown gives everything back.
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
 back by the ladder stay given back. A release the plugin refuses: alloc_segment.pyx ("When the plugin refuses").
@@ -61,10 +64,13 @@ from paddle_rt._core.alloc_blocks cimport (
     mapped_fit,
 )
 from paddle_rt._core.alloc_segment cimport (
-    plugin_free as _plugin_free, new_chunk as _new_chunk, streams_idle as _streams_idle, free_done as _free_done,
+    plugin_free as _plugin_free, new_chunk as _new_chunk,
     release_chunk as _release_chunk, release_idle as _release_idle, growth_size as _growth, vmm_back, vmm_grow_backed,
     owns as _owns, live_extent as _live_extent, is_free_block_start as _is_free_block_start,
     vmm_teardown, take_settled as _take_settled, take_refusal, report_refusal,
+)
+from paddle_rt._core.alloc_order cimport (
+    streams_idle as _streams_idle, free_done as _free_done, queued_consolidation, caller_may_wait, wait_queued_frees,
 )
 from paddle_rt._core cimport alloc_snapshot
 from paddle_rt._core.alloc_errors cimport raise_alloc_error
@@ -88,9 +94,7 @@ cdef size_t KiB = 1024
 cdef size_t MiB = 1024 * 1024
 
 
-from paddle_rt._core.alloc_config import (
-    CONF_KEYS, GROWTH_NAMES, RELEASE_NAMES, ROUND_NAMES, CONSOLIDATE_NAMES, BASE_NAMES, EXPANDABLE_NAMES,
-)
+from paddle_rt._core.alloc_config import CONF_KEYS
 from paddle_rt._core import alloc_config
 
 _registry_lock = threading.RLock()
@@ -226,12 +230,51 @@ cdef object _owner_of(uintptr_t ptr, AllocatorCore* exclude):
 # ---------------------------------------------------------------------------------------------------------------------
 # The C API
 # ---------------------------------------------------------------------------------------------------------------------
+# One attempt of core_malloc (lock held): the cache, then growth. NULL with err set; ERR_WAIT when c.may_wait and the
+# growth should first wait for queued frees (c.wait_*).
+cdef Block* _malloc_pass(AllocatorCore* c, int pool, size_t size, size_t nbytes, uintptr_t stream,
+                         AllocError* err) noexcept nogil:
+    cdef Block* b
+    cdef size_t chunk
+    b = _alloc_cached(c, size, nbytes, stream, err)
+    if b == NULL and err.kind == ERR_NONE and c.q_blocks:
+        _q_flush(c)
+        b = _alloc_cached(c, size, nbytes, stream, err)
+    if b == NULL and c.vmm_on and (err.kind == ERR_NONE or err.kind == ERR_OOM):
+        b = _vmm_alloc(c, pool, stream, size, nbytes, err)
+    elif b == NULL and err.kind == ERR_NONE:
+        if queued_consolidation(c, pool, stream):
+            err.kind = ERR_WAIT
+            return NULL
+        chunk = _growth(c, pool, stream, size)
+        b = _new_chunk(c, pool, stream, chunk, err)
+        if b == NULL and (err.kind == ERR_OOM or err.kind == ERR_PLUGIN_NULL) and chunk > size:
+            # the larger chunk was paddle_rt's own idea: fall back to exactly the request (a plugin that answers
+            # a request it cannot serve with success and NULL is named only when the request itself gets that)
+            err.kind = ERR_NONE
+            b = _new_chunk(c, pool, stream, size, err)
+        if b == NULL and err.kind == ERR_OOM:
+            c.num_alloc_retries += 1
+            _release_idle(c, -1, 0, 0)
+            err.kind = ERR_NONE
+            b = _new_chunk(c, pool, stream, size, err)
+            if b == NULL and err.kind == ERR_OOM:
+                c.num_ooms += 1
+        if b != NULL:
+            if made_for_one_request(pool, b.size, size):
+                b.chunk.exact = 1
+                c.exact_bytes += b.size
+            b = _take(c, b, size, nbytes, &err.kind)
+    return b
+
+
 cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** out) except -1 nogil:
     cdef AllocError err
     cdef Block* b
-    cdef size_t size, chunk
+    cdef size_t size
     cdef int pool, rc = 0
     cdef C_Status rst = C_SUCCESS
+    cdef bint may_wait
     err.kind = ERR_NONE
     err.status = C_SUCCESS
     err.requested = nbytes
@@ -246,37 +289,24 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         return _raise(c, &err)
     size = round_request(c, nbytes)
     pool = pool_of(c, size)
+    may_wait = caller_may_wait(c)
     c.cx.mu.lock()
-    if c.torn_down:
-        c.cx.mu.unlock()
-        err.kind = ERR_TORN_DOWN
-        return _raise(c, &err)
-    b = _alloc_cached(c, size, nbytes, stream, &err)
-    if b == NULL and err.kind == ERR_NONE and c.q_blocks:
-        _q_flush(c)
-        b = _alloc_cached(c, size, nbytes, stream, &err)
-    if b == NULL and c.vmm_on and (err.kind == ERR_NONE or err.kind == ERR_OOM):
-        b = _vmm_alloc(c, pool, stream, size, nbytes, &err)
-    elif b == NULL and err.kind == ERR_NONE:
-        chunk = _growth(c, pool, stream, size)
-        b = _new_chunk(c, pool, stream, chunk, &err)
-        if b == NULL and (err.kind == ERR_OOM or err.kind == ERR_PLUGIN_NULL) and chunk > size:
-            # the larger chunk was paddle_rt's own idea: fall back to exactly the request (a plugin that answers
-            # a request it cannot serve with success and NULL is named only when the request itself gets that)
-            err.kind = ERR_NONE
-            b = _new_chunk(c, pool, stream, size, &err)
-        if b == NULL and err.kind == ERR_OOM:
-            c.num_alloc_retries += 1
-            _release_idle(c, -1, 0, 0)
-            err.kind = ERR_NONE
-            b = _new_chunk(c, pool, stream, size, &err)
-            if b == NULL and err.kind == ERR_OOM:
-                c.num_ooms += 1
-        if b != NULL:
-            if made_for_one_request(pool, b.size, size):
-                b.chunk.exact = 1
-                c.exact_bytes += b.size
-            b = _take(c, b, size, nbytes, &err.kind)
+    while True:
+        if c.torn_down:
+            c.cx.mu.unlock()
+            err.kind = ERR_TORN_DOWN
+            return _raise(c, &err)
+        c.may_wait = may_wait and c.cfg.growth_wait_ns > 0
+        c.n_waits = 0
+        b = _malloc_pass(c, pool, size, nbytes, stream, &err)
+        c.may_wait = 0
+        if b != NULL or err.kind != ERR_WAIT:
+            break
+        # a growth that memory with queued frees would serve: wait for them (lock released), then one more pass
+        # that does not wait; whatever other threads changed meanwhile, that pass sees it
+        wait_queued_frees(c)
+        may_wait = False
+        err.kind = ERR_NONE
     if b == NULL:
         _note_counts(c, &err)
     rc = take_refusal(c, &rst) if c.rel_call else 0     # a release point of this call met a refusal: warn
@@ -535,6 +565,7 @@ cdef class DeviceAllocator:
         cfg.grow_requests = r["grow_requests"]
         cfg.exact_above = r["exact_above"]
         cfg.small_borrow = r["small_borrow"]
+        cfg.growth_wait_ns = <int64_t>r["growth_wait_ms"] * 1000000
         want = r["expandable_segments"]
         vmm_on, gran = self._vmm_handshake(want)
         with nogil:
@@ -593,34 +624,7 @@ cdef class DeviceAllocator:
 
     def config(self):
         """The effective configuration as a dict."""
-        cdef AllocConfig cfg = self.core.cfg
-        return {
-            "paddle_compat": bool(cfg.paddle_compat),
-            "growth": GROWTH_NAMES[cfg.growth],
-            "chunk_size": cfg.chunk_size,
-            "max_split_size": None if cfg.max_split_size == SIZE_MAX else cfg.max_split_size,
-            "limit": None if cfg.limit == SIZE_MAX else cfg.limit,
-            "release": RELEASE_NAMES[cfg.release],
-            "small_size": cfg.small_size,
-            "small_chunk": cfg.small_chunk,
-            "grow_min": cfg.grow_min,
-            "grow_step": cfg.grow_step,
-            "grow_fraction": cfg.grow_fraction,
-            "grow_ratio": cfg.grow_ratio,
-            "grow_round": ROUND_NAMES[cfg.grow_round],
-            "consolidate": CONSOLIDATE_NAMES[cfg.consolidate],
-            "grow_base": BASE_NAMES[cfg.grow_base],
-            "grow_exact_credit": cfg.grow_exact_credit,
-            "settle_after": cfg.settle_after,
-            "grow_requests": cfg.grow_requests,
-            "exact_above": cfg.exact_above,
-            "small_borrow": bool(cfg.small_borrow),
-            "expandable_segments": EXPANDABLE_NAMES[self.core.expandable],
-            "expandable_active": bool(self.core.vmm_on),
-            "granularity": self.core.gran if self.core.vmm_on else None,
-            "alignment": cfg.alignment,
-            "padding": cfg.padding,
-        }
+        return alloc_snapshot.settings(self.core)
 
     def round_size(self, size_t nbytes):
         """The block size a request of ``nbytes`` gets: round_up(nbytes + extra_padding, min_chunk)."""

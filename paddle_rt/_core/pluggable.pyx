@@ -12,8 +12,9 @@ Two kinds, chosen with ``stream_ordered``:
 * ``True`` (default): through the device's default :class:`MemPool`, stream-ordered (``malloc_async`` /
   ``free_async``); ``free`` with NULL frees on the allocating stream. Takes the GIL.
 * ``False``: straight through the caching allocator's nogil core (``core_malloc`` / ``core_free``), the fastest;
-  the block belongs to ``stream``'s tag. It takes the GIL only to record an error, and never waits for streams, so
-  while the device's streams have queued work its out-of-memory ladder cannot give idle chunks back.
+  the block belongs to ``stream``'s tag. It takes the GIL only to record an error. Its out-of-memory ladder does not
+  wait for the device's streams, so while they have queued work it cannot give idle chunks back; a growth that
+  memory with queued frees would serve waits for them (at most ``growth_wait_ms``) when called without the GIL.
 """
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset

@@ -21,9 +21,12 @@
 #                                         stream_tag_done(device, tag, S) (the stream's work before S has run)
 #   stream_tag_done(device, tag, seq)     nogil, never blocks beyond the stream registry's mutex; tag = an allocator
 #                                         tag (stream_alloc_tag); True also for a tag of no live stream (closed)
+#   stream_tag_wait(device, tag, seq, ns) nogil: wait (polling, nothing held between polls) until stream_tag_done,
+#                                         at most ns nanoseconds; whether it became true. Never from a stream's worker
+#                                         (it may be the stream waited for) nor with the GIL held (a callback may need it).
 #   current_stream_tag(dev)               an opaque tag of the calling thread's current stream on `dev` (nogil):
 #                                         the selected stream's core address, or 0 for the device's default stream
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport uint64_t, uintptr_t, int64_t
 from cpython.ref cimport PyObject
 from paddle_rt._core.device_ext cimport C_DeviceInterface, C_Device, C_Stream, C_Status
 from paddle_rt._core.device cimport Device
@@ -100,6 +103,7 @@ cdef uintptr_t stream_alloc_tag(Stream s) noexcept
 cdef bint stream_device_idle(void* device) noexcept nogil
 cdef uint64_t stream_order_now() noexcept nogil
 cdef bint stream_tag_done(void* device, uintptr_t tag, uint64_t seq) noexcept nogil
+cdef bint stream_tag_wait(void* device, uintptr_t tag, uint64_t seq, int64_t timeout_ns) noexcept nogil
 cdef int stream_device_quiesce(object device) except -1
 # Ordering hooks for the stream-ordered pool (pool.pyx), called with the GIL: `host_sync(stream, pos)` after the host
 # waited until `stream` reached `pos` (Stream.synchronize, Event.synchronize); `wait(waiter, recorded, pos)` after

@@ -53,7 +53,7 @@ from paddle_rt._core.includes.stream_support cimport (
     prt_op_kind, PRT_OPK_NOP, PRT_OPK_HOST_FUNC, PRT_OPK_PY_CALLBACK, PRT_OPK_MEMCPY_P2P, PRT_OP_DROPPABLE,
     PRT_POS_DROPPED, prt_event_core, prt_event_core_new, PRT_OPK_EVENT_RECORD, PRT_OPK_EVENT_WAIT,
     prt_streams_reset, prt_streams_add, prt_streams_remove, prt_streams_idle, prt_streams_count,
-    prt_order_counter, prt_streams_done, prt_streams_set_default, prt_next_stream_tag,
+    prt_order_counter, prt_streams_done, prt_streams_wait_done, prt_streams_set_default, prt_next_stream_tag,
 )
 from paddle_rt._core.includes.trace_support cimport prt_trace_record, PRT_TRACE_STREAMS, PRT_EV_OP
 from paddle_rt._core.trace cimport trace_mask, trace_emit
@@ -248,6 +248,10 @@ cdef uint64_t stream_order_now() noexcept nogil:
 
 cdef bint stream_tag_done(void* device, uintptr_t tag, uint64_t seq) noexcept nogil:
     return prt_streams_done(device, tag, seq)
+
+
+cdef bint stream_tag_wait(void* device, uintptr_t tag, uint64_t seq, int64_t timeout_ns) noexcept nogil:
+    return prt_streams_wait_done(device, tag, seq, timeout_ns)
 
 
 cdef int stream_device_quiesce(object device) except -1:

@@ -346,6 +346,9 @@ uintptr_t prt_next_stream_tag(void);
    the work submitted before order number `seq`; true as well when no live stream has that tag (a closed stream:
    nothing of it runs any more). Never blocks beyond the registry's mutex. */
 bool prt_streams_done(void* device, uintptr_t tag, uint64_t seq);
+/* Wait (polling; no lock held between polls) until prt_streams_done(device, tag, seq), at most timeout_ns: whether it
+   became true. */
+bool prt_streams_wait_done(void* device, uintptr_t tag, uint64_t seq, int64_t timeout_ns);
 /* Mark `c` as the default stream of its device (allocator tag 0) in the registry. */
 void prt_streams_set_default(prt_stream_core* c);
 

@@ -117,3 +117,15 @@ bool prt_streams_done(void* device, uintptr_t tag, uint64_t seq) {
     }
     return true;
 }
+
+bool prt_streams_wait_done(void* device, uintptr_t tag, uint64_t seq, int64_t timeout_ns) {
+    /* Polled: the stream may close (and its core go) while we wait, and prt_streams_done finds it again each time
+       under the registry's mutex. A few yields first (a short lag), then sleeps of 20 us. */
+    int64_t deadline = prt_now_ns() + timeout_ns;
+    for (int i = 0;; ++i) {
+        if (prt_streams_done(device, tag, seq)) return true;
+        if (prt_now_ns() >= deadline) return false;
+        if (i < 64) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}

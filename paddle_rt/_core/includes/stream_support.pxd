@@ -99,4 +99,5 @@ cdef extern from "engine/stream_core.h" nogil:
     prt_order_atomic* prt_order_counter()
     uintptr_t prt_next_stream_tag()
     bint prt_streams_done(void* device, uintptr_t tag, uint64_t seq)
+    bint prt_streams_wait_done(void* device, uintptr_t tag, uint64_t seq, int64_t timeout_ns)
     void prt_streams_set_default(prt_stream_core* c)

@@ -1,0 +1,24 @@
+# Where a free stands in its stream's order (alloc_order.pyx): whether memory freed on a stream may leave it now, and
+# the growth that first waits for queued frees. Called with the allocator's lock held and no GIL, except
+# wait_queued_frees (lock held on entry and on return, released while it waits). Cimported by alloc_segment.pyx and
+# allocator.pyx.
+from libc.stdint cimport uintptr_t
+
+from paddle_rt._core.alloc_types cimport AllocatorCore, Block
+
+# Whether every stream that may still use this allocator's memory has completed everything submitted so far.
+cdef bint streams_idle(AllocatorCore* c) noexcept nogil
+# Whether the memory of free block b may leave its stream now (back to the plugin, or a page to another range): the
+# work submitted to its stream before the frees that made it has run. A query of the stream's position, never a wait.
+cdef bint free_done(AllocatorCore* c, Block* b) noexcept nogil
+# Whether a core_malloc call may wait for streams at all (not on a stream's worker, not with the GIL held, not for
+# pinned host memory). Called before the lock is taken.
+cdef bint caller_may_wait(AllocatorCore* c) noexcept nogil
+# Record that a growth should first wait until b's stream ran past its frees (c.wait_*).
+cdef void want_wait(AllocatorCore* c, Block* b) noexcept nogil
+# With c.may_wait: whether the consolidation before a growth of `pool` on `stream` would give back chunks whose frees
+# are still queued (recorded with want_wait: the caller waits for them before it grows).
+cdef bint queued_consolidation(AllocatorCore* c, int pool, uintptr_t stream) noexcept nogil
+# Wait for what c.wait_* recorded (at most c.cfg.growth_wait_ns each), the lock released meanwhile; counts
+# num_free_waits. Lock held on entry and on return.
+cdef void wait_queued_frees(AllocatorCore* c) noexcept nogil
