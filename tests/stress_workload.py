@@ -495,7 +495,8 @@ def main(argv=None):
     books["emptied"] = _books()
     used = {d: paddle_rt.memory.memory_allocated(d) for d in ("rt_cpu:0", "rt_cpu:1")}
     ms = paddle_rt.memory_stats("rt_cpu:0")
-    release = {k: ms[k] for k in ("num_release_deferred", "num_unmaps", "num_device_free", "num_alloc_retries")}
+    release = {k: ms[k] for k in ("num_release_deferred", "num_unmaps", "num_device_free", "num_alloc_retries",
+                                  "num_free_waits")}
     out = {"seconds": round(time.monotonic() - t0, 1), "threads": len(threads), "cap": cap, "faults": a.faults,
            "ahead": a.ahead, "delay_us": int(os.environ.get("RT_CPU_STREAM_DELAY_US", "0") or 0),
            "ops": st.ops, "checks": st.checks, "wrong": len(st.wrong), "wrong_first": st.wrong[:5],

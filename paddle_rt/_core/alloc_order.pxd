@@ -12,7 +12,7 @@ cdef bint streams_idle(AllocatorCore* c) noexcept nogil
 # work submitted to its stream before the frees that made it has run. A query of the stream's position, never a wait.
 cdef bint free_done(AllocatorCore* c, Block* b) noexcept nogil
 # Whether a core_malloc call may wait for streams at all (not on a stream's worker, not with the GIL held, not for
-# pinned host memory). Called before the lock is taken.
+# pinned host memory). Lock-free (a thread-local look-up each).
 cdef bint caller_may_wait(AllocatorCore* c) noexcept nogil
 # Record that a growth should first wait until b's stream ran past its frees (c.wait_*).
 cdef void want_wait(AllocatorCore* c, Block* b) noexcept nogil

@@ -289,7 +289,7 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         return _raise(c, &err)
     size = round_request(c, nbytes)
     pool = pool_of(c, size)
-    may_wait = caller_may_wait(c)
+    may_wait = True
     c.cx.mu.lock()
     while True:
         if c.torn_down:
@@ -302,9 +302,11 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
         c.may_wait = 0
         if b != NULL or err.kind != ERR_WAIT:
             break
-        # a growth that memory with queued frees would serve: wait for them (lock released), then one more pass
-        # that does not wait; whatever other threads changed meanwhile, that pass sees it
-        wait_queued_frees(c)
+        # a growth that memory with queued frees would serve: wait for them (lock released) when this caller may
+        # wait (asked only here, off the hot path), then one more pass that does not wait; whatever other threads
+        # changed meanwhile, that pass sees it
+        if caller_may_wait(c):
+            wait_queued_frees(c)
         may_wait = False
         err.kind = ERR_NONE
     if b == NULL:
