@@ -76,7 +76,6 @@ struct prt_stream_core {
     prt_op* free_ops = nullptr;
     uint64_t submitted = 0;                    /* under mu */
     std::atomic<uint64_t> submitted_pub{0};    /* copy of submitted readable without the lock */
-    std::atomic<uint64_t> completed{0};
     /* The process-wide order of enqueues (stream_state.cpp's counter, shared by every stream; set before the first
        enqueue): each operation takes the next number under `mu`, so one stream's numbers rise with its positions.
        `completed_seq` is the number of the operation at `completed`. A free of memory last used by this stream's
@@ -88,13 +87,6 @@ struct prt_stream_core {
     /* The stream's tag in allocator blocks and recorded events: unique in the process, never reused (a queue's
        address may be, by a later stream, which must not inherit the memory cached under the old one). */
     uintptr_t tag = 0;
-    std::atomic<uint64_t> completed_seq{0};
-    /* The order number of the stream's first unfinished operation when the worker last started one with nothing
-       unfinished before it (plugin work included): every operation of this stream numbered below it has completed.
-       It only grows, so a stale value errs on the safe side. done_by uses it when another stream's operations were
-       numbered between this stream's last operation and a free (completed_seq then stays below the free's number
-       until this stream completes an operation submitted after the free). */
-    std::atomic<uint64_t> first_unfinished_seq{0};
     bool stopping = false;
     std::atomic<int> dropping{0};              /* drop_queued(): droppable operations not yet started are dropped */
     bool sleeping = false;
@@ -103,13 +95,24 @@ struct prt_stream_core {
     /* set (for good) before the stream's first operation that touches another device's memory (a P2P copy):
        from then on prt_streams_idle counts the stream for every device */
     std::atomic<int> cross_device{0};
-    /* callbacks into stream.pyx */
-    void* ctx = nullptr;
+    /* What the worker writes after each operation, on cache lines of their own: the queue's side above (head, tail,
+       stopping, sleeping: read and written by every enqueue) would otherwise move between the two cores with each
+       operation run. `completed`: the highest position complete. */
+    alignas(64) std::atomic<uint64_t> completed{0};
+    std::atomic<uint64_t> completed_seq{0};
+    /* The order number of the stream's first unfinished operation when the worker last started one with nothing
+       unfinished before it (plugin work included): every operation of this stream numbered below it has completed.
+       It only grows, so a stale value errs on the safe side. done_by uses it when another stream's operations were
+       numbered between this stream's last operation and a free (completed_seq then stays below the free's number
+       until this stream completes an operation submitted after the free). */
+    std::atomic<uint64_t> first_unfinished_seq{0};
+    bool dirty = false;                                /* worker only: plugin work handed off, not yet waited */
+    /* callbacks into stream.pyx (from here on: nothing else on the worker's lines) */
+    alignas(64) void* ctx = nullptr;
     void (*thread_init)(void* ctx) = nullptr;          /* on the worker, once: set the device */
     void (*thread_exit)(void* ctx) = nullptr;          /* on the worker, last */
     int (*plugin_sync)(void* ctx) = nullptr;           /* wait for the plugin stream; 0 ok */
     std::thread worker;
-    bool dirty = false;                                /* worker only: plugin work handed off, not yet waited */
     /* tracing (trace.pyx): operations enqueued while (*trace_mask & trace_bit) are timed and reported */
     const int* trace_mask = &prt_trace_off;
     int trace_bit = 0;

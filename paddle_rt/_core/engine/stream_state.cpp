@@ -18,7 +18,13 @@ struct prt_stream_registry {
 prt_stream_registry* g_registry = nullptr;
 
 /* Shared by every stream core of the process (a child of fork() keeps counting from the parent's value). */
-std::atomic<uint64_t> g_order{0};
+/* On a cache line of its own: every enqueue of every stream increments it (a locked add), and a neighbour read by
+   another core (the module's other globals) would move the line back and forth with each operation. */
+struct alignas(64) prt_order_line {
+    std::atomic<uint64_t> value{0};
+    char pad[64 - sizeof(std::atomic<uint64_t>)];
+};
+prt_order_line g_order;
 
 }  // namespace
 
@@ -83,7 +89,7 @@ bool prt_streams_idle(void* device) {
     return true;
 }
 
-std::atomic<uint64_t>* prt_order_counter(void) { return &g_order; }
+std::atomic<uint64_t>* prt_order_counter(void) { return &g_order.value; }
 
 uintptr_t prt_next_stream_tag(void) {
     static std::atomic<uintptr_t> next{0};
