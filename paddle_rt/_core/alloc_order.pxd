@@ -19,6 +19,6 @@ cdef void want_wait(AllocatorCore* c, Block* b) noexcept nogil
 # With c.may_wait: whether the consolidation before a growth of `pool` on `stream` would give back chunks whose frees
 # are still queued (recorded with want_wait: the caller waits for them before it grows).
 cdef bint queued_consolidation(AllocatorCore* c, int pool, uintptr_t stream) noexcept nogil
-# Wait for what c.wait_* recorded (at most c.cfg.growth_wait_ns each), the lock released meanwhile; counts
+# Wait for what c.wait_* recorded (at most c.cfg.growth_wait_ns in all), the lock released meanwhile; counts
 # num_free_waits. Lock held on entry and on return.
 cdef void wait_queued_frees(AllocatorCore* c) noexcept nogil

@@ -19,6 +19,7 @@ from paddle_rt._core.alloc_blocks cimport _q_flush
 from paddle_rt._core.alloc_policy cimport consolidates_before_growth, waits_for_frees
 from paddle_rt._core.stream cimport stream_device_idle, stream_tag_done, stream_tag_wait, stream_current_worker
 from paddle_rt._core.includes.alloc_support cimport prt_free_set
+from paddle_rt._core.includes.stream_support cimport prt_now_ns
 
 
 cdef extern from "Python.h":
@@ -92,13 +93,15 @@ cdef void wait_queued_frees(AllocatorCore* c) noexcept nogil:
     cdef uintptr_t tags[N_FREE_WAITS]
     cdef uint64_t seqs[N_FREE_WAITS]
     cdef int k, n = c.n_waits
-    cdef int64_t wait_ns = c.cfg.growth_wait_ns
+    cdef int64_t deadline = prt_now_ns() + c.cfg.growth_wait_ns, left
     for k in range(n):
         tags[k] = c.wait_tag[k]
         seqs[k] = c.wait_seq[k]
     c.n_waits = 0
     c.num_free_waits += 1
     c.cx.mu.unlock()
-    for k in range(n):
-        stream_tag_wait(c.device, tags[k], seqs[k], wait_ns)
+    for k in range(n):           # growth_wait_ms bounds the whole wait, not each stream's
+        left = deadline - prt_now_ns()
+        if left <= 0 or not stream_tag_wait(c.device, tags[k], seqs[k], left):
+            break
     c.cx.mu.lock()
