@@ -69,6 +69,7 @@ cdef class Stream:
     cdef void unpin(self) noexcept
     # flags: PRT_OP_* | prt_op_kind(PRT_OPK_...) (what the profiler calls the operation); nbytes: bytes it moves
     cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=*) except 0
+    cdef uint64_t _enqueue_pinned(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=*) except 0
     # run fn on the calling thread at once as the next operation when the stream is idle (short host-side operations
     # only); its position, or 0 when the stream is busy (enqueue it then)
     cdef uint64_t run_now_if_idle(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes) except? 0

@@ -378,8 +378,7 @@ cdef class StreamMark:
         cdef uint64_t gen, pos, seq
         cdef StreamCtx* ctx
         cdef C_Status st
-        s._check_open()
-        ctx = s.pin()                 # re-checks s is open (StreamError, not a crash) and keeps ctx until unpin
+        ctx = s.pin()                 # checks s is open (StreamError, not a crash) and keeps ctx until unpin
         seq = prt_order_counter().load()
         try:
             gen = self.core.gen_next(1) + 1
@@ -399,8 +398,8 @@ cdef class StreamMark:
             else:
                 self.core.incref()
                 try:
-                    pos = s.enqueue(_mark, <void*>self.core, gen,
-                                    PRT_OP_NEEDS_IDLE | PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_RECORD))
+                    pos = s._enqueue_pinned(_mark, <void*>self.core, gen,
+                                            PRT_OP_NEEDS_IDLE | PRT_OP_DROPPABLE | prt_op_kind(PRT_OPK_EVENT_RECORD))
                 except BaseException:
                     self.core.complete(gen)
                     self.core.decref()
@@ -576,6 +575,10 @@ cdef class Stream:
 
     cdef uint64_t enqueue(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=0) except 0:
         self._check_open()
+        return self._enqueue_pinned(fn, arg, aux, flags, nbytes)
+
+    cdef uint64_t _enqueue_pinned(self, prt_op_fn fn, void* arg, uint64_t aux, int flags, uint64_t nbytes=0) except 0:
+        """enqueue() for a caller that checked the stream is open and pinned it (ctx stays)."""
         if (flags >> 8) == PRT_OPK_MEMCPY_P2P:
             self.ctx.core.set_cross_device(1)    # it uses another device's memory: count it for every device
         cdef uint64_t pos = self.ctx.core.enqueue(fn, arg, aux, flags, nbytes)
