@@ -257,6 +257,7 @@ x.free()
 OOM_CHILD = DEFERRED_40MIB + r"""
 assert _deferred_frees_pending() == 1
 assert paddle_rt.memory_allocated() >= 40 * MiB
+paddle_rt.set_allocator_config(growth_wait_ms=0)    # the growth does not wait first: the OOM ladder's own wait
 threading.Timer(0.3, gate.set).start()
 y = paddle_rt.malloc(48 * MiB)     # does not fit beside the deferred 40 MiB: the ladder waits for b, then retries
 assert gate.is_set() and _deferred_frees_pending() == 0
@@ -277,6 +278,30 @@ def test_oom_ladder_waits_for_deferred_frees():
     res = run_python_code(OOM_CHILD, env={"RT_CPU_MEMORY_BYTES": str(64 << 20)})
     assert res.returncode == 0, res.stderr
     assert res.stdout.split("\n")[:3] == ["retries True", "OOM rt_cpu:0", "live 0"]
+
+
+GROWTH_WAIT_CHILD = DEFERRED_40MIB + r"""
+assert _deferred_frees_pending() == 1
+threading.Timer(0.3, gate.set).start()
+st0 = paddle_rt.memory_stats()
+y = paddle_rt.malloc(48 * MiB)     # a growth while a record_stream free is pending: it waits for that free first
+assert gate.is_set() and _deferred_frees_pending() == 0
+st = paddle_rt.memory_stats()
+d = {k: st[k] - st0[k] for k in ("num_free_waits", "num_alloc_retries", "num_ooms")}
+print("waits", d["num_free_waits"], "retries", d["num_alloc_retries"], "ooms", d["num_ooms"])
+y.free()
+b.synchronize()
+paddle_rt.empty_cache()
+print("live", plugins.rt_cpu_live_bytes(0))
+"""
+
+
+def test_a_growth_waits_for_pending_record_stream_frees():
+    """A growth while a record_stream free is pending waits (growth_wait_ms) until it has finished and then serves
+    the request from that memory: no out-of-memory ladder, no retry; the 40 MiB went back before the 48 MiB."""
+    res = run_python_code(GROWTH_WAIT_CHILD, env={"RT_CPU_MEMORY_BYTES": str(64 << 20)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[:2] == ["waits 1 retries 0 ooms 0", "live 0"], res.stdout
 
 
 POOL_OOM_CHILD = DEFERRED_40MIB + r"""

@@ -75,9 +75,10 @@ chunks. The defaults: chosen by family-held-out validation on the corpus of benc
                    memory.
 ``growth_wait_ms``  a whole number of milliseconds: how long one growth waits at most for the streams to run past
                    the frees of memory it could use instead (idle chunks it would consolidate, free pages it would
-                   move), as cudaFree and PyTorch's expandable segments wait for the device; past it, or when the
-                   caller holds the GIL or is a stream's callback, the allocator grows without them. 0: never wait
-                   (the device may then hold more while the host runs ahead). Default 1000.
+                   move, blocks whose ``record_stream`` frees are pending), as cudaFree and PyTorch's expandable
+                   segments wait for the device; past it, or when the caller holds the GIL or is a stream's
+                   callback, the allocator grows without them. 0: never wait (the device may then hold more while
+                   the host runs ahead). Default 1000.
 """
 import os
 

@@ -2,7 +2,7 @@
 # the growth that first waits for queued frees. Called with the allocator's lock held and no GIL, except
 # wait_queued_frees (lock held on entry and on return, released while it waits). Cimported by alloc_segment.pyx and
 # allocator.pyx.
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, int64_t
 
 from paddle_rt._core.alloc_types cimport AllocatorCore, Block
 
@@ -19,6 +19,14 @@ cdef void want_wait(AllocatorCore* c, Block* b) noexcept nogil
 # With c.may_wait: whether the consolidation before a growth of `pool` on `stream` would give back chunks whose frees
 # are still queued (recorded with want_wait: the caller waits for them before it grows).
 cdef bint queued_consolidation(AllocatorCore* c, int pool, uintptr_t stream) noexcept nogil
-# Wait for what c.wait_* recorded (at most c.cfg.growth_wait_ns in all), the lock released meanwhile; counts
-# num_free_waits. Lock held on entry and on return.
-cdef void wait_queued_frees(AllocatorCore* c) noexcept nogil
+# With c.may_wait: whether record_stream frees of this allocator are pending (recorded in c.wait_deferred: the caller
+# waits until one has finished before it grows).
+cdef bint queued_deferred(AllocatorCore* c) noexcept nogil
+# The end of one core_malloc call's waits (now + growth_wait_ms); counts num_free_waits.
+cdef int64_t growth_deadline(AllocatorCore* c) noexcept nogil
+# Wait for what c.wait_* recorded, until `deadline` at most, the lock released meanwhile: whether all of it came
+# before the deadline. Lock held on entry and on return.
+cdef bint wait_queued_frees(AllocatorCore* c, int64_t deadline) noexcept nogil
+# A core_malloc call waits at most this many times (each for what its pass found), all by one deadline.
+cdef enum:
+    MAX_GROWTH_WAITS = 8

@@ -8,8 +8,9 @@ A growth that memory already cached could serve instead (donor pages, idle chunk
 still queued waits for them first (``alloc_policy.waits_for_frees``), as cudaFree (which synchronizes) and PyTorch's
 expandable segments (which synchronize the stream before an unmap) do: the device then holds what it holds with the
 host waiting. The pass that finds such memory records the streams and order numbers (``want_wait``) and fails with
-ERR_WAIT; core_malloc waits without the lock (``wait_queued_frees``: a deferred free on a stream's worker takes it),
-at most ``growth_wait_ms``, then makes one more pass that does not wait."""
+ERR_WAIT; core_malloc waits without the lock (``wait_queued_frees``: a deferred free on a stream's worker takes it)
+and passes again, all its waits ending by one deadline (``growth_wait_ms``), then grows without waiting. A growth
+while ``record_stream`` frees are pending (``queued_deferred``) waits likewise until one of them has finished."""
 from libc.stdint cimport uintptr_t, uint64_t, int64_t
 from cython.operator cimport dereference as deref, preincrement as inc
 
@@ -20,6 +21,8 @@ from paddle_rt._core.alloc_policy cimport consolidates_before_growth, waits_for_
 from paddle_rt._core.stream cimport stream_device_idle, stream_tag_done, stream_tag_wait, stream_current_worker
 from paddle_rt._core.includes.alloc_support cimport prt_free_set
 from paddle_rt._core.includes.stream_support cimport prt_now_ns
+from paddle_rt._core.includes.atomics cimport prt_atomic_load_i64
+from posix.unistd cimport usleep
 
 
 cdef extern from "Python.h":
@@ -89,19 +92,45 @@ cdef bint queued_consolidation(AllocatorCore* c, int pool, uintptr_t stream) noe
     return waits_for_frees(ready, queued, ready + queued)
 
 
-cdef void wait_queued_frees(AllocatorCore* c) noexcept nogil:
+# record_stream frees (deferred_free.pyx) pending: the memory they give back (on their streams' workers, once those ran
+# past the recorded uses) may serve the growth; it waits until one of them has finished.
+cdef bint queued_deferred(AllocatorCore* c) noexcept nogil:
+    cdef int64_t pending
+    if not c.may_wait:
+        return False
+    pending = prt_atomic_load_i64(&c.deferred_pending)
+    if pending <= 0:
+        return False
+    c.wait_deferred = pending
+    return True
+
+
+cdef int64_t growth_deadline(AllocatorCore* c) noexcept nogil:
+    c.num_free_waits += 1
+    return prt_now_ns() + c.cfg.growth_wait_ns
+
+
+cdef bint wait_queued_frees(AllocatorCore* c, int64_t deadline) noexcept nogil:
     cdef uintptr_t tags[N_FREE_WAITS]
     cdef uint64_t seqs[N_FREE_WAITS]
     cdef int k, n = c.n_waits
-    cdef int64_t deadline = prt_now_ns() + c.cfg.growth_wait_ns, left
+    cdef int64_t left, deferred = c.wait_deferred
+    cdef bint done = True
     for k in range(n):
         tags[k] = c.wait_tag[k]
         seqs[k] = c.wait_seq[k]
     c.n_waits = 0
-    c.num_free_waits += 1
+    c.wait_deferred = 0
     c.cx.mu.unlock()
-    for k in range(n):           # growth_wait_ms bounds the whole wait, not each stream's
+    for k in range(n):
         left = deadline - prt_now_ns()
         if left <= 0 or not stream_tag_wait(c.device, tags[k], seqs[k], left):
+            done = False
             break
+    while done and deferred > 0 and prt_atomic_load_i64(&c.deferred_pending) >= deferred:
+        if prt_now_ns() >= deadline:
+            done = False
+        else:
+            usleep(20)
     c.cx.mu.lock()
+    return done

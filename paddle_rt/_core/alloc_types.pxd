@@ -239,6 +239,7 @@ cdef struct AllocatorCore:
     # for (at most N_FREE_WAITS) and fails with ERR_WAIT; core_malloc waits without the lock, then tries once more.
     int may_wait
     int n_waits
+    int64_t wait_deferred      # ERR_WAIT with record_stream frees pending: deferred_pending as the pass saw it
     uintptr_t wait_tag[N_FREE_WAITS]
     uint64_t wait_seq[N_FREE_WAITS]
     int64_t num_free_waits     # growths that waited for queued frees first

@@ -27,10 +27,8 @@ Giving memory back never races with queued work: a free is stream-ordered (reusa
 earlier work on it may still use the block) and plugins free at once, unlike ``cudaFree``. A free block remembers
 where its stream was at its frees (``Block.free_seq``); its memory leaves the stream (donor pages, growth's
 consolidation, the ladder, ``release:free``, ``empty_cache``) once the stream has run that far, a query of its
-position (alloc_segment.free_done); until then it stays cached, counted in ``num_release_deferred``. Only a growth
-that such memory would serve instead (donor pages, consolidated chunks) waits for those frees first, the lock
-released, at most ``growth_wait_ms`` (alloc_policy.waits_for_frees; never on a stream's worker or with the GIL
-held), as cudaFree and PyTorch's expandable segments wait for the device.
+position (alloc_order.free_done); until then it stays cached, counted in ``num_release_deferred``. A growth that
+such memory would serve, or made while ``record_stream`` frees are pending, waits for them first (alloc_order.pyx).
 ``empty_cache()`` waits for the streams first unless ``wait=False``. Teardown gives everything back.
 Any other plugin status raises ``PluginError``. Nothing is changed by a failed allocation except that idle chunks given
 back by the ladder stay given back. A release the plugin refuses: alloc_segment.pyx ("When the plugin refuses").
@@ -70,7 +68,8 @@ from paddle_rt._core.alloc_segment cimport (
     vmm_teardown, take_settled as _take_settled, take_refusal, report_refusal,
 )
 from paddle_rt._core.alloc_order cimport (
-    streams_idle as _streams_idle, free_done as _free_done, queued_consolidation, caller_may_wait, wait_queued_frees,
+    streams_idle as _streams_idle, free_done as _free_done, queued_consolidation, queued_deferred, caller_may_wait,
+    growth_deadline, wait_queued_frees, MAX_GROWTH_WAITS,
 )
 from paddle_rt._core cimport alloc_snapshot
 from paddle_rt._core.alloc_errors cimport raise_alloc_error
@@ -240,10 +239,13 @@ cdef Block* _malloc_pass(AllocatorCore* c, int pool, size_t size, size_t nbytes,
     if b == NULL and err.kind == ERR_NONE and c.q_blocks:
         _q_flush(c)
         b = _alloc_cached(c, size, nbytes, stream, err)
+    if b == NULL and c.vmm_on and err.kind == ERR_NONE and queued_deferred(c):
+        err.kind = ERR_WAIT
+        return NULL
     if b == NULL and c.vmm_on and (err.kind == ERR_NONE or err.kind == ERR_OOM):
         b = _vmm_alloc(c, pool, stream, size, nbytes, err)
     elif b == NULL and err.kind == ERR_NONE:
-        if queued_consolidation(c, pool, stream):
+        if queued_consolidation(c, pool, stream) or queued_deferred(c):
             err.kind = ERR_WAIT
             return NULL
         chunk = _growth(c, pool, stream, size)
@@ -275,6 +277,8 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     cdef int pool, rc = 0
     cdef C_Status rst = C_SUCCESS
     cdef bint may_wait
+    cdef int waits = 0
+    cdef int64_t deadline = 0
     err.kind = ERR_NONE
     err.status = C_SUCCESS
     err.requested = nbytes
@@ -298,17 +302,24 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
             return _raise(c, &err)
         c.may_wait = may_wait and c.cfg.growth_wait_ns > 0
         c.n_waits = 0
+        c.wait_deferred = 0
         b = _malloc_pass(c, pool, size, nbytes, stream, &err)
         c.may_wait = 0
         if b != NULL or err.kind != ERR_WAIT:
             break
-        # a growth that memory with queued frees would serve: wait for them (lock released) when this caller may
-        # wait (asked only here, off the hot path), then one more pass that does not wait; whatever other threads
-        # changed meanwhile, that pass sees it
-        if caller_may_wait(c):
-            wait_queued_frees(c)
-        may_wait = False
         err.kind = ERR_NONE
+        # a growth that memory with queued frees would serve: wait for them (lock released) when this caller may
+        # wait (asked only here, off the hot path), then pass again; whatever other threads changed meanwhile, that
+        # pass sees it. All of one call's waits end by one deadline (growth_wait_ms); past it, or after
+        # MAX_GROWTH_WAITS, the pass grows without waiting.
+        if waits == 0:
+            if not caller_may_wait(c):
+                may_wait = False
+                continue
+            deadline = growth_deadline(c)
+        waits += 1
+        if not wait_queued_frees(c, deadline) or waits >= MAX_GROWTH_WAITS:
+            may_wait = False
     if b == NULL:
         _note_counts(c, &err)
     rc = take_refusal(c, &rst) if c.rel_call else 0     # a release point of this call met a refusal: warn
