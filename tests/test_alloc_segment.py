@@ -295,6 +295,19 @@ def _freed_behind_work(d, s, n, value, h, pin=False):
     return gate, at_free, p
 
 
+def _all_back(dev, blocks, streams):
+    """Free the blocks (None: none), let the streams run out and close them, empty the cache: nothing is left
+    reserved, in the books or in the plugin."""
+    for x in blocks:
+        if x is not None:
+            x.free()
+    for x in streams:
+        x.synchronize()
+        x.close()
+    paddle_rt.empty_cache(dev)
+    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+
+
 def _open_soon(gate, secs=0.2):
     t = threading.Timer(secs, gate.set)
     t.start()
@@ -326,12 +339,7 @@ def test_growth_waits_for_the_frees_of_the_pages_it_moves(dev):
     finally:
         timer.join()
         later.set()
-    for x in (z, pin):
-        x.free()
-    s.synchronize()
-    s.close()
-    paddle_rt.empty_cache(dev)
-    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+    _all_back(dev, (z, pin), (s,))
 
 
 @pytest.mark.smoke
@@ -354,11 +362,7 @@ def test_consolidation_waits_for_the_frees_of_idle_chunks(dev):
         assert paddle_rt.memory_reserved(dev) == plugin_bytes() == st["reserved_bytes.all.peak"]
     finally:
         timer.join()
-    b.free()
-    s.synchronize()
-    s.close()
-    paddle_rt.empty_cache(dev)
-    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+    _all_back(dev, (b,), (s,))
 
 
 @pytest.mark.parametrize("segments", [0, 1])
@@ -384,12 +388,7 @@ def test_a_growth_waits_at_most_growth_wait_ms(dev, segments):
             gate.set()
         s.synchronize()
         assert (h == 5).all()
-        for x in (b, pin):
-            if x is not None:
-                x.free()
-        s.close()
-        paddle_rt.empty_cache(dev)
-        assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+        _all_back(dev, (b, pin), (s,))
 
 
 @pytest.mark.parametrize("segments", [0, 1])
@@ -411,12 +410,7 @@ def test_a_growth_in_a_stream_callback_does_not_wait(dev, segments):
         gate.set()
     s.synchronize()
     assert (h == 6).all()
-    for x in got + ([pin] if pin is not None else []):
-        x.free()
-    for x in (s, t):
-        x.close()
-    paddle_rt.empty_cache(dev)
-    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+    _all_back(dev, got + [pin], (s, t))
 
 
 def test_a_caller_holding_the_gil_does_not_wait(dev):
@@ -457,6 +451,4 @@ def test_a_caller_holding_the_gil_does_not_wait(dev):
         free_(p, 12 * MiB, 1, None)
         pin.free()
         paddle_rt.empty_cache(dev)                # the next round's request is a growth again
-    s.close()
-    paddle_rt.empty_cache(dev)
-    assert paddle_rt.memory_reserved(dev) == 0 == plugin_bytes()
+    _all_back(dev, (), (s,))

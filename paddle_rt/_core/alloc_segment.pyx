@@ -440,38 +440,18 @@ cdef size_t _take_pages(AllocatorCore* c, Chunk* ch, size_t a, size_t z, Chunk* 
     return got
 
 
-cdef void _donors(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t want, vector[void*]& out) noexcept nogil:
+cdef enum:
+    DONOR_TAKE = 0       # _donor_walk: unmap the pages of blocks whose frees have run
+    DONOR_COUNT = 1      # count them only
+    DONOR_QUEUED = 2     # count the pages of blocks whose frees are still queued, recording each to be waited for
+
+
+cdef size_t _donor_walk(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t want, int mode,
+                        vector[void*]* out) noexcept nogil:
     """Up to `want` mapped pages that lie wholly inside free blocks of any range (not pages lo .. hi - 1 of `excl`),
-    unmapped and appended to out (their physical allocations). Takes from free blocks of at least one page, largest
-    first, a run of pages per unmap."""
-    cdef prt_free_set.iterator it
-    cdef Block* b
-    cdef Chunk* ch
-    cdef size_t g = c.gran, got = 0
-    cdef int r
-    for r in range(c.n_ranges):
-        ch = c.ranges[r]
-        if ch.stream == <uintptr_t>-1:
-            it = c.cx.free_blocks[ch.pool].end()
-        else:
-            it = c.cx.free_blocks[ch.pool].lower_bound(lowest_key(ch.stream + 1, 0))
-        while it != c.cx.free_blocks[ch.pool].begin() and got < want:
-            dec(it)
-            if deref(it).stream != ch.stream or deref(it).size < g:
-                break
-            b = <Block*>deref(it).block
-            if not b.chunk.expandable or not free_done(c, b):
-                continue
-            got += _take_pages(c, b.chunk, _page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g),
-                               excl, lo, hi, want - got, out)
-        if got >= want:
-            return
-
-
-cdef size_t _donor_pages(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, size_t want, int queued) noexcept nogil:
-    """What _donors would find, without unmapping: mapped pages (up to `want`) wholly inside free blocks whose frees
-    have run (queued=0), or (queued=1) inside those whose frees are still queued, each such block recorded to be
-    waited for (alloc_order.want_wait)."""
+    largest blocks first: with DONOR_TAKE unmapped (a run of pages per unmap) and their physical allocations appended
+    to out; with DONOR_COUNT / DONOR_QUEUED only counted (DONOR_QUEUED: of blocks whose frees are still queued, each
+    recorded with alloc_order.want_wait). How many."""
     cdef prt_free_set.iterator it
     cdef Block* b
     cdef Chunk* ch
@@ -488,13 +468,17 @@ cdef size_t _donor_pages(AllocatorCore* c, Chunk* excl, size_t lo, size_t hi, si
             if deref(it).stream != ch.stream or deref(it).size < g:
                 break
             b = <Block*>deref(it).block
-            if not b.chunk.expandable or free_done(c, b) == (queued != 0):
+            if not b.chunk.expandable or free_done(c, b) == (mode == DONOR_QUEUED):
+                continue
+            if mode == DONOR_TAKE:
+                got += _take_pages(c, b.chunk, _page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g),
+                                   excl, lo, hi, want - got, out[0])
                 continue
             n = 0
             for i in range(_page_lo(b.chunk, b.addr, g), _page_hi(b.chunk, b.addr + b.size, g)):
                 if b.chunk.phys[i] != NULL and not (b.chunk == excl and lo <= i < hi):
                     n += 1
-            if n and queued:
+            if n and mode == DONOR_QUEUED:
                 want_wait(c, b)
             got += n
         if got >= want:
@@ -584,11 +568,11 @@ cdef int vmm_back(AllocatorCore* c, Block* b, uintptr_t at, size_t size, AllocEr
     # queued before a free may still write the block). When those are too few and this pass may wait, the caller waits
     # for the queued frees of the others first (waits_for_frees) and comes back.
     if c.may_wait:
-        nd = _donor_pages(c, ch, lo, hi, n, 0)
-        if nd < n and waits_for_frees(nd, _donor_pages(c, ch, lo, hi, n - nd, 1), n):
+        nd = _donor_walk(c, ch, lo, hi, n, DONOR_COUNT, NULL)
+        if nd < n and waits_for_frees(nd, _donor_walk(c, ch, lo, hi, n - nd, DONOR_QUEUED, NULL), n):
             err.kind = ERR_WAIT
             return -1
-    _donors(c, ch, lo, hi, n, hs)
+    _donor_walk(c, ch, lo, hi, n, DONOR_TAKE, &hs)
     nd = hs.size()
     reserved = c.stats[0][ST_RESERVED_BYTES].current       # donors are not counted while in hand
     for k in range(nd, n):

@@ -187,6 +187,16 @@ cdef int _raise(AllocatorCore* c, AllocError* e) except -1 with gil:
     return raise_alloc_error(c, e, _owner_of(e.ptr, c) if e.kind == ERR_FOREIGN else None)
 
 
+cdef inline void _new_error(AllocError* e, size_t nbytes) noexcept nogil:
+    """No error yet, for a request of nbytes."""
+    e.kind = ERR_NONE
+    e.status = C_SUCCESS
+    e.requested = nbytes
+    e.ptr = 0
+    e.allocated = e.reserved = 0
+    e.call = VMM_CALL_NONE
+
+
 cdef int64_t _live_extent_locked(AllocatorCore* c, uintptr_t ptr) noexcept nogil:
     """alloc_segment.live_extent under c's lock (core_lookup is the same for the owner code)."""
     cdef int64_t r
@@ -279,12 +289,7 @@ cdef int core_malloc(AllocatorCore* c, size_t nbytes, uintptr_t stream, void** o
     cdef bint may_wait
     cdef int waits = 0
     cdef int64_t deadline = 0
-    err.kind = ERR_NONE
-    err.status = C_SUCCESS
-    err.requested = nbytes
-    err.ptr = 0
-    err.allocated = err.reserved = 0
-    err.call = VMM_CALL_NONE
+    _new_error(&err, nbytes)
     if nbytes > SIZE_MAX // 2:
         err.kind = ERR_BAD_SIZE
         return _raise(c, &err)
@@ -785,12 +790,7 @@ cdef int64_t _core_reserve(AllocatorCore* c, size_t nbytes) except -1 nogil:
     cdef Block* b = NULL
     cdef size_t size = round_request(c, nbytes)
     cdef int64_t before
-    err.kind = ERR_NONE
-    err.status = C_SUCCESS
-    err.requested = nbytes
-    err.ptr = 0
-    err.allocated = err.reserved = 0
-    err.call = VMM_CALL_NONE
+    _new_error(&err, nbytes)
     if c.torn_down:
         err.kind = ERR_TORN_DOWN
         return _raise(c, &err)
