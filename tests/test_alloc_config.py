@@ -81,7 +81,7 @@ def test_fractions_bounds(key, hi):
             ac.normalize({key: bad}, "s")
 
 
-@pytest.mark.parametrize("key", ["grow_exact_credit", "settle_after", "grow_requests"])
+@pytest.mark.parametrize("key", ["grow_exact_credit", "settle_after", "grow_requests", "growth_wait_ms"])
 def test_counts(key):
     assert ac.normalize({key: 0}, "s")[key] == 0
     assert ac.normalize({key: " 12 "}, "s")[key] == 12

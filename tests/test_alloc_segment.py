@@ -370,6 +370,11 @@ def test_a_growth_waits_at_most_growth_wait_ms(dev, segments):
     """A stream the host itself holds back never hangs an allocation: past growth_wait_ms the growth goes on
     without that memory (new memory, the queued frees' memory untouched), and s has still not run past its free
     when malloc returns. growth_wait_ms=0: no wait at all."""
+    paddle_rt.get_allocator(dev).configure(growth_wait_ms=1 << 40)      # the largest accepted: no overflow in ns
+    assert paddle_rt.allocator_config(dev)["growth_wait_ms"] == 1 << 40
+    with pytest.raises(paddle_rt.InvalidArgument, match="growth_wait_ms"):
+        paddle_rt.get_allocator(dev).configure(growth_wait_ms=(1 << 40) + 1)
+    assert paddle_rt.allocator_config(dev)["growth_wait_ms"] == 1 << 40              # a refused value changes nothing
     for wait_ms in (50, 0):
         paddle_rt.get_allocator(dev).configure(expandable_segments=segments, growth_wait_ms=wait_ms)
         assert paddle_rt.allocator_config(dev)["growth_wait_ms"] == wait_ms

@@ -429,6 +429,31 @@ def test_fuzz_allocation(n, which):
 
 
 @FUZZ
+@given(v=st.one_of(st.sampled_from(HOSTILE + [-(2**63), 2**64]), st.integers(-3, 5000), st.text(max_size=6),
+                   st.booleans(), st.floats(allow_nan=True)))
+def test_fuzz_growth_wait_ms(v):
+    """The allocator key a growth's wait is bounded by (issue 45): a whole number 0 .. 2**40 is taken as it is, any
+    other value is InvalidArgument naming the key and changes nothing."""
+    a = paddle_rt.get_allocator("rt_cpu:1")
+    before = a.config()["growth_wait_ms"]
+    r, exc = typed(lambda: a.configure(growth_wait_ms=v))
+    try:
+        whole = v if isinstance(v, int) and not isinstance(v, bool) else None
+        if isinstance(v, str):
+            try:
+                whole = int(v.strip())          # what a whole number in text is, as Python reads it
+            except ValueError:
+                pass
+        if whole is not None and 0 <= whole <= 2**40:
+            assert exc is None and a.config()["growth_wait_ms"] == whole
+        else:
+            assert isinstance(exc, paddle_rt.InvalidArgument) and "growth_wait_ms" in str(exc), exc
+            assert a.config()["growth_wait_ms"] == before
+    finally:
+        a.configure(growth_wait_ms=None)
+
+
+@FUZZ
 @given(size=st.integers(0, 64), n=st.one_of(st.none(), nbytes_values), raw=st.booleans(),
        offset=st.one_of(st.integers(-300, 300), st.sampled_from(HOSTILE)),
        kind=st.sampled_from(["H2D", "D2H", "D2D"]), value=st.integers(-1, 256), do_set=st.booleans())
